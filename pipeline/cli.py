@@ -10,6 +10,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
+from pipeline import _exit
 from pipeline.options import ConvertOptions
 
 __all__ = ["build_parser", "convert_parser", "main", "run"]
@@ -89,4 +90,6 @@ def _inspect(path: str, limit: int) -> int:
 
 def main() -> None:
     """Console-script entry point."""
-    sys.exit(run())
+    code = run()
+    _exit.arm(code)  # skip interpreter teardown once atexit handlers ran (pipeline/_exit.py)
+    sys.exit(code)

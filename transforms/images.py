@@ -24,13 +24,14 @@ from __future__ import annotations
 import collections
 import csv
 import dataclasses
+import functools
 import hashlib
 import io
 import json
 import os
 import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import apache_beam as beam
 import numpy as np
@@ -42,6 +43,7 @@ from apache_beam.metrics import Metrics
 from PIL import Image
 
 from pipeline.spec import ConversionSpec, CsvOptions
+from transforms.coders import RecordBatchCoder  # noqa: F401 - registers the coder
 from transforms.example_codec import encode_varint
 from transforms.image_headers import HeaderError, ImageInfo, parse_header, sniff_format
 from transforms.image_paths import (
@@ -63,8 +65,10 @@ from transforms.image_processing import (
     needs_render,
     render,
 )
+from transforms.ordered_pool import default_threads, ordered_map
 from transforms.records import DEFAULT_SPLIT, RecordBatch, WorkUnit, batch_key, dead_letter
 from transforms.tabular_values import ESCAPE_BASE, RowConverter, has_escapes, unescape
+from transforms.tfrecord_format import FramedRecords, frame_record
 
 __all__ = [
     "IMAGE_EXTENSIONS",
@@ -154,6 +158,10 @@ class ImageConfig:
       max_pixels: images with more pixels, summed over frames, are `decompression_bomb`.
       allowed_roots: if given, URIs must also lie inside one of these roots (in addition
         to the roots the planner put in each work unit).
+      threads: images of one work unit converted at once; 0 means one per CPU the worker
+        may use (`transforms.ordered_pool.default_threads`). Default 1 (Beam's thread):
+        per-image work is mostly Python holding the GIL, and a second thread measured
+        slower on 2 cores (5,200 JPEGs: 2.75 s vs 3.0 s); it pays off with resizing.
     """
 
     validate: str = "header"
@@ -167,6 +175,7 @@ class ImageConfig:
     max_image_bytes: int = 64 * 1024 * 1024
     max_pixels: int = 89_478_485
     allowed_roots: tuple[str, ...] | None = None
+    threads: int = 1
 
     def __post_init__(self):
         if self.validate not in _VALIDATE:
@@ -188,6 +197,8 @@ class ImageConfig:
             raise ValueError(f"max_side must be a positive int, got {self.max_side!r}")
         if not isinstance(self.quality, int) or not 1 <= self.quality <= 100:
             raise ValueError(f"quality must be within 1..100, got {self.quality!r}")
+        if not isinstance(self.threads, int) or self.threads < 0:
+            raise ValueError(f"threads must be 0 (one per CPU) or a positive int, got {self.threads!r}")
         for name in ("max_image_bytes", "max_pixels"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
@@ -699,9 +710,9 @@ class _Chunk:
             self.order.append(split)
         self.counts[split] += 1
 
-    def add_record(self, split: str, record: bytes) -> None:
-        self.records[split].append(record)
-        self.size += len(record)
+    def add_record(self, split: str, framed: bytes) -> None:
+        self.records[split].append(framed)
+        self.size += len(framed)
 
     def add_dead_letter(self, split: str, document: bytes) -> None:
         self.dead[split].append(document)
@@ -709,10 +720,18 @@ class _Chunk:
 
     def batches(self, unit_index: int, chunk_index: int) -> Iterator[RecordBatch]:
         for split in self.order:
+            framed = self.records[split]
+            sizes = np.fromiter(map(len, framed), dtype=np.int64, count=len(framed))
             yield RecordBatch(
-                key=batch_key(unit_index, chunk_index), split=split, records=self.records[split],
+                key=batch_key(unit_index, chunk_index), split=split,
+                records=FramedRecords(b"".join(framed), np.cumsum(sizes)),
                 dead_letters=self.dead[split], input_count=self.counts[split],
             )
+
+
+class _Converted(NamedTuple):
+    framed: bytes  # the Example, framed as a TFRecord
+    reencoded: bool  # the image was rendered again (resized, converted, ...)
 
 
 class _Reject(Exception):
@@ -721,6 +740,7 @@ class _Reject(Exception):
         self.reason, self.message, self.column = reason, message, column
 
 
+@beam.typehints.with_output_types(RecordBatch)  # encoded by RecordBatchCoder
 class ConvertImages(beam.DoFn):
     """Reads and converts the images of a `WorkUnit`; yields one RecordBatch per split.
 
@@ -760,15 +780,23 @@ class ConvertImages(beam.DoFn):
             self.setup()
         extra = unit.extra or {}
         roots = tuple(extra.get("allowed_roots") or ())
+        items = extra.get("items", ())
         chunk = _Chunk()
         chunk_index = 0
-        for item in extra.get("items", ()):
+        # Images are read, checked and framed on `threads` threads (file reads, hashing,
+        # CRCs and Pillow release the GIL); results arrive in item order.
+        outcomes = ordered_map(functools.partial(self._outcome, roots=roots), items,
+                               self._config.threads or default_threads())
+        for item, outcome in zip(items, outcomes, strict=True):
             split = item["split"]
             chunk.count(split)
-            try:
-                chunk.add_record(split, self._convert(item, roots))
+            if isinstance(outcome, _Converted):
+                chunk.add_record(split, outcome.framed)
                 self._written.inc()
-            except _Reject as reject:
+                if outcome.reencoded:
+                    self._converted.inc()
+            else:
+                reject = outcome
                 self._dead.inc()
                 self._count_reason(reject.reason)
                 chunk.add_dead_letter(split, dead_letter(
@@ -783,12 +811,20 @@ class ConvertImages(beam.DoFn):
                 chunk, chunk_index = _Chunk(), chunk_index + 1
         yield from chunk.batches(unit.index, chunk_index)
 
-    def _convert(self, item: Mapping[str, Any], roots: tuple[str, ...]) -> bytes:
+    def _outcome(self, item: Mapping[str, Any], roots: tuple[str, ...]) -> _Converted | _Reject:
+        """The framed record of one image, or why it was refused (runs on a pool thread:
+        Beam metrics are counted by the caller)."""
+        try:
+            return self._convert(item, roots)
+        except _Reject as reject:
+            return reject
+
+    def _convert(self, item: Mapping[str, Any], roots: tuple[str, ...]) -> _Converted:
         if item.get("reject"):
             raise _Reject(*item["reject"])
         uri = item["uri"]
         data = self._read(uri, item.get("size"), roots)
-        stored, info = self._store(data)
+        stored, info, reencoded = self._store(data)
         features = {
             "image/encoded": ("bytes", [stored]),
             "image/format": ("bytes", [info.format]),
@@ -802,7 +838,7 @@ class ConvertImages(beam.DoFn):
             features["image/class/label"] = ("int64", [item["label"]])
             features["image/class/text"] = ("bytes", [item["text"]])
         features.update(item.get("features") or {})
-        return _encode_record(features)
+        return _Converted(frame_record(_encode_record(features)), reencoded)
 
     def _read(self, uri: str, size: int | None, roots: tuple[str, ...]) -> bytes:
         config = self._config
@@ -860,8 +896,8 @@ class ConvertImages(beam.DoFn):
                 raise _Reject("unreadable_uri", f"no filesystem for {uri}: {error}") from None
         return cache[scheme]
 
-    def _store(self, data: bytes) -> tuple[bytes, ImageInfo]:
-        """(bytes to store, what TF decodes them to), or raises _Reject."""
+    def _store(self, data: bytes) -> tuple[bytes, ImageInfo, bool]:
+        """(bytes to store, what TF decodes them to, re-encoded?), or raises _Reject."""
         config = self._config
         try:
             info = parse_header(data)
@@ -879,7 +915,7 @@ class ConvertImages(beam.DoFn):
             orientation = exif_orientation(data) if config.apply_exif_orientation else 1
             options = config.render_options
             if not needs_render(info, options, orientation):
-                return data, info
+                return data, info, False
             if info is not None and not info.tf_native and info.frames > 1 \
                     and not config.transforms_requested:
                 raise _Reject("unsupported_format",
@@ -892,8 +928,7 @@ class ConvertImages(beam.DoFn):
             rendered = render(data, options, info.format if info is not None else sniff_format(data))
         except ImageError as error:
             raise _Reject(error.reason, error.message) from None
-        self._converted.inc()
-        return rendered.data, rendered.info
+        return rendered.data, rendered.info, True
 
 
 _FEATURE_KEYS: dict[str, bytes] = {}  # encoded map-entry keys of the feature names seen

@@ -48,8 +48,9 @@ import logging
 import re
 import time
 import uuid
-from collections import defaultdict
+from collections import defaultdict, deque
 from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import apache_beam as beam
@@ -63,6 +64,7 @@ from transforms import manifest as manifest_lib
 from transforms.records import RecordBatch
 from transforms.tfrecord_format import (
     Compression,
+    FramedRecords,
     TFRecordWriter,
     frame_records,
     parse_compression,
@@ -250,8 +252,43 @@ class _HashingWriter:
             flush()
 
 
+class _BackgroundIO:
+    """Runs a shard's compress/hash/write calls in order on one background thread.
+
+    Those calls release the GIL, so the converter keeps the CPU while the previous batch
+    is compressed, hashed and written. At most `MAX_PENDING` writes wait, so memory stays
+    bounded by the batch size; a failed write is raised by the next `submit` or `drain`.
+    """
+
+    MAX_PENDING = 2
+
+    def __init__(self):
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="shard-io")
+        self._pending: deque = deque()
+
+    def submit(self, fn, *args) -> None:
+        while len(self._pending) >= self.MAX_PENDING:
+            self._pending.popleft().result()
+        self._pending.append(self._pool.submit(fn, *args))
+
+    def drain(self) -> None:
+        """Waits for every submitted write; raises the first failure."""
+        try:
+            while self._pending:
+                self._pending.popleft().result()
+        finally:
+            self._pending.clear()
+
+    def shutdown(self) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+
 class _TempShard:
-    """One temporary output file plus the bookkeeping that goes into its sidecar."""
+    """One temporary output file plus the bookkeeping that goes into its sidecar.
+
+    TFRecord payloads are compressed, hashed and written on a background thread (see
+    `_BackgroundIO`); `close()` waits for them before the file is closed.
+    """
 
     def __init__(
         self, config: SinkConfig, kind: str, split: str, first_key: str, path: str | None = None
@@ -276,10 +313,12 @@ class _TempShard:
         self.records = 0
         self.logical_bytes = 0
         self.dead_letters_by_split: dict[str, int] = defaultdict(int)
+        self._io = _BackgroundIO() if self._writer is not None else None
 
     def write(self, payloads: Sequence[bytes], logical_bytes: int, split: str) -> None:
         if self._writer is not None:
-            self._writer.write_framed(frame_records(payloads), len(payloads))
+            framed = payloads.data if isinstance(payloads, FramedRecords) else frame_records(payloads)
+            self._io.submit(self._writer.write_framed, framed, len(payloads))
         else:
             self._hashing.write(b"".join(doc + b"\n" for doc in payloads))
             self.dead_letters_by_split[split] += len(payloads)
@@ -289,6 +328,10 @@ class _TempShard:
     def close(self) -> dict[str, Any]:
         """Closes the file, writes and returns its sidecar metadata."""
         if self._writer is not None:
+            try:
+                self._io.drain()
+            finally:
+                self._io.shutdown()
             self._writer.close()
         self._raw.close()
         sidecar = {
@@ -313,8 +356,11 @@ def _cumulative_sizes(kind: str, payloads: Sequence[bytes]) -> np.ndarray:
     An item is a framed TFRecord (payload + 16 bytes) or a JSON line (+ newline); the
     bytes of items [a, b) are `totals[b] - totals[a]`.
     """
-    overhead = 16 if kind == _TFRECORD_KIND else 1
     totals = np.zeros(len(payloads) + 1, dtype=np.int64)
+    if isinstance(payloads, FramedRecords):
+        totals[1:] = payloads.ends
+        return totals
+    overhead = 16 if kind == _TFRECORD_KIND else 1
     np.cumsum(np.fromiter(map(len, payloads), dtype=np.int64, count=len(payloads)) + overhead,
               out=totals[1:])
     return totals

@@ -26,7 +26,9 @@ import apache_beam as beam
 from apache_beam.metrics import Metrics
 
 from pipeline.spec import ConversionSpec
-from transforms.records import WorkUnit
+from transforms.coders import RecordBatchCoder  # noqa: F401 - registers the coder
+from transforms.ordered_pool import default_threads
+from transforms.records import RecordBatch, WorkUnit
 from transforms.tabular_convert import convert_unit, split_assigner
 from transforms.tabular_infer import (
     DEFAULT_SAMPLE_ROWS,
@@ -67,17 +69,23 @@ class TabularConfig:
       spec: the resolved conversion spec (see `resolve_spec`).
       fmt: "csv", "tsv", "jsonl" or "parquet".
       batch_rows: target rows per chunk (CSV and JSON chunk by bytes, so roughly).
+      threads: chunks of one work unit converted at once; 0 means one per CPU the worker
+        may use (`transforms.ordered_pool.default_threads`), 1 converts on Beam's thread.
     """
 
     spec: ConversionSpec
     fmt: str
     batch_rows: int = DEFAULT_BATCH_ROWS
+    threads: int = 0
 
     def __post_init__(self):
         if self.fmt not in FORMATS:
             raise ValueError(f"unknown tabular format {self.fmt!r}; expected one of {FORMATS}")
         if not isinstance(self.batch_rows, int) or self.batch_rows < 1:
             raise ValueError(f"batch_rows must be a positive integer, got {self.batch_rows!r}")
+        if not isinstance(self.threads, int) or self.threads < 0:
+            raise ValueError(f"threads must be 0 (one per CPU) or a positive integer, "
+                             f"got {self.threads!r}")
         if self.spec.include_unlisted:
             raise ValueError("the spec has include_unlisted: true; resolve it with "
                              "transforms.tabular.resolve_spec() before converting")
@@ -88,6 +96,7 @@ class TabularConfig:
                                      f"{self.fmt.upper()} need a 'separator'")
 
 
+@beam.typehints.with_output_types(RecordBatch)  # encoded by RecordBatchCoder
 class ConvertTabular(beam.DoFn):
     """Reads a tabular WorkUnit and yields RecordBatches (one per chunk and split)."""
 
@@ -95,16 +104,18 @@ class ConvertTabular(beam.DoFn):
         super().__init__()
         self.config = config
         self._assigner = None
+        self._threads = 1
 
     def setup(self):
         self._assigner = split_assigner(self.config.spec)
+        self._threads = self.config.threads or default_threads()
 
     def process(self, unit: WorkUnit):
         if self._assigner is None:
             self.setup()
         config = self.config
         for result in convert_unit(unit, config.spec, config.fmt, config.batch_rows,
-                                   self._assigner):
+                                   self._assigner, self._threads):
             Metrics.counter(METRICS_NAMESPACE, "rows_read").inc(result.rows)
             Metrics.counter(METRICS_NAMESPACE, "records_written").inc(result.written)
             if result.dead_letters:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -17,6 +17,7 @@ from apache_beam.io.filesystems import FileSystems
 
 from pipeline.spec import ConversionSpec, FeatureSpec
 from transforms.example_encoder import column_from_arrow, encode_columns
+from transforms.ordered_pool import ordered_map
 from transforms.records import DEFAULT_SPLIT, RecordBatch, WorkUnit, batch_key, dead_letter
 from transforms.splits import SplitAssigner
 from transforms.tabular_columns import (
@@ -29,6 +30,7 @@ from transforms.tabular_columns import (
 )
 from transforms.tabular_read import KEY_SEPARATOR, Chunk, join_keys, read_chunks
 from transforms.tabular_values import RowError, canonical_text
+from transforms.tfrecord_format import FramedRecords
 
 __all__ = ["ChunkResult", "convert_chunk", "convert_unit", "split_assigner"]
 
@@ -110,12 +112,12 @@ def convert_chunk(chunk: Chunk, spec: ConversionSpec, assigner: SplitAssigner,
     for s, split in enumerate(names):
         in_split = row_split == s
         rows = np.flatnonzero(in_split & good)
-        records: list[bytes] = []
+        records: Sequence[bytes] = []
         if rows.size:
             take = None if rows.size == n else pa.array(rows)
-            records = encode_columns(rows.size, [
+            records = FramedRecords.frame(encode_columns(rows.size, [
                 column_from_arrow(f.name, f.kind, c.values if take is None else c.values.take(take))
-                for f, c in features])
+                for f, c in features]))
         dead = []
         for i in np.flatnonzero(in_split & ~good).tolist():
             feature, error = errors[i]
@@ -155,17 +157,17 @@ def _file_failure(unit: WorkUnit, error: Exception, assigner: SplitAssigner, chu
     return ChunkResult([batch], 1, 0, collections.Counter({reason: 1}))
 
 
-def convert_unit(unit: WorkUnit, spec: ConversionSpec, fmt: str, batch_rows: int,
-                 assigner: SplitAssigner | None = None) -> Iterator[ChunkResult]:
-    """Reads and converts one work unit, chunk by chunk.
+@dataclasses.dataclass
+class _ReadFailure:
+    """The work unit's reader failed after `chunks` chunks holding `rows` input rows."""
 
-    A file that cannot be opened or parsed (or fails midway) yields one dead letter
-    (`missing_file` / `unreadable_file`) counting as one input row; rows already converted
-    from it stay converted.
-    """
-    assigner = assigner or split_assigner(spec)
-    whole_row = not spec.split_key and len(assigner.names) > 1
-    chunks = read_chunks(unit, fmt, spec, batch_rows, whole_row=whole_row)
+    error: Exception
+    chunks: int
+    rows: int
+
+
+def _chunks_then_failure(chunks: Iterator[Chunk]) -> Iterator[Chunk | _ReadFailure]:
+    """The chunks, then a `_ReadFailure` instead of raising if reading fails."""
     index = rows = 0
     while True:
         try:
@@ -173,7 +175,28 @@ def convert_unit(unit: WorkUnit, spec: ConversionSpec, fmt: str, batch_rows: int
         except StopIteration:
             return
         except Exception as error:  # noqa: BLE001 - any read failure is this file's failure
-            yield _file_failure(unit, error, assigner, index, rows)
+            yield _ReadFailure(error, index, rows)
             return
-        yield convert_chunk(chunk, spec, assigner, unit)
+        yield chunk
         index, rows = chunk.index + 1, rows + chunk.input_count
+
+
+def convert_unit(unit: WorkUnit, spec: ConversionSpec, fmt: str, batch_rows: int,
+                 assigner: SplitAssigner | None = None, threads: int = 1) -> Iterator[ChunkResult]:
+    """Reads and converts one work unit, chunk by chunk, in order.
+
+    The unit is read on the calling thread; with `threads` > 1 that many chunks are
+    converted at once (see `transforms.ordered_pool`). A file that cannot be opened or
+    parsed (or fails midway) yields one dead letter (`missing_file` / `unreadable_file`)
+    counting as one input row; rows already converted from it stay converted.
+    """
+    assigner = assigner or split_assigner(spec)
+    whole_row = not spec.split_key and len(assigner.names) > 1
+    chunks = read_chunks(unit, fmt, spec, batch_rows, whole_row=whole_row)
+
+    def convert(item: Chunk | _ReadFailure) -> ChunkResult:
+        if isinstance(item, _ReadFailure):
+            return _file_failure(unit, item.error, assigner, item.chunks, item.rows)
+        return convert_chunk(item, spec, assigner, unit)
+
+    yield from ordered_map(convert, _chunks_then_failure(chunks), threads)

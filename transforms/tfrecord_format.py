@@ -64,6 +64,7 @@ except ImportError:  # pragma: no cover - isal is a declared dependency
 
 __all__ = [
     "Compression",
+    "FramedRecords",
     "RecordInfo",
     "TFRecordCorruptError",
     "TFRecordWriter",
@@ -91,6 +92,7 @@ _U64 = struct.Struct("<Q")
 _HEADER = struct.Struct("<QI")  # length, masked crc of the length
 _HEADER_SIZE = 12
 _FOOTER_SIZE = 4
+_FRAMING_BYTES = _HEADER_SIZE + _FOOTER_SIZE
 _ISAL_DEFAULT_LEVEL = 2
 _ZLIB_DEFAULT_LEVEL = 6
 _ISAL_MAX_LEVEL = 3
@@ -264,6 +266,79 @@ def frame_records(payloads: Sequence[bytes], crc_fn: CrcFn = _DEFAULT_CRC) -> by
     parts[2 : 2 * n - 1 : 2] = pieces[1:n]
     parts[2 * n] = pieces[n][:_FOOTER_SIZE]
     return b"".join(parts)
+
+
+class FramedRecords(Sequence[bytes]):
+    """Payloads already framed as TFRecords, back to back in one buffer.
+
+    Converters frame their records where they are produced (on a converter thread, see
+    `transforms.ordered_pool`), so the sink only compresses and writes; and one buffer
+    moves between Beam workers far cheaper than thousands of small bytes objects. As a
+    sequence it reads as the payloads (framing stripped), so code that just iterates
+    records does not care which form it got.
+
+    Attributes:
+      data: the framed records, concatenated (what `frame_records` returns).
+      ends: int64 array, the end offset in `data` of each framed record.
+    """
+
+    __slots__ = ("data", "ends")
+
+    def __init__(self, data: bytes, ends: np.ndarray):
+        self.data = data
+        self.ends = np.asarray(ends, dtype=np.int64)
+        if self.ends.ndim != 1 or (self.ends.size and int(self.ends[-1]) != len(data)):
+            raise ValueError("FramedRecords: ends must be 1-d and end at len(data)")
+
+    @classmethod
+    def frame(cls, payloads: Sequence[bytes], crc_fn: CrcFn = _DEFAULT_CRC) -> FramedRecords:
+        """Frames `payloads` (see `frame_records`)."""
+        sizes = np.fromiter(map(len, payloads), dtype=np.int64, count=len(payloads))
+        return cls(frame_records(payloads, crc_fn), np.cumsum(sizes + _FRAMING_BYTES))
+
+    def __len__(self) -> int:
+        return len(self.ends)
+
+    def _start(self, i: int) -> int:
+        return int(self.ends[i - 1]) if i > 0 else 0
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            start, stop, step = index.indices(len(self))
+            if step != 1:
+                return [self[i] for i in range(start, stop, step)]
+            if start == 0 and stop == len(self):
+                return self
+            stop = max(start, stop)
+            first, last = self._start(start), self._start(stop)
+            return FramedRecords(self.data[first:last], self.ends[start:stop] - first)
+        i = range(len(self))[index]  # IndexError and negative indices as for a list
+        return bytes(self.data[self._start(i) + _HEADER_SIZE : int(self.ends[i]) - _FOOTER_SIZE])
+
+    def __iter__(self) -> Iterator[bytes]:
+        view, start = memoryview(self.data), 0
+        for end in self.ends.tolist():
+            yield bytes(view[start + _HEADER_SIZE : end - _FOOTER_SIZE])
+            start = end
+
+    def __eq__(self, other) -> bool:
+        if isinstance(other, FramedRecords):
+            return self.data == other.data and np.array_equal(self.ends, other.ends)
+        if isinstance(other, Sequence) and not isinstance(other, (str, bytes)):
+            return len(other) == len(self) and list(self) == list(other)
+        return NotImplemented
+
+    __hash__ = None  # mutable-looking sequence semantics, like list
+
+    def __repr__(self) -> str:
+        return f"FramedRecords({len(self)} records, {len(self.data)} bytes)"
+
+    def __reduce__(self):
+        return FramedRecords, (self.data, self.ends)
+
+    def framed_sizes(self) -> np.ndarray:
+        """Bytes each framed record takes (payload + 16)."""
+        return np.diff(self.ends, prepend=0)
 
 
 # --------------------------------------------------------------------------- writing

@@ -1,0 +1,63 @@
+"""An ordered, bounded thread-pool map for the converters (Beam-free).
+
+One work unit is read sequentially but its chunks (or images) are converted on a few
+threads: Arrow, numpy, hashlib, the CRC and the compressor release the GIL, so on two
+cores a second thread converts while the first frames and writes (measured 1.5x on the
+benchmark tables). Results come back in input order, so output bytes do not depend on
+thread timing, and at most `threads + 1` items are in flight, so memory stays bounded by
+the chunk size rather than the input size.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import TypeVar
+
+__all__ = ["default_threads", "ordered_map"]
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+def default_threads() -> int:
+    """The CPUs this process may run on (what `threads=0` means)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not on Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def ordered_map(fn: Callable[[T], R], items: Iterable[T], threads: int) -> Iterator[R]:
+    """`map(fn, items)` with up to `threads` calls of `fn` running at once.
+
+    `items` is consumed on the calling thread, a bounded distance ahead of the results.
+    An exception from `fn` is raised when its result is due, after the results before it;
+    an exception from `items` is raised after every result already submitted. Closing the
+    iterator cancels what has not started and waits for what has.
+    """
+    if threads <= 1:
+        yield from map(fn, items)
+        return
+    pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="convert")
+    pending: collections.deque = collections.deque()
+    source = iter(items)
+    try:
+        while True:
+            try:
+                item = next(source)
+            except StopIteration:
+                break
+            except Exception:
+                while pending:
+                    yield pending.popleft().result()
+                raise
+            pending.append(pool.submit(fn, item))
+            if len(pending) > threads:
+                yield pending.popleft().result()
+        while pending:
+            yield pending.popleft().result()
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)

@@ -5,12 +5,14 @@ from __future__ import annotations
 import json
 import os
 import re
+import subprocess
+import sys
 
 import apache_beam as beam
 import pytest
 from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 
-from pipeline.cli import run
+from pipeline.cli import EXIT_CORRUPT, run
 from transforms.example_codec import encode_example
 from transforms.records import RecordBatch, batch_key
 from transforms.sink import WriteToShardedTFRecord
@@ -109,3 +111,25 @@ def test_inspect_prints_json_lines_and_a_summary(tmp_path, capsys):
 def test_inspect_missing_path_is_a_clear_error(tmp_path, capsys):
     assert run(["inspect", str(tmp_path / "nothing")]) != 0
     assert "no TFRecord file" in capsys.readouterr().err
+
+
+def test_console_entry_point_flushes_output_and_keeps_exit_codes(tmp_path):
+    """`main()` ends the process without interpreter teardown (pipeline/_exit.py): piped
+    output must still arrive whole, and each exit code must survive."""
+    _write_output(tmp_path, records=3000)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [
+        os.path.dirname(os.path.dirname(os.path.abspath(__file__))), os.environ.get("PYTHONPATH")])))
+    listed = subprocess.run([sys.executable, "-m", "pipeline", "inspect", str(tmp_path), "--limit", "-1"],
+                            capture_output=True, env=env, timeout=300)
+    assert listed.returncode == 0, listed.stderr.decode()
+    lines = listed.stdout.decode().splitlines()
+    assert len(lines) == 3000 and json.loads(lines[-1])["id"] == {"int64": [2999]}
+
+    shard = next(p for p in tmp_path.rglob("*.tfrecord"))
+    data = bytearray(shard.read_bytes())
+    data[100] ^= 0x01
+    shard.write_bytes(bytes(data))
+    corrupt = subprocess.run([sys.executable, "-m", "pipeline", "verify", str(tmp_path)],
+                             capture_output=True, env=env, timeout=300)
+    assert corrupt.returncode == EXIT_CORRUPT
+    assert '"status": "corrupt"' in corrupt.stdout.decode()

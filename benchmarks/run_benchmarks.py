@@ -56,7 +56,7 @@ if str(REPO) not in sys.path:  # run as a plain script from a checkout
     sys.path.insert(0, str(REPO))
 
 RESULTS_SCHEMA = 1
-FULL = {"rows_tf": 2_000_000, "rows_wide": 500_000, "images": 400, "repeats": 3, "jobs": 1}
+FULL = {"rows_tf": 2_000_000, "rows_wide": 500_000, "images": 4000, "repeats": 3, "jobs": 1}
 # Tiny proves every path works (CI); at this size start-up dominates, so the cases may overlap.
 TINY = {"rows_tf": 2_000, "rows_wide": 2_000, "images": 20, "repeats": 1, "jobs": 2}
 DEFAULT_OUT = REPO / "benchmarks" / "results" / "latest.json"

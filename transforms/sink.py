@@ -13,7 +13,11 @@ How it stays correct on every runner:
 * Records are written to uniquely named temporary files under `DIR/.tmp-<run id>/`. Each
   temporary file gets a JSON sidecar (records, bytes, sha256, ...) when it is closed. A
   writer emits the temporary path from `process()` when it opens the file; it never emits
-  from `finish_bundle`, whose outputs Beam 2.77's DaskRunner drops.
+  from `finish_bundle`, whose outputs Beam 2.77's DaskRunner drops. Batches arrive framed
+  (`FramedRecords`) from our converters, or as payload lists which are framed here; the
+  framed bytes are compressed, hashed and written on a background thread per open file
+  (`_BackgroundIO`), and closing a file waits for them, so a sidecar only ever describes
+  bytes that reached storage.
 * A failed and retried bundle leaves orphaned temporary files, but its outputs are
   discarded by the runner, so finalize never sees them; they vanish with the temp folder.
 * Finalize runs once, on one key, downstream of everything (it is the graph's single

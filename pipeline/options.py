@@ -151,10 +151,9 @@ class ConvertOptions(PipelineOptions):
               help="rows sampled for type inference and --dry-run (default 10000)")
         _flag(group, "batch-rows", type=_positive_int, default=16384,
               help="rows per batch moved through Beam (default 16384)")
-        _flag(group, "converter-threads", type=_non_negative_int, default=None,
+        _flag(group, "converter-threads", type=_non_negative_int, default=1,
               help="chunks (tabular) or images of one work unit converted at once on each "
-                   "worker; 0: one per CPU the worker may use; 1: no extra threads "
-                   "(default: 0 for tabular input, 1 for images)")
+                   "worker; 0: one per CPU the worker may use; 1 (default): no extra threads")
         _flag(group, "run-date", type=_run_date, default=None,
               help="date filling {YYYY} {MM} {DD} {SPAN} in --input/--output (default today, UTC)")
         _flag(group, "span", type=int, default=None, help="value of {SPAN} (default: days since epoch)")

@@ -114,8 +114,8 @@ def _plan_tabular(conv: ConvertOptions, input_path: str, output: str) -> Convers
 
 
 def _threads(conv: ConvertOptions) -> dict[str, int]:
-    """The --converter-threads flag, when given (else each converter's measured default)."""
-    return {} if conv.converter_threads is None else {"threads": conv.converter_threads}
+    """The --converter-threads flag as converter config."""
+    return {"threads": conv.converter_threads}
 
 
 def _image_config(conv: ConvertOptions):

@@ -70,13 +70,15 @@ class TabularConfig:
       fmt: "csv", "tsv", "jsonl" or "parquet".
       batch_rows: target rows per chunk (CSV and JSON chunk by bytes, so roughly).
       threads: chunks of one work unit converted at once; 0 means one per CPU the worker
-        may use (`transforms.ordered_pool.default_threads`), 1 converts on Beam's thread.
+        may use (`transforms.ordered_pool.default_threads`). Default 1 (Beam's thread): on
+        2 cores a second thread gained under 0.2 s per 2M rows (the GIL) and held two
+        more chunks in memory.
     """
 
     spec: ConversionSpec
     fmt: str
     batch_rows: int = DEFAULT_BATCH_ROWS
-    threads: int = 0
+    threads: int = 1
 
     def __post_init__(self):
         if self.fmt not in FORMATS:

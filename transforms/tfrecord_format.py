@@ -228,6 +228,11 @@ def frame_records(payloads: Sequence[bytes], crc_fn: CrcFn = _DEFAULT_CRC) -> by
     in Python; the length CRCs come from a per-length cache, and for larger batches the
     masking and packing of headers/footers is vectorised with numpy.
     """
+    return _frame(payloads, list(map(len, payloads)), crc_fn)
+
+
+def _frame(payloads: Sequence[bytes], lengths: list[int], crc_fn: CrcFn) -> bytes:
+    """`frame_records`, given the payload lengths (which callers may need as well)."""
     n = len(payloads)
     if n == 0:
         return b""
@@ -237,8 +242,7 @@ def frame_records(payloads: Sequence[bytes], crc_fn: CrcFn = _DEFAULT_CRC) -> by
         append = parts.append
         pack_header = _HEADER.pack
         pack_footer = _U32.pack
-        for payload in payloads:
-            size = len(payload)
+        for payload, size in zip(payloads, lengths, strict=True):
             length_crc = cache.get(size)
             if length_crc is None:
                 length_crc = cache[size] = masked_crc32c(_U64.pack(size), crc_fn)
@@ -248,7 +252,6 @@ def frame_records(payloads: Sequence[bytes], crc_fn: CrcFn = _DEFAULT_CRC) -> by
             append(pack_footer((((crc >> 15) | (crc << 17)) + _MASK_DELTA) & 0xFFFFFFFF))
         return b"".join(parts)
 
-    lengths = list(map(len, payloads))
     crcs = np.fromiter(map(crc_fn, payloads), dtype=np.uint32, count=n)
     # Record i's footer and record i+1's header are adjacent: build them as one 16-byte
     # separator so the join interleaves 2n+1 pieces instead of 3n.
@@ -293,8 +296,9 @@ class FramedRecords(Sequence[bytes]):
     @classmethod
     def frame(cls, payloads: Sequence[bytes], crc_fn: CrcFn = _DEFAULT_CRC) -> FramedRecords:
         """Frames `payloads` (see `frame_records`)."""
-        sizes = np.fromiter(map(len, payloads), dtype=np.int64, count=len(payloads))
-        return cls(frame_records(payloads, crc_fn), np.cumsum(sizes + _FRAMING_BYTES))
+        lengths = list(map(len, payloads))
+        sizes = np.array(lengths, dtype=np.int64) + _FRAMING_BYTES
+        return cls(_frame(payloads, lengths, crc_fn), np.cumsum(sizes))
 
     def __len__(self) -> int:
         return len(self.ends)

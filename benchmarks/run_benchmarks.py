@@ -16,7 +16,7 @@ rounds (the median is reported):
     tf.io.TFRecordWriter (NONE and GZIP);
   - beam: ReadFromText -> parse line -> tf.train.Example per row -> WriteToTFRecord on
     the FnApiRunner in multi_processing mode with 2 workers (NONE and GZIP);
-  - ceiling: pyarrow CSV read -> our vectorised encoder -> bulk framing -> one file,
+  - ceiling: pyarrow CSV read -> our vectorised encoder, framing included -> one file,
     single process (NONE and GZIP).
 * 640x480 JPEGs under ROOT/<label>/ (2 labels): ours (`--format image-folder`, keep
   bytes) against a plain loop that reads each file, parses its header, builds the same
@@ -329,8 +329,8 @@ def _worker_ceiling(cfg: dict) -> float:
     import pyarrow as pa
     import pyarrow.csv as pacsv
 
-    from transforms.example_encoder import column_from_arrow, encode_columns
-    from transforms.tfrecord_format import TFRecordWriter, frame_records, shard_suffix
+    from transforms.example_encoder import column_from_arrow, encode_framed
+    from transforms.tfrecord_format import TFRecordWriter, shard_suffix
 
     arrow_types = {"int64": pa.int64(), "float": pa.float64(), "string": pa.string()}
     kinds = {"int64": "int64", "float": "float", "string": "bytes"}
@@ -345,8 +345,8 @@ def _worker_ceiling(cfg: dict) -> float:
                 encoded = [
                     column_from_arrow(name, kinds[kind], batch.column(name)) for name, kind in columns
                 ]
-                payloads = encode_columns(batch.num_rows, encoded)
-                writer.write_framed(frame_records(payloads), len(payloads))
+                framed = encode_framed(batch.num_rows, encoded)
+                writer.write_framed(framed.data, len(framed))
     return time.perf_counter() - start
 
 

@@ -21,7 +21,9 @@ from transforms.example_encoder import (
     column_from_arrow,
     column_from_values,
     encode_columns,
+    encode_framed,
 )
+from transforms.tfrecord_format import frame_records
 
 KINDS = ("int64", "float", "bytes")
 
@@ -140,7 +142,11 @@ def test_random_schemas_match_reference(mode, schema, messy):
     columns = [build(name, kind, rows) for name, (kind, rows) in data.items()]
     with encoder_mode(mode):
         got = encode_columns(num_rows, columns)
-    assert got == reference(num_rows, data)
+        framed = encode_framed(num_rows, columns)
+    expected = reference(num_rows, data)
+    assert got == expected
+    assert framed.data == frame_records(expected)
+    assert framed.framed_sizes().tolist() == [len(e) + 16 for e in expected]
 
 
 # -------------------------------------------------------------------- edge cases
@@ -245,6 +251,8 @@ def test_outlier_row_uses_size_groups_and_stays_identical():
         got = encode_values(data, len(rows))
     assert take_rows.called  # split into groups rather than a 351 x 3 MB matrix
     assert got == reference(len(rows), data)
+    columns = [column_from_values(name, kind, rows) for name, (kind, rows) in data.items()]
+    assert encode_framed(len(rows), columns).data == frame_records(got)
 
 
 def test_scalar_batch_through_tensorflow_parse_example():

@@ -11,6 +11,8 @@ import gzip
 import json
 import os
 import pickle
+import platform
+import sys
 import threading
 import time
 
@@ -18,6 +20,7 @@ import image_samples as samples
 import pytest
 
 from pipeline.spec import ConversionSpec, FeatureSpec
+from transforms import allocator, images, sink, tabular
 from transforms.coders import RecordBatchCoder
 from transforms.example_codec import decode_example
 from transforms.images import ConvertImages, ImageConfig, plan_image_folder
@@ -236,3 +239,22 @@ def test_record_batch_coder_round_trips_and_estimates_without_encoding(monkeypat
     monkeypatch.setattr(pickle, "dumps", lambda *a, **k: pytest.fail("estimate_size encoded"))
     estimate = coder.estimate_size(batch)
     assert 100 + 16 + 50 + 16 + 17 <= estimate < 400
+
+
+# -------------------------------------------------------------------------- allocator
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux") or platform.libc_ver()[0] != "glibc",
+                    reason="mallopt thresholds are a glibc feature")
+def test_retain_freed_memory_is_applied_once_and_by_every_worker_setup(monkeypatch):
+    assert allocator.retain_freed_memory() is True
+    assert allocator.retain_freed_memory() is True  # idempotent
+    calls = []
+    for module in (tabular, images, sink):
+        monkeypatch.setattr(module, "retain_freed_memory", lambda: calls.append(1) or True)
+    spec = ConversionSpec(features=(FeatureSpec(name="a", type="int64"),))
+    ConvertTabular(TabularConfig(spec=spec, fmt="csv")).setup()
+    ConvertImages(ImageConfig()).setup()
+    sink._WriteRollingShards(sink.SinkConfig(output_dir="/tmp/unused")).setup()
+    sink._WriteGroupedShard(sink.SinkConfig(output_dir="/tmp/unused")).setup()
+    assert len(calls) == 4

@@ -10,6 +10,7 @@ import struct
 import zlib
 
 import crc32c
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -18,6 +19,7 @@ from isal import isal_zlib
 from transforms import tfrecord_format as tff
 from transforms.tfrecord_format import (
     Compression,
+    FramedRecords,
     RecordInfo,
     TFRecordCorruptError,
     TFRecordWriter,
@@ -25,6 +27,7 @@ from transforms.tfrecord_format import (
     frame_record,
     frame_records,
     framed_size,
+    framing_headers,
     iter_records,
     masked_crc32c,
     open_compressor,
@@ -192,6 +195,61 @@ def test_frame_records_equals_frame_record_concatenation(n):
 @given(st.lists(st.binary(max_size=200), max_size=300))
 def test_frame_records_property(payloads):
     assert frame_records(payloads) == b"".join(frame_record(p) for p in payloads)
+
+
+def _zero_footers(payloads, crc_fn=crc32c.crc32c):
+    """`frame_records(payloads)` with every footer zeroed: what the encoder renders."""
+    buffer = np.frombuffer(bytearray(frame_records(payloads, crc_fn)), np.uint8)
+    ends = np.cumsum([len(p) + 16 for p in payloads], dtype=np.int64)
+    for end in ends.tolist():
+        buffer[end - 4 : end] = 0
+    return buffer
+
+
+def _crc32c_bitwise(data) -> int:
+    """CRC-32C bit by bit: an independent implementation, for injection."""
+    crc = 0xFFFFFFFF
+    for byte in bytes(data):
+        crc ^= byte
+        for _ in range(8):
+            crc = (crc >> 1) ^ (0x82F63B78 & -(crc & 1))
+    return crc ^ 0xFFFFFFFF
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.one_of(st.binary(max_size=40), st.binary(min_size=100, max_size=400)), max_size=60))
+def test_complete_fills_footers_exactly_like_frame_records(payloads):
+    framed = FramedRecords.complete(_zero_footers(payloads), np.array([len(p) for p in payloads]))
+    assert framed.data == frame_records(payloads)
+    assert list(framed) == payloads
+
+
+def test_complete_with_rare_huge_lengths_and_an_injected_crc():
+    # A length far above the record count takes the sorted (np.unique) lookup path.
+    payloads = [b"a", bytes(range(256)) * 800, b"", b"bc", b"a"]
+    lengths = np.array([len(p) for p in payloads])
+    assert FramedRecords.complete(_zero_footers(payloads), lengths).data == frame_records(payloads)
+    small = [b"xyz", b"", b"\x00" * 17, b"xyz"]
+    buffer = _zero_footers(small, _crc32c_bitwise)
+    got = FramedRecords.complete(buffer, np.array([3, 0, 17, 3]), crc_fn=_crc32c_bitwise)
+    assert got.data == frame_records(small)  # any CRC-32C implementation gives the same bytes
+
+
+def test_complete_rejects_a_buffer_of_the_wrong_size_and_accepts_none():
+    with pytest.raises(ValueError, match="as long as the framed records"):
+        FramedRecords.complete(np.zeros(20, np.uint8), np.array([5]))
+    empty = FramedRecords.complete(np.zeros(0, np.uint8), np.zeros(0, np.int64))
+    assert len(empty) == 0 and empty.data == b""
+
+
+def test_framing_headers_are_the_frame_record_headers():
+    lengths = [0, 3, 3, 70000, 2**40]
+    headers = framing_headers(lengths)
+    assert headers.shape == (5, 12) and headers.dtype == np.uint8
+    assert headers[1].tobytes() == FOO_FRAMED[:12]
+    assert headers[0].tobytes() == EMPTY_FRAMED[:12]
+    for row, n in zip(headers, lengths, strict=True):
+        assert row.tobytes() == struct.pack("<QI", n, masked_crc32c(struct.pack("<Q", n)))
 
 
 # --------------------------------------------------------------------------- round trips

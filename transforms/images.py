@@ -43,6 +43,7 @@ from apache_beam.metrics import Metrics
 from PIL import Image
 
 from pipeline.spec import ConversionSpec, CsvOptions
+from transforms.allocator import retain_freed_memory
 from transforms.coders import RecordBatchCoder  # noqa: F401 - registers the coder
 from transforms.example_codec import encode_varint
 from transforms.image_headers import HeaderError, ImageInfo, parse_header, sniff_format
@@ -760,6 +761,7 @@ class ConvertImages(beam.DoFn):
         self.__dict__.update(state)
 
     def setup(self):
+        retain_freed_memory()
         # Our own pixel check runs first with config.max_pixels; lift Pillow's global
         # guard to at least that so it does not refuse images the user allowed.
         if Image.MAX_IMAGE_PIXELS is not None and Image.MAX_IMAGE_PIXELS < self._config.max_pixels:

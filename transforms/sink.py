@@ -65,6 +65,7 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 
 from transforms import manifest as manifest_lib
+from transforms.allocator import retain_freed_memory
 from transforms.records import RecordBatch
 from transforms.tfrecord_format import (
     Compression,
@@ -378,6 +379,7 @@ class _WriteRollingShards(beam.DoFn):
         self._open: dict[tuple[str, str], _TempShard] = {}
 
     def setup(self):
+        retain_freed_memory()
         self._records_written = Metrics.counter(_COUNTERS, "records_written")
         self._dead_lettered = Metrics.counter(_COUNTERS, "records_dead_lettered")
         self._shards_opened = Metrics.counter(_COUNTERS, "temp_shards_opened")
@@ -484,6 +486,9 @@ class _WriteGroupedShard(beam.DoFn):
     def __init__(self, config: SinkConfig):
         self._config = config
 
+    def setup(self):
+        retain_freed_memory()
+
     def process(self, keyed):
         (kind, split, shard_index), groups = keyed
         groups = sorted(groups, key=lambda group: group[0])  # deterministic record order
@@ -508,6 +513,9 @@ def _batch_counts(batch: RecordBatch):
 class _Finalize(beam.DoFn):
     def __init__(self, config: SinkConfig):
         self._config = config
+
+    def setup(self):
+        retain_freed_memory()
 
     def process(self, keyed):
         _, items = keyed

@@ -26,6 +26,7 @@ import apache_beam as beam
 from apache_beam.metrics import Metrics
 
 from pipeline.spec import ConversionSpec
+from transforms.allocator import retain_freed_memory
 from transforms.coders import RecordBatchCoder  # noqa: F401 - registers the coder
 from transforms.ordered_pool import default_threads
 from transforms.records import RecordBatch, WorkUnit
@@ -109,6 +110,7 @@ class ConvertTabular(beam.DoFn):
         self._threads = 1
 
     def setup(self):
+        retain_freed_memory()
         self._assigner = split_assigner(self.config.spec)
         self._threads = self.config.threads or default_threads()
 

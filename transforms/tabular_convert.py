@@ -16,7 +16,7 @@ import pyarrow as pa
 from apache_beam.io.filesystems import FileSystems
 
 from pipeline.spec import ConversionSpec, FeatureSpec
-from transforms.example_encoder import column_from_arrow, encode_columns
+from transforms.example_encoder import column_from_arrow, encode_framed
 from transforms.ordered_pool import ordered_map
 from transforms.records import DEFAULT_SPLIT, RecordBatch, WorkUnit, batch_key, dead_letter
 from transforms.splits import SplitAssigner
@@ -30,7 +30,6 @@ from transforms.tabular_columns import (
 )
 from transforms.tabular_read import KEY_SEPARATOR, Chunk, join_keys, read_chunks
 from transforms.tabular_values import RowError, canonical_text
-from transforms.tfrecord_format import FramedRecords
 
 __all__ = ["ChunkResult", "convert_chunk", "convert_unit", "split_assigner"]
 
@@ -115,9 +114,9 @@ def convert_chunk(chunk: Chunk, spec: ConversionSpec, assigner: SplitAssigner,
         records: Sequence[bytes] = []
         if rows.size:
             take = None if rows.size == n else pa.array(rows)
-            records = FramedRecords.frame(encode_columns(rows.size, [
+            records = encode_framed(rows.size, [
                 column_from_arrow(f.name, f.kind, c.values if take is None else c.values.take(take))
-                for f, c in features]))
+                for f, c in features])
         dead = []
         for i in np.flatnonzero(in_split & ~good).tolist():
             feature, error = errors[i]

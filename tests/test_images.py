@@ -753,6 +753,14 @@ def test_record_encoder_is_byte_identical_to_the_reference(features):
     assert images_module._encode_record(features) == encode_example(features)
 
 
+def test_record_encoder_cache_never_confuses_equal_keys_with_different_encodings():
+    cases = [{"f": ("float", [0.0])}, {"f": ("float", [-0.0])}, {"n": ("int64", [1])},
+             {"n": ("int64", [True])}, {"s": ("bytes", ["é"])}, {"s": ("bytes", [b"\xc3\xa9"])},
+             {"s": ("bytes", [b"x" * 17])}, {"n": ("int64", [2**63 - 1, -1])}]
+    for features in cases + cases:  # the second pass hits the cache
+        assert images_module._encode_record(features) == encode_example(features)
+
+
 def test_record_encoder_matches_the_reference_on_image_records(tmp_path):
     write(tmp_path / "r" / "a" / "x.jpg", samples.build("jpeg_rgb"))
     _, records, _ = convert(plan_image_folder(str(tmp_path / "r")))

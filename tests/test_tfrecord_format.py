@@ -24,6 +24,7 @@ from transforms.tfrecord_format import (
     TFRecordCorruptError,
     TFRecordWriter,
     compression_from_path,
+    frame_parts,
     frame_record,
     frame_records,
     framed_size,
@@ -189,6 +190,12 @@ def test_frame_records_equals_frame_record_concatenation(n):
     payloads = [rnd.randbytes(rnd.choice([0, 1, 60, 60, 300, 70000])) for _ in range(n)]
     assert frame_records(payloads) == b"".join(frame_record(p) for p in payloads)
     assert frame_records(tuple(payloads)) == frame_records(payloads)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.binary(max_size=300), max_size=12))
+def test_frame_parts_frames_the_joined_parts(parts):
+    assert frame_parts(parts) == frame_record(b"".join(parts))
 
 
 @settings(max_examples=60, deadline=None)

@@ -22,9 +22,15 @@ from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOpt
 
 from pipeline.cli import EXIT_ERROR_RATE, EXIT_FAILED, EXIT_OK, EXIT_USAGE
 from pipeline.graph import build_pipeline
-from pipeline.options import ConvertOptions, fill_date_template
+from pipeline.options import IMAGE_FORMATS, ConvertOptions, fill_date_template
 from pipeline.planning import plan_conversion, shard_byte_cap
-from pipeline.runners import LOCAL_PARALLEL_MIN_BYTES, RunnerError, is_local, runner_for
+from pipeline.runners import (
+    LOCAL_PARALLEL_MIN_BYTES,
+    LOCAL_PARALLEL_MIN_IMAGE_BYTES,
+    RunnerError,
+    is_local,
+    runner_for,
+)
 from transforms import manifest as manifest_lib
 from transforms.sink import WriteToShardedTFRecord
 from transforms.tfrecord_format import parse_compression
@@ -218,7 +224,9 @@ def convert(argv: Sequence[str]) -> int:
     _clean_uncommitted(output)
     progress = None
     try:
-        parallel = len(plan.work_units) > 1 and plan.input_bytes >= LOCAL_PARALLEL_MIN_BYTES
+        min_bytes = (LOCAL_PARALLEL_MIN_IMAGE_BYTES if conv.format in IMAGE_FORMATS
+                     else LOCAL_PARALLEL_MIN_BYTES)
+        parallel = len(plan.work_units) > 1 and plan.input_bytes >= min_bytes
         with runner_for(options, argv, parallel) as runner:
             pipeline = beam.Pipeline(runner=runner, options=options)
             build_pipeline(pipeline, plan, sink)

@@ -23,7 +23,7 @@ from collections.abc import Iterator, Sequence
 
 from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, StandardOptions
 
-__all__ = ["LOCAL_PARALLEL_MIN_BYTES", "RunnerError", "runner_for"]
+__all__ = ["LOCAL_PARALLEL_MIN_BYTES", "LOCAL_PARALLEL_MIN_IMAGE_BYTES", "RunnerError", "runner_for"]
 
 #: Below this much input, a local run stays in one process (see the module docstring).
 #: Measured on 2 cores (GZIP, 8-32 CSV files): one process beat two worker processes at
@@ -31,6 +31,10 @@ __all__ = ["LOCAL_PARALLEL_MIN_BYTES", "RunnerError", "runner_for"]
 #: in-process run already keeps ~1.5 cores busy (Arrow and codec threads), and each worker
 #: costs ~1.5 CPU-seconds to start.
 LOCAL_PARALLEL_MIN_BYTES = 1024 * 1024 * 1024
+#: The same for images kept as bytes, which cost far less work per input byte than CSV
+#: (measured: ~4 ms/MB against 26-30 ms/MB). On 2 cores, 20,000 JPEGs (1.4 GB) took 6.7 s
+#: in one process and 9.1 s with two workers.
+LOCAL_PARALLEL_MIN_IMAGE_BYTES = 8 * 1024 * 1024 * 1024
 
 _LOCAL_NAMES = {None, "", "direct", "directrunner", "fnapirunner", "local"}
 _DASK_NAMES = {"dask", "daskrunner"}
@@ -83,6 +87,10 @@ def _local_runner(options: PipelineOptions, argv: Sequence[str], parallel: bool)
     if not mode_given and not workers_given and not parallel:
         direct.direct_running_mode = "in_memory"
         direct.direct_num_workers = 1
+        return FnApiRunner()
+    if mode_given and direct.direct_running_mode == "in_memory":  # one process: one worker
+        if not workers_given:
+            direct.direct_num_workers = 1
         return FnApiRunner()
     if not mode_given:
         direct.direct_running_mode = "multi_processing"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import datetime
 
+import image_samples
 import pytest
 from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions
 
@@ -77,6 +78,15 @@ def test_explicit_local_settings_are_kept():
     assert options.view_as(DirectOptions).direct_running_mode == "in_memory"
 
 
+def test_explicit_in_memory_mode_means_one_worker():
+    argv = ["--direct_running_mode=in_memory"]
+    options = PipelineOptions(argv)
+    with runner_for(options, argv, parallel=True):
+        pass
+    direct = options.view_as(DirectOptions)
+    assert (direct.direct_running_mode, direct.direct_num_workers) == ("in_memory", 1)
+
+
 def test_multi_threading_is_refused_with_a_reason():
     argv = ["--direct_running_mode=multi_threading"]
     with pytest.raises(RunnerError, match="lose elements"):
@@ -110,3 +120,37 @@ def test_progress_reports_inputs_records_and_rate(tmp_path):
     assert "inputs started 2/5" in last
     assert "500 records written, 2 dead-lettered" in last
     assert "records/s" in last
+
+
+@pytest.mark.parametrize("fmt", ["csv", "image-folder"])
+def test_local_parallel_threshold_depends_on_the_format(tmp_path, monkeypatch, fmt):
+    """Images need far less work per byte than CSV, so they go parallel much later."""
+    import contextlib
+
+    from pipeline import convert as convert_module
+    from pipeline.cli import run
+
+    if fmt == "csv":
+        for i in range(2):
+            (tmp_path / f"part-{i}.csv").write_text("a\n1\n2\n")
+        source = str(tmp_path / "part-*.csv")
+    else:
+        for label in ("x", "y"):
+            (tmp_path / "in" / label).mkdir(parents=True)
+            (tmp_path / "in" / label / "1.png").write_bytes(image_samples.build("png_rgb"))
+        source = str(tmp_path / "in")
+    monkeypatch.setattr(convert_module, "LOCAL_PARALLEL_MIN_BYTES", 1)
+    monkeypatch.setattr(convert_module, "LOCAL_PARALLEL_MIN_IMAGE_BYTES", 10**12)
+    seen = []
+    real_runner_for = convert_module.runner_for
+
+    @contextlib.contextmanager
+    def spy(options, argv, parallel=True):
+        seen.append(parallel)
+        with real_runner_for(options, argv, False) as runner:  # keep the test in one process
+            yield runner
+
+    monkeypatch.setattr(convert_module, "runner_for", spy)
+    assert run(["convert", "--input", source, "--format", fmt, "--output",
+                str(tmp_path / "out"), "--quiet"]) == 0
+    assert seen == [fmt == "csv"]

@@ -635,6 +635,9 @@ def run_case(case: Case, work: str, repeat: int, keep_output: bool = False) -> d
         os.makedirs(output)
     result_file = os.path.join(work, "logs", f"{slug}-r{repeat}.result.json")
     log_file = os.path.join(work, "logs", f"{slug}-r{repeat}.log")
+    # Start every case with no writeback pending from the one before (a 1.4 GB image output
+    # still being flushed slowed the next case's writes by up to 2x): flush it untimed.
+    os.sync()
     measured = measure(case.command(output, result_file), log_file)
     run: dict[str, Any] = {
         "wall_seconds": measured.wall_seconds,

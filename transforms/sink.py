@@ -514,9 +514,6 @@ class _Finalize(beam.DoFn):
     def __init__(self, config: SinkConfig):
         self._config = config
 
-    def setup(self):
-        retain_freed_memory()
-
     def process(self, keyed):
         _, items = keyed
         temp_paths, counts = [], []

@@ -199,6 +199,15 @@ def _length_crc_cache(crc_fn: CrcFn, shared: dict[int, int] = _LENGTH_CRC_CACHE)
     return {}  # unknown CRC function: cache for this call only
 
 
+def _length_crc(n: int, crc_fn: CrcFn = _DEFAULT_CRC) -> int:
+    """The masked CRC of a payload length's 8 bytes (cached for the default CRC)."""
+    cache = _length_crc_cache(crc_fn)
+    length_crc = cache.get(n)
+    if length_crc is None:
+        length_crc = cache[n] = masked_crc32c(_U64.pack(n), crc_fn)
+    return length_crc
+
+
 def _per_length(lengths: np.ndarray, cache: dict[int, int], compute: Callable[[int], int]) -> np.ndarray:
     """uint32 `compute(n)` for each length n, computed once per distinct length (and cached)."""
     if lengths.size == 0:
@@ -247,7 +256,7 @@ def _prefix_correction(n: int, crc_fn: CrcFn) -> int:
     n-byte payload) is itself fixed by n.
     """
     zeros = bytes(n)
-    prefix = bytes(_FOOTER_SIZE) + _HEADER.pack(n, masked_crc32c(_U64.pack(n), crc_fn))
+    prefix = bytes(_FOOTER_SIZE) + _HEADER.pack(n, _length_crc(n, crc_fn))
     return (crc_fn(prefix + zeros) ^ crc_fn(zeros)) & 0xFFFFFFFF
 
 
@@ -273,25 +282,18 @@ def framed_size(payload_len: int) -> int:
 def frame_record(payload: bytes, crc_fn: CrcFn = _DEFAULT_CRC) -> bytes:
     """Frames one payload as a TFRecord record."""
     n = len(payload)
-    cache = _length_crc_cache(crc_fn)
-    length_crc = cache.get(n)
-    if length_crc is None:
-        length_crc = cache[n] = masked_crc32c(_U64.pack(n), crc_fn)
-    return b"".join((_HEADER.pack(n, length_crc), payload, _U32.pack(masked_crc32c(payload, crc_fn))))
+    return b"".join((_HEADER.pack(n, _length_crc(n, crc_fn)), payload,
+                     _U32.pack(masked_crc32c(payload, crc_fn))))
 
 
 def frame_parts(parts: Sequence[bytes]) -> bytes:
     """`frame_record(b"".join(parts))`, copying the parts once: the CRC runs over the parts
     in turn (with the default CRC-32C, which continues from a previous value)."""
     n = sum(map(len, parts))
-    cache = _length_crc_cache(_DEFAULT_CRC)
-    length_crc = cache.get(n)
-    if length_crc is None:
-        length_crc = cache[n] = masked_crc32c(_U64.pack(n))
     crc = 0
     for part in parts:
         crc = _DEFAULT_CRC(part, crc)
-    return b"".join((_HEADER.pack(n, length_crc), *parts, _U32.pack(_mask(crc))))
+    return b"".join((_HEADER.pack(n, _length_crc(n)), *parts, _U32.pack(_mask(crc))))
 
 
 def frame_records(payloads: Sequence[bytes], crc_fn: CrcFn = _DEFAULT_CRC) -> bytes:

@@ -82,7 +82,7 @@ def _plan_tabular(conv: ConvertOptions, input_path: str, output: str) -> Convers
     units = plan_tabular(input_path, conv.format)
     spec = resolve_spec(units, conv.format, _given_spec(conv), sample_rows=conv.sample_rows)
     config = TabularConfig(spec=spec, fmt=conv.format, batch_rows=conv.batch_rows,
-                           **_threads(conv))
+                           threads=conv.converter_threads)
     spec_yaml = spec.to_yaml()
     options = _options_record(conv, input_path, output)
     summary: dict[str, Any] = {"input_files": len({unit.path for unit in units}),
@@ -113,11 +113,6 @@ def _plan_tabular(conv: ConvertOptions, input_path: str, output: str) -> Convers
     )
 
 
-def _threads(conv: ConvertOptions) -> dict[str, int]:
-    """The --converter-threads flag as converter config."""
-    return {"threads": conv.converter_threads}
-
-
 def _image_config(conv: ConvertOptions):
     from transforms.images import ImageConfig
 
@@ -132,7 +127,7 @@ def _image_config(conv: ConvertOptions):
         quality=conv.quality,
         max_image_bytes=conv.max_image_bytes,
         max_pixels=conv.max_pixels,
-        **_threads(conv),
+        threads=conv.converter_threads,
     )
 
 

@@ -258,3 +258,12 @@ def test_retain_freed_memory_is_applied_once_and_by_every_worker_setup(monkeypat
     sink._WriteRollingShards(sink.SinkConfig(output_dir="/tmp/unused")).setup()
     sink._WriteGroupedShard(sink.SinkConfig(output_dir="/tmp/unused")).setup()
     assert len(calls) == 4
+
+
+@pytest.mark.parametrize("threads", [-1, 1.5, "2"])
+def test_both_converter_configs_refuse_a_bad_thread_count(threads):
+    spec = ConversionSpec(features=(FeatureSpec(name="a", type="int64"),))
+    with pytest.raises(ValueError, match="threads must be 0"):
+        TabularConfig(spec=spec, fmt="csv", threads=threads)
+    with pytest.raises(ValueError, match="threads must be 0"):
+        ImageConfig(threads=threads)

@@ -66,7 +66,7 @@ from transforms.image_processing import (
     needs_render,
     render,
 )
-from transforms.ordered_pool import default_threads, ordered_map
+from transforms.ordered_pool import check_threads, default_threads, ordered_map
 from transforms.records import DEFAULT_SPLIT, RecordBatch, WorkUnit, batch_key, dead_letter
 from transforms.tabular_values import ESCAPE_BASE, RowConverter, has_escapes, unescape
 from transforms.tfrecord_format import FramedRecords, frame_parts
@@ -198,8 +198,7 @@ class ImageConfig:
             raise ValueError(f"max_side must be a positive int, got {self.max_side!r}")
         if not isinstance(self.quality, int) or not 1 <= self.quality <= 100:
             raise ValueError(f"quality must be within 1..100, got {self.quality!r}")
-        if not isinstance(self.threads, int) or self.threads < 0:
-            raise ValueError(f"threads must be 0 (one per CPU) or a positive int, got {self.threads!r}")
+        check_threads(self.threads)
         for name in ("max_image_bytes", "max_pixels"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
-__all__ = ["default_threads", "ordered_map"]
+__all__ = ["check_threads", "default_threads", "ordered_map"]
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -29,6 +29,12 @@ def default_threads() -> int:
         return max(1, len(os.sched_getaffinity(0)))
     except AttributeError:  # not on Linux
         return max(1, os.cpu_count() or 1)
+
+
+def check_threads(threads: int) -> None:
+    """Raises ValueError unless `threads` is a converter thread count: 0 (one per CPU) or more."""
+    if not isinstance(threads, int) or threads < 0:
+        raise ValueError(f"threads must be 0 (one per CPU) or a positive integer, got {threads!r}")
 
 
 def ordered_map(fn: Callable[[T], R], items: Iterable[T], threads: int) -> Iterator[R]:

@@ -28,7 +28,7 @@ from apache_beam.metrics import Metrics
 from pipeline.spec import ConversionSpec
 from transforms.allocator import retain_freed_memory
 from transforms.coders import RecordBatchCoder  # noqa: F401 - registers the coder
-from transforms.ordered_pool import default_threads
+from transforms.ordered_pool import check_threads, default_threads
 from transforms.records import RecordBatch, WorkUnit
 from transforms.tabular_convert import convert_unit, split_assigner
 from transforms.tabular_infer import (
@@ -86,9 +86,7 @@ class TabularConfig:
             raise ValueError(f"unknown tabular format {self.fmt!r}; expected one of {FORMATS}")
         if not isinstance(self.batch_rows, int) or self.batch_rows < 1:
             raise ValueError(f"batch_rows must be a positive integer, got {self.batch_rows!r}")
-        if not isinstance(self.threads, int) or self.threads < 0:
-            raise ValueError(f"threads must be 0 (one per CPU) or a positive integer, "
-                             f"got {self.threads!r}")
+        check_threads(self.threads)
         if self.spec.include_unlisted:
             raise ValueError("the spec has include_unlisted: true; resolve it with "
                              "transforms.tabular.resolve_spec() before converting")

@@ -7,6 +7,7 @@ console-script entry point.
 from __future__ import annotations
 
 import argparse
+import gc
 import sys
 from collections.abc import Sequence
 
@@ -90,6 +91,11 @@ def _inspect(path: str, limit: int) -> int:
 
 def main() -> None:
     """Console-script entry point."""
+    # The imports (Beam's ~2,000 modules) leave ~150k objects that live as long as the
+    # process; frozen, every full collection during the run skips them (measured on 2M
+    # tutorial rows: 0.16 s of collections -> 0.07 s). Only the console process does this:
+    # tests drive `run` in a process whose garbage must stay collectable.
+    gc.freeze()
     code = run()
     _exit.arm(code)  # skip interpreter teardown once atexit handlers ran (pipeline/_exit.py)
     sys.exit(code)

@@ -255,6 +255,33 @@ def test_outlier_row_uses_size_groups_and_stays_identical():
     assert encode_framed(len(rows), columns).data == frame_records(got)
 
 
+@pytest.mark.parametrize("width", [1, 3, 8, 9, 16, 17, 40])
+def test_row_gather_and_column_copy_match_plain_indexing(width):
+    # The void-element fast paths behind every head and value write of the padded matrix.
+    rng = np.random.default_rng(width)
+    table = rng.integers(0, 256, (7, width), dtype=np.uint8)
+    index = rng.integers(0, 7, 1000)
+    gathered = example_encoder._gather_rows(table, index)
+    assert np.array_equal(gathered, table[index])
+    matrix = rng.integers(0, 256, (1000, width + 11), dtype=np.uint8)
+    expected = matrix.copy()
+    expected[:, 5 : 5 + width] = table[index]
+    example_encoder._put_columns(matrix, 5, gathered)  # rows strided (padded), bytes contiguous
+    assert np.array_equal(matrix, expected)
+
+
+@pytest.mark.parametrize("width", [1, 5, example_encoder._MASK_TABLE_MAX_WIDTH,
+                                   example_encoder._MASK_TABLE_MAX_WIDTH + 1, 300])
+def test_prefix_and_suffix_masks(width):
+    lengths = np.array([0, width, 1, width // 2, width - 1])
+    columns = np.arange(width)
+    prefix = example_encoder._prefix_masks(lengths, width)
+    suffix = example_encoder._prefix_masks(lengths, width, suffix=True)
+    assert prefix.dtype == bool and suffix.dtype == bool
+    assert np.array_equal(prefix, columns < lengths[:, None])
+    assert np.array_equal(suffix, columns >= (width - lengths)[:, None])
+
+
 def test_scalar_batch_through_tensorflow_parse_example():
     import tensorflow as tf
 

@@ -67,6 +67,8 @@ _VARINT_LIMITS = [np.uint64(1 << (7 * k)) for k in range(1, 10)]
 _MAX_PADDING_FACTOR = 3
 _PADDING_ALLOWANCE = 1 << 20
 _FOOTER_SLOT = 4  # a TFRecord footer: the masked CRC of the payload
+# Spans up to this wide get their validity masks from a table of every possible mask.
+_MASK_TABLE_MAX_WIDTH = 64
 
 
 @dataclasses.dataclass(frozen=True)
@@ -176,6 +178,52 @@ def _varint_bytes(values: np.ndarray, width: int, sizes: np.ndarray) -> np.ndarr
     if width > 9:
         out[:, 9] = (high >> np.uint64(7)).astype(np.uint8)
     return out
+
+
+def _gather_rows(table: np.ndarray, index: np.ndarray | slice) -> np.ndarray:
+    """`table[index]` for a 2-D uint8 table: the rows `index` selects, (len(index), width).
+
+    Each row is gathered as one void element, padded to 8 or 16 bytes when it fits (numpy
+    copies those sizes with single moves): about 3x faster than fancy-indexing the 2-D
+    array, which copies every row byte by byte.
+    """
+    if isinstance(index, slice) or table.shape[1] == 0:
+        return table[index]
+    width = table.shape[1]
+    padded = 8 if width <= 8 else 16 if width <= 16 else width
+    if padded != width:
+        table = np.pad(table, ((0, 0), (0, padded - width)))
+    rows = np.ascontiguousarray(table).view(np.dtype((np.void, padded))).reshape(-1)
+    return rows[index].view(np.uint8).reshape(-1, padded)[:, :width]
+
+
+def _put_columns(matrix: np.ndarray, start: int, block: np.ndarray) -> None:
+    """`matrix[:, start:start + width] = block` for a (rows, width) uint8 block.
+
+    A narrow column slice copied as uint8 costs a loop call per row; when every row of the
+    block is contiguous, both sides are viewed as one void element per row instead, which
+    numpy copies up to 5x faster (single moves for widths 2, 4, 8 and 16).
+    """
+    width = block.shape[1]
+    target = matrix[:, start : start + width]
+    if width > 1 and block.strides[1] == 1:
+        row = np.dtype((np.void, width))
+        target.view(row)[...] = block.view(row)
+    else:
+        target[...] = block
+
+
+def _prefix_masks(lengths: np.ndarray, width: int, suffix: bool = False) -> np.ndarray:
+    """(len(lengths), width) bool: True in the first (`suffix`: last) lengths[r] columns
+    of row r. Rows come from a table of every possible mask (`_gather_rows`), which is
+    several times faster than a broadcast comparison for narrow spans."""
+    if width > _MASK_TABLE_MAX_WIDTH:  # the table would have (width + 1) * width bytes
+        columns = np.arange(width)
+        return columns >= (width - lengths)[:, None] if suffix else columns < lengths[:, None]
+    table = np.tri(width + 1, width, -1, dtype=np.uint8)  # row k: k ones, then zeros
+    if suffix:
+        table = np.ascontiguousarray(table[:, ::-1])
+    return _gather_rows(table, lengths).view(bool)
 
 
 def _segment_sums(per_value: np.ndarray, row_offsets: np.ndarray) -> np.ndarray:
@@ -366,16 +414,16 @@ class _RowMatrix:
         start = self.reserve(width)
 
         def write(matrix, start=start, width=width):
-            matrix[:, start : start + width] = _varint_bytes(values, width, sizes)
+            _put_columns(matrix, start, _varint_bytes(values, width, sizes))
 
         self.writes.append(write)
         if len(encode_varint(low)) != width:
-            self.span_masks.append((start, start + width, lambda: np.arange(width) < sizes[:, None]))
+            self.span_masks.append((start, start + width, lambda: _prefix_masks(sizes, width)))
 
     def prefix_mask(self, start: int, width: int, lengths: np.ndarray, rows: np.ndarray) -> None:
         """Within [start, start+width) only the first lengths[r] bytes of row r are valid."""
         if not np.all(lengths[rows] == width):
-            self.span_masks.append((start, start + width, lambda: np.arange(width) < lengths[:, None]))
+            self.span_masks.append((start, start + width, lambda: _prefix_masks(lengths, width)))
 
     def mask_rows(self, rows: np.ndarray, start: int, stop: int) -> None:
         """Drop [start, stop) of the rows where `rows` is True."""
@@ -391,8 +439,8 @@ class _RowMatrix:
         if not self.span_masks and not self.row_masks:
             return matrix.reshape(-1)
         valid = np.ones(matrix.shape, bool)
-        for start, stop, mask in self.span_masks:
-            valid[:, start:stop] = mask()
+        for start, _stop, mask in self.span_masks:
+            _put_columns(valid.view(np.uint8), start, mask().view(np.uint8))
         for rows, start, stop in self.row_masks:
             valid[rows, start:stop] = False
         return matrix[valid]
@@ -515,7 +563,7 @@ def _plan(norms: Sequence[_Norm], num_rows: int, framed: bool = False,
         at = layout.reserve(headers.shape[1])
 
         def write_headers(matrix, at=at, headers=headers):
-            matrix[:, at : at + headers.shape[1]] = headers
+            _put_columns(matrix, at, headers)
 
         layout.writes.append(write_headers)
     layout.const(b"\n")
@@ -529,7 +577,7 @@ def _plan(norms: Sequence[_Norm], num_rows: int, framed: bool = False,
             head_start = layout.reserve(width)
 
             def write(matrix, table=table, index=index, at=head_start, width=width):
-                matrix[:, at : at + width] = table[index]
+                _put_columns(matrix, at, _gather_rows(table, index))
 
             layout.writes.append(write)
             present_heads = row_head if norm.all_present else row_head[norm.present]
@@ -538,9 +586,7 @@ def _plan(norms: Sequence[_Norm], num_rows: int, framed: bool = False,
                     (
                         head_start,
                         head_start + width,
-                        lambda row_head=row_head, width=width: (
-                            np.arange(width) >= (width - row_head)[:, None]
-                        ),
+                        lambda row_head=row_head, width=width: _prefix_masks(row_head, width, suffix=True),
                     )
                 )
         if int(body.lengths.max()) > 0:
@@ -588,9 +634,7 @@ def _plan_floats(layout: _RowMatrix, norm: _Norm) -> None:
                 values = norm.values
             else:
                 values = norm.values[_padded_index(norm, max_count)[0]]
-            matrix[:, start : start + 4 * max_count] = values.view(np.uint8).reshape(
-                norm.counts.size, 4 * max_count
-            )
+            _put_columns(matrix, start, values.view(np.uint8).reshape(norm.counts.size, 4 * max_count))
     else:
         start = layout.reserve(4 * max_count)
 
@@ -617,9 +661,8 @@ def _plan_int64s(layout: _RowMatrix, norm: _Norm, length: _Body) -> None:
             value_sizes = np.where(in_row, sizes[index], 0).reshape(-1)
 
         def write(matrix):
-            matrix[:, start : start + max_count * width] = _varint_bytes(values, width, value_sizes).reshape(
-                norm.counts.size, max_count * width
-            )
+            encoded = _varint_bytes(values, width, value_sizes)
+            _put_columns(matrix, start, encoded.reshape(norm.counts.size, max_count * width))
 
         layout.writes.append(write)
         if not np.all(value_sizes == width):
@@ -627,9 +670,7 @@ def _plan_int64s(layout: _RowMatrix, norm: _Norm, length: _Body) -> None:
                 (
                     start,
                     start + max_count * width,
-                    lambda: (np.arange(width) < value_sizes[:, None]).reshape(
-                        norm.counts.size, max_count * width
-                    ),
+                    lambda: _prefix_masks(value_sizes, width).reshape(norm.counts.size, max_count * width),
                 )
             )
         return

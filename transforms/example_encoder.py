@@ -27,7 +27,9 @@ rendered as a padded matrix, one row per Example and one fixed slot per head and
 constant bytes (and heads that are equal in every row) come from a template row
 broadcast over the matrix, heads are written as one 2-D block per feature, and values
 are written as matrix columns (scalars, fixed-size lists) or scattered to computed flat
-offsets (ragged lists, bytes). A validity mask drops the padding (e.g. a 1-byte varint
+offsets (ragged lists, bytes). Narrow matrix columns (a 4-byte float, a head of a dozen
+bytes) are copied as one void element per row, which numpy moves in single loads and
+stores instead of looping over each row's few bytes. A validity mask drops the padding (e.g. a 1-byte varint
 in a 3-byte slot, an absent feature) in one boolean compaction, which yields all
 Examples back to back; the buffer is finally split into one bytes object per row (by
 pyarrow, in C++). When one row would make the padded matrix much larger than the

@@ -29,12 +29,12 @@ broadcast over the matrix, heads are written as one 2-D block per feature, and v
 are written as matrix columns (scalars, fixed-size lists) or scattered to computed flat
 offsets (ragged lists, bytes). Narrow matrix columns (a 4-byte float, a head of a dozen
 bytes) are copied as one void element per row, which numpy moves in single loads and
-stores instead of looping over each row's few bytes. A validity mask drops the padding (e.g. a 1-byte varint
-in a 3-byte slot, an absent feature) in one boolean compaction, which yields all
-Examples back to back; the buffer is finally split into one bytes object per row (by
-pyarrow, in C++). When one row would make the padded matrix much larger than the
-output (a large value in a batch of small ones), rows are encoded in groups of similar
-size instead.
+stores instead of looping over each row's few bytes. A validity mask drops the padding
+(e.g. a 1-byte varint in a 3-byte slot, an absent feature) in one boolean compaction,
+which yields all Examples back to back; the buffer is finally split into one bytes
+object per row (by pyarrow, in C++). When one row would make the padded matrix much
+larger than the output (a large value in a batch of small ones), rows are encoded in
+groups of similar size instead.
 
 Beam-free.
 """

@@ -49,6 +49,7 @@ This module is Beam-free except `read_tfrecord_file`, which opens files through
 from __future__ import annotations
 
 import enum
+import functools
 import struct
 import zlib
 from collections.abc import Callable, Iterator, Sequence
@@ -199,12 +200,17 @@ def _length_crc_cache(crc_fn: CrcFn, shared: dict[int, int] = _LENGTH_CRC_CACHE)
     return {}  # unknown CRC function: cache for this call only
 
 
+def _masked_length_crc(n: int, crc_fn: CrcFn = _DEFAULT_CRC) -> int:
+    """The masked CRC of a payload length's 8 bytes (what a record header holds)."""
+    return masked_crc32c(_U64.pack(n), crc_fn)
+
+
 def _length_crc(n: int, crc_fn: CrcFn = _DEFAULT_CRC) -> int:
-    """The masked CRC of a payload length's 8 bytes (cached for the default CRC)."""
+    """`_masked_length_crc`, cached for the default CRC."""
     cache = _length_crc_cache(crc_fn)
     length_crc = cache.get(n)
     if length_crc is None:
-        length_crc = cache[n] = masked_crc32c(_U64.pack(n), crc_fn)
+        length_crc = cache[n] = _masked_length_crc(n, crc_fn)
     return length_crc
 
 
@@ -242,7 +248,7 @@ def framing_headers(payload_lengths: Sequence[int] | np.ndarray,
     headers = np.empty(lengths.size, _HEADER_DTYPE)
     headers["length"] = lengths
     headers["length_crc"] = _per_length(lengths, _length_crc_cache(crc_fn),
-                                        lambda n: masked_crc32c(_U64.pack(n), crc_fn))
+                                        functools.partial(_masked_length_crc, crc_fn=crc_fn))
     return headers.view(np.uint8).reshape(-1, _HEADER_SIZE)
 
 
@@ -258,20 +264,6 @@ def _prefix_correction(n: int, crc_fn: CrcFn) -> int:
     zeros = bytes(n)
     prefix = bytes(_FOOTER_SIZE) + _HEADER.pack(n, _length_crc(n, crc_fn))
     return (crc_fn(prefix + zeros) ^ crc_fn(zeros)) & 0xFFFFFFFF
-
-
-def _length_crcs(lengths: Sequence[int], cache: dict[int, int], crc_fn: CrcFn) -> list[int]:
-    """Masked length CRCs for `lengths`, filling `cache` for lengths not seen before."""
-    try:
-        return list(map(cache.__getitem__, lengths))
-    except KeyError:
-        # Resolve from a local dict: another thread may clear the shared cache meanwhile.
-        local = {}
-        for n in set(lengths):
-            crc = cache.get(n)
-            local[n] = masked_crc32c(_U64.pack(n), crc_fn) if crc is None else crc
-        cache.update(local)
-        return list(map(local.__getitem__, lengths))
 
 
 def framed_size(payload_len: int) -> int:
@@ -320,7 +312,7 @@ def _frame(payloads: Sequence[bytes], lengths: list[int], crc_fn: CrcFn) -> byte
         for payload, size in zip(payloads, lengths, strict=True):
             length_crc = cache.get(size)
             if length_crc is None:
-                length_crc = cache[size] = masked_crc32c(_U64.pack(size), crc_fn)
+                length_crc = cache[size] = _masked_length_crc(size, crc_fn)
             crc = crc_fn(payload)
             append(pack_header(size, length_crc))
             append(payload)
@@ -335,7 +327,8 @@ def _frame(payloads: Sequence[bytes], lengths: list[int], crc_fn: CrcFn) -> byte
     seps["footer"][1:] = _mask_array(crcs)
     seps["length"][:-1] = lengths
     seps["length"][-1] = 0
-    seps["length_crc"][:-1] = _length_crcs(lengths, cache, crc_fn)
+    seps["length_crc"][:-1] = _per_length(np.asarray(lengths, np.int64), cache,
+                                          functools.partial(_masked_length_crc, crc_fn=crc_fn))
     seps["length_crc"][-1] = 0
     pieces = seps.view("V16").tolist()
     parts = [b""] * (2 * n + 1)

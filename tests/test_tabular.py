@@ -10,6 +10,7 @@ import base64
 import collections
 import decimal
 import gzip
+import io
 import json
 import math
 import random
@@ -25,6 +26,7 @@ from apache_beam.testing.util import assert_that
 from tabular_samples import ISSUE_CSV, ISSUE_GOOD, ISSUE_SPEC, f32, load_split, reference, rows_from_tf
 
 from pipeline.spec import ConversionSpec, CsvOptions, SpecError, parse_spec
+from transforms import tabular_read
 from transforms.example_codec import decode_example, encode_example
 from transforms.records import WorkUnit
 from transforms.tabular import (
@@ -873,3 +875,31 @@ def test_work_unit_key_uses_unit_index(tmp_path):
     fn = ConvertTabular(TabularConfig(spec=spec, fmt="csv"))
     (batch,) = list(fn.process(WorkUnit(str(path), 12)))
     assert batch.key == "00000012:00000000"
+
+
+def _random_text_bytes(rng: random.Random, size: int) -> bytes:
+    pieces = [b"a", b"1,", b"\n", "ß".encode(), "€".encode(), "😀".encode(),
+              chr(0x10FF41).encode(),  # private use: the escaping's own range, but valid
+              b"\x80", b"\xff", b"\xc3", b"\xe2\x82", b"\xf0\x9f\x98",  # stray / truncated
+              b"\xc0\x80", b"\xed\xa0\x80", b"\xf4\x90\x80\x80"]  # overlong, surrogate, > U+10FFFF
+    weights = [40, 10, 5, 5, 5, 5, 1, 1, 1, 1, 1, 1, 1, 1, 1]
+    return b"".join(rng.choices(pieces, weights, k=size))
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_escaping_reader_matches_one_whole_decode_at_any_block_boundary(seed):
+    # Valid UTF-8 blocks bypass the decoder (validated by Arrow); the bytes must still be
+    # exactly those of decoding the whole input at once, wherever the blocks are cut.
+    rng = random.Random(seed)
+    data = (b"\xef\xbb\xbf" if seed % 3 == 0 else b"") + _random_text_bytes(rng, rng.randint(0, 400))
+    if seed % 4 == 1:  # mostly valid, so that the pass-through path is exercised
+        data = data.decode("utf-8", "ignore").encode("utf-8")
+    expected = data.decode("utf-8-sig", errors=tabular_read._ESCAPE_ERRORS).encode("utf-8")
+    for read_size in (1, 2, 3, 5, 64, 1 << 20):
+        reader = tabular_read._EscapingReader(io.BytesIO(data), "utf-8", read_size=read_size)
+        pieces = []
+        while piece := reader.read(rng.randint(1, 50)):
+            pieces.append(piece)
+        out = b"".join(pieces)
+        assert out == expected, (seed, read_size)
+        assert reader.escapes == (tabular_read._ESCAPE_PREFIX in expected)

@@ -171,6 +171,10 @@ def test_crc_fn_is_injectable_everywhere():
             frame_record(p, crc_fn=zero_crc) for p in payloads
         )
         assert frame_records(payloads, crc_fn=zero_crc) != frame_records(payloads)
+    # frame_parts too, with the parts joined for it.
+    calls.clear()
+    assert frame_parts([b"f", b"", b"oo"], crc_fn=zero_crc) == fake
+    assert b"foo" in calls
     # The reader verifies with the injected function: real CRCs do not match it...
     real = frame_records([b"a", b"b"])
     with pytest.raises(TFRecordCorruptError, match="length CRC mismatch"):

@@ -278,14 +278,18 @@ def frame_record(payload: bytes, crc_fn: CrcFn = _DEFAULT_CRC) -> bytes:
                      _U32.pack(masked_crc32c(payload, crc_fn))))
 
 
-def frame_parts(parts: Sequence[bytes]) -> bytes:
-    """`frame_record(b"".join(parts))`, copying the parts once: the CRC runs over the parts
-    in turn (with the default CRC-32C, which continues from a previous value)."""
+def frame_parts(parts: Sequence[bytes], crc_fn: CrcFn = _DEFAULT_CRC) -> bytes:
+    """`frame_record(b"".join(parts), crc_fn)`, copying the parts once: with the default
+    CRC-32C, which continues from a previous value, the CRC runs over the parts in turn;
+    another `crc_fn` gets the joined payload."""
     n = sum(map(len, parts))
-    crc = 0
-    for part in parts:
-        crc = _DEFAULT_CRC(part, crc)
-    return b"".join((_HEADER.pack(n, _length_crc(n)), *parts, _U32.pack(_mask(crc))))
+    if crc_fn is _DEFAULT_CRC:
+        crc = 0
+        for part in parts:
+            crc = _DEFAULT_CRC(part, crc)
+    else:
+        crc = crc_fn(b"".join(parts))
+    return b"".join((_HEADER.pack(n, _length_crc(n, crc_fn)), *parts, _U32.pack(_mask(crc))))
 
 
 def frame_records(payloads: Sequence[bytes], crc_fn: CrcFn = _DEFAULT_CRC) -> bytes:

@@ -47,7 +47,12 @@ def _options_record(conv: ConvertOptions, input_path: str, output: str) -> dict[
 
 
 def _input_listing(input_path: str, fmt: str) -> list[list]:
-    """(path, size, mtime) of every input file, for the run fingerprint."""
+    """(path, size, mtime) of every input file, for the run fingerprint.
+
+    Taken *before* the planner lists the inputs: a file that appears or changes in between
+    then makes the next run's listing differ from the fingerprint, so that run converts
+    again (or asks for --overwrite) instead of skipping a file this run never planned.
+    """
     pattern = input_path
     if fmt == "image-folder":
         pattern = manifest_lib.join_path(input_path.rstrip("/"), "**")
@@ -79,6 +84,7 @@ def _plan_tabular(conv: ConvertOptions, input_path: str, output: str) -> Convers
         resolve_spec,
     )
 
+    listing = _input_listing(input_path, conv.format)
     units = plan_tabular(input_path, conv.format)
     spec = resolve_spec(units, conv.format, _given_spec(conv), sample_rows=conv.sample_rows)
     config = TabularConfig(spec=spec, fmt=conv.format, batch_rows=conv.batch_rows,
@@ -106,7 +112,7 @@ def _plan_tabular(conv: ConvertOptions, input_path: str, output: str) -> Convers
         manifest_metadata={
             "options": options,
             "spec": spec.to_dict(),
-            "fingerprint": _fingerprint(options, _input_listing(input_path, conv.format), spec_yaml),
+            "fingerprint": _fingerprint(options, listing, spec_yaml),
         },
         summary=summary,
         input_bytes=sum(int((unit.extra or {}).get("size") or 0) for unit in units),
@@ -142,6 +148,7 @@ def _plan_images(conv: ConvertOptions, input_path: str, output: str) -> Conversi
     from transforms.images import ConvertImages, plan_image_folder, plan_image_manifest
 
     config = _image_config(conv)
+    listing = _input_listing(input_path, conv.format)
     if conv.format == "image-folder":
         plan = plan_image_folder(input_path, allowed_roots=_allowed_roots(conv))
         spec_text = ""
@@ -169,7 +176,7 @@ def _plan_images(conv: ConvertOptions, input_path: str, output: str) -> Conversi
         manifest_metadata={
             "options": options,
             "labels": list(plan.labels),
-            "fingerprint": _fingerprint(options, _input_listing(input_path, conv.format), spec_text),
+            "fingerprint": _fingerprint(options, listing, spec_text),
         },
         summary={
             "images_planned": plan.input_count,

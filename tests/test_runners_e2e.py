@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -208,6 +209,31 @@ def test_scheduled_rerun_is_a_no_op_and_overwrite_redoes(reference, tmp_path, ca
     assert sorted(os.listdir(output)) == listing
     assert run([*args, "--overwrite"]) == 0
     assert read_manifest(str(output))["run_id"] != first["run_id"]
+
+
+def test_file_added_while_planning_is_not_skipped_by_the_next_run(reference, tmp_path, monkeypatch,
+                                                                   capsys):
+    # A file that lands between the fingerprint's listing and the planner's must not be
+    # counted as converted: the next run may not call the output "nothing to do".
+    import transforms.tabular
+
+    root, _, _ = reference
+    inputs = tmp_path / "in"
+    shutil.copytree(root / "in", inputs)
+    plan = transforms.tabular.plan_tabular
+
+    def plan_after_a_new_file(pattern, fmt):
+        (inputs / "zz-late.csv").write_bytes((inputs / sorted(os.listdir(inputs))[0]).read_bytes())
+        return plan(pattern, fmt)
+
+    monkeypatch.setattr(transforms.tabular, "plan_tabular", plan_after_a_new_file)
+    args = _convert_args(inputs, tmp_path / "out", *in_memory_args())
+    assert run(args) == 0
+    monkeypatch.setattr(transforms.tabular, "plan_tabular", plan)
+    capsys.readouterr()
+    assert run(args) == 2  # a different listing now: refused, not skipped
+    assert "--overwrite" in capsys.readouterr().err
+    assert run([*args, "--overwrite"]) == 0
 
 
 def test_different_inputs_are_refused_without_overwrite(reference, tmp_path, capsys):

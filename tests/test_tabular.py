@@ -22,6 +22,7 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 from apache_beam.metrics.metric import MetricsFilter
+from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 from apache_beam.testing.util import assert_that
 from tabular_samples import ISSUE_CSV, ISSUE_GOOD, ISSUE_SPEC, f32, load_split, reference, rows_from_tf
 
@@ -828,8 +829,9 @@ def test_convert_tabular_in_a_beam_pipeline_counts_outcomes(tmp_path):
     path = tmp_path / "data.csv"
     path.write_bytes(ISSUE_CSV)
     units = plan_tabular(str(path), "csv")
-    pipeline = beam.Pipeline("DirectRunner", options=beam.options.pipeline_options.PipelineOptions(
-        ["--direct_running_mode=in_memory", "--direct_num_workers=1"]))
+    # The FnApiRunner itself, as the CLI uses it: "DirectRunner" first tries to download
+    # Prism (and leaves a /tmp/beam-temp* folder behind when that fails).
+    pipeline = beam.Pipeline(runner=FnApiRunner())
     batches = (pipeline | beam.Create(units)
                | beam.ParDo(ConvertTabular(TabularConfig(spec=ISSUE_SPEC, fmt="csv"))))
 

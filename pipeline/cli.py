@@ -29,6 +29,7 @@ def convert_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="tfrecord-pipeline convert",
         description="Convert images or tabular data to sharded TFRecord files.",
+        allow_abbrev=False,  # as Beam's own parser: Dataflow's --labels is not --labels-file
     )
     ConvertOptions._add_argparse_args(parser)
     return parser

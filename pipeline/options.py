@@ -169,6 +169,9 @@ class ConvertOptions(PipelineOptions):
         _flag(images, "image-column", default=None, help="manifest column holding image paths/URIs")
         _flag(images, "label-column", default=None, help="manifest column holding labels")
         _flag(images, "split-column", default=None, help="manifest column naming the split")
+        _flag(images, "labels-file", default=None,
+              help="labels.txt fixing the label map (one name per line, line number = index); "
+                   "other labels are dead letters (unknown_label)")
         _flag(images, "validate", choices=("header", "full"), default="header",
               help="header (default): parse headers; full: decode every image")
         _flag(images, "resize", type=_resize, default=None, help="resize to WxH")

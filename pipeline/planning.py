@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Sequence
 from typing import Any
 
 from apache_beam.io.filesystems import FileSystems
@@ -25,7 +26,7 @@ __all__ = ["plan_conversion", "shard_byte_cap"]
 _CONVERSION_OPTIONS = (
     "format", "compression", "compression_level", "num_shards", "max_shard_bytes",
     "max_shard_records", "skip_if_empty", "max_error_rate", "batch_rows", "sample_rows",
-    "image_column", "label_column", "split_column", "validate", "resize", "resize_mode",
+    "image_column", "label_column", "split_column", "labels_file", "validate", "resize", "resize_mode",
     "max_side", "encode", "quality", "exif_orientation", "convert_mode", "max_image_bytes",
     "max_pixels", "allowed_roots",
 )
@@ -64,10 +65,15 @@ def _input_listing(input_path: str, fmt: str) -> list[list]:
     return sorted(listing)
 
 
-def _fingerprint(options: dict[str, Any], listing: list, spec_text: str) -> str:
-    """Identifies "the same inputs and options": a scheduler re-run of it is a no-op."""
+def _fingerprint(options: dict[str, Any], listing: list, spec_text: str,
+                 labels: Sequence[str] = ()) -> str:
+    """Identifies "the same inputs and options": a scheduler re-run of it is a no-op.
+
+    `labels`: the label map of an image conversion (a --labels file can change under the
+    same path)."""
     fingerprinted = {k: v for k, v in options.items() if k not in ("output", "run_date")}
-    document = json.dumps([fingerprinted, listing, spec_text], sort_keys=True, default=str)
+    parts = [fingerprinted, listing, spec_text] + ([list(labels)] if labels else [])
+    document = json.dumps(parts, sort_keys=True, default=str)
     return hashlib.sha256(document.encode("utf-8")).hexdigest()
 
 
@@ -84,6 +90,8 @@ def _plan_tabular(conv: ConvertOptions, input_path: str, output: str) -> Convers
         resolve_spec,
     )
 
+    if conv.labels_file:
+        raise ValueError("--labels-file applies to --format image-folder and image-manifest only")
     listing = _input_listing(input_path, conv.format)
     units = plan_tabular(input_path, conv.format)
     spec = resolve_spec(units, conv.format, _given_spec(conv), sample_rows=conv.sample_rows)
@@ -150,17 +158,21 @@ def _plan_images(conv: ConvertOptions, input_path: str, output: str) -> Conversi
     config = _image_config(conv)
     listing = _input_listing(input_path, conv.format)
     if conv.format == "image-folder":
-        plan = plan_image_folder(input_path, allowed_roots=_allowed_roots(conv))
+        plan = plan_image_folder(input_path, allowed_roots=_allowed_roots(conv),
+                                 labels=conv.labels_file)
         spec_text = ""
     else:
         if not conv.image_column:
             raise ValueError("--format image-manifest needs --image-column")
+        if conv.labels_file and not conv.label_column:
+            raise ValueError("--labels-file needs --label-column for --format image-manifest")
         spec = _given_spec(conv)
         # Default: the manifest's folder tree and every gs:// bucket on the command line.
         roots = _allowed_roots(conv) or default_allowed_roots(
             input_path, [output, conv.spec or ""])
         plan = plan_image_manifest(
             input_path, conv.image_column, conv.label_column, conv.split_column, spec, roots,
+            labels=conv.labels_file,
         )
         spec_text = plan.extra_spec.to_yaml() if plan.extra_spec is not None else ""
     extra_files = plan.extra_files()
@@ -176,7 +188,7 @@ def _plan_images(conv: ConvertOptions, input_path: str, output: str) -> Conversi
         manifest_metadata={
             "options": options,
             "labels": list(plan.labels),
-            "fingerprint": _fingerprint(options, listing, spec_text),
+            "fingerprint": _fingerprint(options, listing, spec_text, plan.labels),
         },
         summary={
             "images_planned": plan.input_count,

@@ -408,7 +408,8 @@ _SAMPLE_VALUES = {
     "sample_rows": "5000", "batch_rows": "4096", "converter_threads": "2",
     "run_date": "2024-05-01", "span": "19844",
     "log_level": "INFO", "image_column": "uri", "label_column": "label",
-    "split_column": "split", "resize": "224x224", "max_side": "512", "quality": "85",
+    "split_column": "split", "labels_file": "gs://bucket/labels.txt",
+    "resize": "224x224", "max_side": "512", "quality": "85",
     "max_image_bytes": "32MiB", "max_pixels": "40000000",
     "allowed_roots": "gs://bucket/images,gs://other/images",
 }

@@ -156,3 +156,71 @@ def test_conflicting_image_flags_are_a_usage_error(tmp_path, flags):
     code = run(["convert", "--format", "image-folder", "--input", str(tmp_path / "photos"),
                 "--output", str(tmp_path / "out"), *flags, *in_memory_args()])
     assert code == 2
+
+
+def test_labels_file_fixes_the_label_map_of_a_folder_tree(tf, tmp_path):
+    # Day 1 has cat, dog and owl; day 2 has no dog. With day 1's labels.txt the indices
+    # stay put, and a folder the list does not name is a dead letter, not a new index.
+    day1, day2 = tmp_path / "day1", tmp_path / "day2"
+    for label in ("cat", "dog", "owl"):
+        write(day1 / label / "a.jpg", samples.build("jpeg_rgb"))
+    for label in ("cat", "owl", "yak"):
+        write(day2 / label / "a.jpg", samples.build("jpeg_rgb"))
+    first, second = str(tmp_path / "out1"), str(tmp_path / "out2")
+    base = ["--format", "image-folder", *in_memory_args()]
+    assert run(["convert", *base, "--input", str(day1), "--output", first]) == 0
+    labels_txt = tmp_path / "labels.txt"
+    labels_txt.write_bytes(open(os.path.join(first, "labels.txt"), "rb").read())
+    day2_args = ["convert", *base, "--input", str(day2), "--output", second,
+                 "--labels-file", str(labels_txt)]
+    assert run(day2_args) == 0
+    manifest, examples, dead = read_output(tf, second)
+    assert manifest["labels"] == ["cat", "dog", "owl"]
+    with open(os.path.join(second, "labels.txt")) as handle:
+        assert handle.read() == "cat\ndog\nowl\n"
+    assert sorted((e["image/class/text"], e["image/class/label"]) for e in examples) == [
+        (b"cat", 0), (b"owl", 2)]
+    assert [(d["reason"], d["label"]) for d in dead] == [("unknown_label", "yak")]
+    assert manifest["counts"]["input"] == 3 and manifest["counts"]["dead_letter"] == 1
+    # The same list again is the same conversion; another list under the same path is
+    # another conversion: refused without --overwrite.
+    assert run(day2_args) == 0
+    assert read_output(tf, second)[0]["run_id"] == manifest["run_id"]
+    labels_txt.write_text("owl\ncat\n")
+    assert run(day2_args) == 2
+
+
+def test_labels_file_for_a_manifest(tf, tmp_path):
+    data, out = tmp_path / "data", str(tmp_path / "out")
+    write(data / "a.jpg", samples.build("jpeg_rgb"))
+    write(data / "b.jpg", samples.build("jpeg_rgb"))
+    write(data / "manifest.csv", b"path,label\na.jpg,7\nb.jpg,3\n")
+    write(data / "labels.txt", b"3\n5\n7\n")
+    assert run(["convert", "--format", "image-manifest", "--input", str(data / "manifest.csv"),
+                "--image-column", "path", "--label-column", "label",
+                "--labels-file", str(data / "labels.txt"), "--output", out, *in_memory_args()]) == 0
+    manifest, examples, dead = read_output(tf, out)
+    assert manifest["labels"] == ["3", "5", "7"] and not dead
+    assert sorted((e["image/class/text"], e["image/class/label"]) for e in examples) == [
+        (b"3", 0), (b"7", 2)]
+
+
+@pytest.mark.parametrize("case", ["tabular", "manifest_without_label_column", "missing_file",
+                                  "empty_file", "duplicates"])
+def test_bad_labels_flag_is_a_usage_error(tmp_path, capsys, case):
+    write(tmp_path / "photos" / "cat" / "a.jpg", samples.build("jpeg_rgb"))
+    write(tmp_path / "m.csv", b"path\nphotos/cat/a.jpg\n")
+    write(tmp_path / "t.csv", b"x\n1\n")
+    labels = tmp_path / "labels.txt"
+    labels.write_text({"empty_file": "\n", "duplicates": "cat\ncat\n"}.get(case, "cat\n"))
+    if case == "missing_file":
+        labels = tmp_path / "nowhere.txt"
+    source = {"tabular": ["--format", "csv", "--input", str(tmp_path / "t.csv")],
+              "manifest_without_label_column": ["--format", "image-manifest", "--input",
+                                                str(tmp_path / "m.csv"), "--image-column", "path"]
+              }.get(case, ["--format", "image-folder", "--input", str(tmp_path / "photos")])
+    code = run(["convert", *source, "--labels-file", str(labels), "--output", str(tmp_path / "out"),
+                *in_memory_args()])
+    assert code == 2
+    assert "label" in capsys.readouterr().err.lower() or case == "missing_file"
+    assert not (tmp_path / "out").exists()

@@ -104,7 +104,7 @@ REASONS = {
     "image_too_large": "the file is larger than --max-image-bytes (not read)",
     "unreadable_uri": "the path exists but cannot be read (permissions, I/O, bad URI)",
     "missing_file": "the path does not exist",
-    "unknown_label": "the label is not in the given label list",
+    "unknown_label": "the label (or label folder) is not in the given label list",
     "missing_label": "the manifest row has no label although --label-column is given",
     "outside_allowed_roots": "the path (after .. and symlinks) is outside --allowed-roots",
     "hidden_file": "a hidden file or a file inside a hidden folder of the image tree",
@@ -311,14 +311,18 @@ def plan_image_folder(
     *,
     images_per_unit: int = DEFAULT_IMAGES_PER_UNIT,
     allowed_roots: Sequence[str] | None = None,
+    labels: Sequence[str] | str | None = None,
 ) -> ImagePlan:
     """Plans ROOT/<label>/**/<file>, or ROOT/<split>/<label>/**/<file> when a top-level
     folder is named train, validation or test.
 
     Labels are the sorted names of the label folders holding at least one image; a
-    label's index is its position. Hidden files, files without an image extension and
-    files directly in ROOT (or a split folder) are planned as dead letters. Symlinks
-    leading outside `allowed_roots` (default: ROOT) are refused when read.
+    label's index is its position. `labels` (a list, or the path of a labels.txt) fixes
+    the map instead, so indices stay the same when a class has no images in a run; images
+    in a folder it does not list are dead letters (`unknown_label`). Hidden files, files
+    without an image extension and files directly in ROOT (or a split folder) are planned
+    as dead letters. Symlinks leading outside `allowed_roots` (default: ROOT) are refused
+    when read.
 
     Raises:
       FileNotFoundError: ROOT holds no file.
@@ -357,7 +361,17 @@ def plan_image_folder(
         else:
             reject = None
         entries.append((path, size, split, label, "/".join(parts), reject))
-    labels = tuple(sorted({label for *_, label, _, reject in entries if reject is None}))
+    if labels is None:
+        labels = tuple(sorted({label for *_, label, _, reject in entries if reject is None}))
+    else:
+        labels = _read_labels(labels)
+        known = set(labels)
+        entries = [
+            (*entry[:5], ("unknown_label", f"label folder {entry[3]!r} is not in the label list",
+                          None))
+            if entry[5] is None and entry[3] not in known else entry
+            for entry in entries
+        ]
     index = {label: i for i, label in enumerate(labels)}
     items = [
         _item(path, split, filename=filename, label=index.get(label), text=label, size=size,
@@ -404,6 +418,8 @@ def _read_labels(labels: Sequence[str] | str) -> tuple[str, ...]:
         labels = [line.strip() for line in text.splitlines()]
         labels = [line for line in labels if line]
     labels = tuple(str(label) for label in labels)
+    if not labels:
+        raise ValueError("the label list is empty")
     if len(set(labels)) != len(labels):
         raise ValueError("the label list has duplicates")
     return labels

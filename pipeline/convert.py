@@ -2,7 +2,9 @@
 
 Safe to run from a scheduler: a folder already holding a committed output of the same
 inputs and options is left alone (exit 0), a different committed output is replaced only
-with --overwrite, and leftovers of a killed run are cleaned before the new run starts.
+with --overwrite, leftovers of a killed run are cleaned before the new run starts, and a
+second run into a folder that a run on this machine is still writing is refused (exit 2,
+see `pipeline.output_lock`).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOpt
 from pipeline.cli import EXIT_ERROR_RATE, EXIT_FAILED, EXIT_OK, EXIT_USAGE
 from pipeline.graph import build_pipeline
 from pipeline.options import IMAGE_FORMATS, ConvertOptions, fill_date_template
+from pipeline.output_lock import OutputBusyError, output_lock
 from pipeline.planning import plan_conversion, shard_byte_cap
 from pipeline.runners import (
     LOCAL_PARALLEL_MIN_BYTES,
@@ -211,13 +214,28 @@ def convert(argv: Sequence[str]) -> int:
         if conv.convert_dry_run:
             print(json.dumps(plan.summary, indent=2, sort_keys=True, default=str))
             return EXIT_OK
+    except (UsageError, RunnerError, ValueError, FileNotFoundError) as error:
+        print(f"tfrecord-pipeline convert: error: {error}", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        with output_lock(output):
+            return _convert_planned(options, argv, conv, plan, output, started)
+    except OutputBusyError as error:
+        print(f"tfrecord-pipeline convert: error: {error}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+def _convert_planned(options: PipelineOptions, argv: list[str], conv: ConvertOptions, plan,
+                     output: str, started: float) -> int:
+    """Runs a planned conversion (under the output's lock); returns the exit code."""
+    try:
         if _already_committed(output, plan.manifest_metadata["fingerprint"], conv.overwrite):
             if not conv.quiet:
                 print(f"{output} already holds this conversion (same inputs and options); "
                       f"nothing to do. Use --overwrite to redo it.")
             return EXIT_OK
         sink = _sink_for(conv, output, plan)
-    except (UsageError, RunnerError, ValueError, FileNotFoundError) as error:
+    except (UsageError, ValueError) as error:
         print(f"tfrecord-pipeline convert: error: {error}", file=sys.stderr)
         return EXIT_USAGE
 

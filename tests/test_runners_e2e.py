@@ -236,6 +236,36 @@ def test_file_added_while_planning_is_not_skipped_by_the_next_run(reference, tmp
     assert run([*args, "--overwrite"]) == 0
 
 
+def test_a_second_run_into_a_busy_output_is_refused(reference, tmp_path, capsys):
+    from pipeline.output_lock import output_lock
+
+    root, _, _ = reference
+    out = tmp_path / "out"
+    args = _convert_args(root / "in", out, *in_memory_args())
+    with output_lock(str(out)):  # what a run still writing `out` holds
+        assert run(args) == 2
+        assert "another run is writing" in capsys.readouterr().err
+        assert not out.exists()  # refused before touching anything
+    assert run(args) == 0
+    assert read_manifest(str(out))["counts"]["input"] > 0
+
+
+def test_a_killed_run_leaves_no_stale_lock(reference, tmp_path):
+    root, _, _ = reference
+    out = tmp_path / "out"
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time; from pipeline.output_lock import output_lock\n"
+         "with output_lock(sys.argv[1]):\n    print('locked', flush=True); time.sleep(600)",
+         str(out)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        assert run(_convert_args(root / "in", out, *in_memory_args())) == 2
+    finally:
+        holder.kill()
+        holder.wait(timeout=30)
+    assert run(_convert_args(root / "in", out, *in_memory_args())) == 0
+
+
 def test_different_inputs_are_refused_without_overwrite(reference, tmp_path, capsys):
     root, _, _ = reference
     assert run(_convert_args(root / "in", tmp_path, *in_memory_args())) == 0

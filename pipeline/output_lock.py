@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import logging
 import os
 import tempfile
 from collections.abc import Iterator
@@ -49,7 +50,9 @@ def output_lock(output: str) -> Iterator[None]:
     path = lock_path(output)
     try:
         descriptor = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
-    except OSError:  # e.g. a lock file of another user: run unlocked rather than not at all
+    except OSError as error:  # e.g. another user's lock file: run unlocked, not at all
+        logging.getLogger("tfrecord_pipeline").warning(
+            "cannot lock %s (%s): running without the one-run-per-output check", output, error)
         yield
         return
     try:

@@ -69,7 +69,7 @@ def _fingerprint(options: dict[str, Any], listing: list, spec_text: str,
                  labels: Sequence[str] = ()) -> str:
     """Identifies "the same inputs and options": a scheduler re-run of it is a no-op.
 
-    `labels`: the label map of an image conversion (a --labels file can change under the
+    `labels`: the label map of an image conversion (a --labels-file can change under the
     same path)."""
     fingerprinted = {k: v for k, v in options.items() if k not in ("output", "run_date")}
     parts = [fingerprinted, listing, spec_text] + ([list(labels)] if labels else [])

@@ -343,6 +343,7 @@ def plan_image_folder(
             f"{root} mixes split folders ({', '.join(sorted(top & set(SPLIT_DIRECTORIES)))}) with "
             f"other folders ({', '.join(sorted(top - set(SPLIT_DIRECTORIES)))}) at its top level"
         )
+    given = _read_labels(labels) if labels is not None else None
     entries = []
     for path, size, parts in relative:
         split = DEFAULT_SPLIT
@@ -358,20 +359,13 @@ def plan_image_folder(
             reject = ("not_an_image_extension",
                       f"extension {os.path.splitext(parts[-1])[1] or '(none)'!r} is not one of "
                       f"{', '.join(IMAGE_EXTENSIONS)}", None)
+        elif given is not None and label not in given:
+            reject = ("unknown_label", f"label folder {label!r} is not in the label list", None)
         else:
             reject = None
         entries.append((path, size, split, label, "/".join(parts), reject))
-    if labels is None:
-        labels = tuple(sorted({label for *_, label, _, reject in entries if reject is None}))
-    else:
-        labels = _read_labels(labels)
-        known = set(labels)
-        entries = [
-            (*entry[:5], ("unknown_label", f"label folder {entry[3]!r} is not in the label list",
-                          None))
-            if entry[5] is None and entry[3] not in known else entry
-            for entry in entries
-        ]
+    labels = given if given is not None else tuple(
+        sorted({label for *_, label, _, reject in entries if reject is None}))
     index = {label: i for i, label in enumerate(labels)}
     items = [
         _item(path, split, filename=filename, label=index.get(label), text=label, size=size,

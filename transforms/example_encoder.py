@@ -388,7 +388,7 @@ class _RowMatrix:
         self.num_rows = num_rows
         self.template = bytearray()
         self.writes: list = []  # callables(matrix)
-        self.span_masks: list = []  # (start, stop, callable() -> bool (rows, stop-start))
+        self.span_masks: list = []  # (start, callable() -> bool (rows, span width))
         self.row_masks: list = []  # (absent rows bool, start, stop)
 
     @property
@@ -420,12 +420,12 @@ class _RowMatrix:
 
         self.writes.append(write)
         if len(encode_varint(low)) != width:
-            self.span_masks.append((start, start + width, lambda: _prefix_masks(sizes, width)))
+            self.span_masks.append((start, lambda: _prefix_masks(sizes, width)))
 
     def prefix_mask(self, start: int, width: int, lengths: np.ndarray, rows: np.ndarray) -> None:
         """Within [start, start+width) only the first lengths[r] bytes of row r are valid."""
         if not np.all(lengths[rows] == width):
-            self.span_masks.append((start, start + width, lambda: _prefix_masks(lengths, width)))
+            self.span_masks.append((start, lambda: _prefix_masks(lengths, width)))
 
     def mask_rows(self, rows: np.ndarray, start: int, stop: int) -> None:
         """Drop [start, stop) of the rows where `rows` is True."""
@@ -441,7 +441,7 @@ class _RowMatrix:
         if not self.span_masks and not self.row_masks:
             return matrix.reshape(-1)
         valid = np.ones(matrix.shape, bool)
-        for start, _stop, mask in self.span_masks:
+        for start, mask in self.span_masks:
             _put_columns(valid.view(np.uint8), start, mask().view(np.uint8))
         for rows, start, stop in self.row_masks:
             valid[rows, start:stop] = False
@@ -587,7 +587,6 @@ def _plan(norms: Sequence[_Norm], num_rows: int, framed: bool = False,
                 layout.span_masks.append(
                     (
                         head_start,
-                        head_start + width,
                         lambda row_head=row_head, width=width: _prefix_masks(row_head, width, suffix=True),
                     )
                 )
@@ -671,7 +670,6 @@ def _plan_int64s(layout: _RowMatrix, norm: _Norm, length: _Body) -> None:
             layout.span_masks.append(
                 (
                     start,
-                    start + max_count * width,
                     lambda: _prefix_masks(value_sizes, width).reshape(norm.counts.size, max_count * width),
                 )
             )

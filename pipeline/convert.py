@@ -23,7 +23,7 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOptions
 
 from pipeline.cli import EXIT_ERROR_RATE, EXIT_FAILED, EXIT_OK, EXIT_USAGE
-from pipeline.graph import build_pipeline
+from pipeline.graph import build_pipeline, in_process_plan
 from pipeline.options import IMAGE_FORMATS, ConvertOptions, fill_date_template
 from pipeline.output_lock import OutputBusyError, output_lock
 from pipeline.planning import plan_conversion, shard_byte_cap
@@ -33,6 +33,7 @@ from pipeline.runners import (
     RunnerError,
     is_local,
     runner_for,
+    runs_in_process,
 )
 from transforms import manifest as manifest_lib
 from transforms.sink import WriteToShardedTFRecord
@@ -247,7 +248,8 @@ def _convert_planned(options: PipelineOptions, argv: list[str], conv: ConvertOpt
         parallel = len(plan.work_units) > 1 and plan.input_bytes >= min_bytes
         with runner_for(options, argv, parallel) as runner:
             pipeline = beam.Pipeline(runner=runner, options=options)
-            build_pipeline(pipeline, plan, sink)
+            build_pipeline(pipeline, in_process_plan(plan) if runs_in_process(options) else plan,
+                           sink)
             if is_local(options) and not conv.quiet:
                 progress = _Progress(sink.config.temp_dir, len(plan.work_units))
                 progress.start()

@@ -16,10 +16,11 @@ from typing import Any
 
 import apache_beam as beam
 
-from transforms.records import WorkUnit
+from transforms.forked_pool import fork_available
+from transforms.records import WorkUnit, WorkUnitGroup
 from transforms.sink import WriteToShardedTFRecord
 
-__all__ = ["ConversionPlan", "build_pipeline"]
+__all__ = ["ConversionPlan", "build_pipeline", "in_process_plan"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -35,16 +36,28 @@ class ConversionPlan:
       manifest_metadata: extra manifest keys ("options", "fingerprint", "labels", ...).
       summary: human-readable facts for --dry-run and logs.
       input_bytes: total size of the input files, when known (sizes the local runner).
+      local_processes: processes the converter may fork to convert the work units at once
+        on the local in-process runner (its DoFn then takes a `WorkUnitGroup`); 1: never.
     """
 
     converter_label: str
-    work_units: Sequence[WorkUnit]
+    work_units: Sequence[WorkUnit | WorkUnitGroup]
     converter: beam.DoFn
     splits: Sequence[str] = ()
     extra_files: Mapping[str, bytes] = dataclasses.field(default_factory=dict)
     manifest_metadata: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     summary: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     input_bytes: int = 0
+    local_processes: int = 1
+
+
+def in_process_plan(plan: ConversionPlan) -> ConversionPlan:
+    """`plan` for the local in-process runner: its work units as one `WorkUnitGroup`,
+    converted on `plan.local_processes` forked processes, when there are several of both."""
+    processes = min(plan.local_processes, len(plan.work_units))
+    if processes <= 1 or not fork_available():
+        return plan
+    return dataclasses.replace(plan, work_units=[WorkUnitGroup(tuple(plan.work_units), processes)])
 
 
 def build_pipeline(pipeline: beam.Pipeline, plan: ConversionPlan, sink: WriteToShardedTFRecord):

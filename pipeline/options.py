@@ -154,6 +154,10 @@ class ConvertOptions(PipelineOptions):
         _flag(group, "converter-threads", type=_non_negative_int, default=1,
               help="chunks (tabular) or images of one work unit converted at once on each "
                    "worker; 0: one per CPU the worker may use; 1 (default): no extra threads")
+        _flag(group, "converter-processes", type=_non_negative_int, default=0,
+              help="tabular formats on the local in-process runner: work units converted at "
+                   "once in forked processes (Linux); 0 (default): one per CPU; 1: none. Other "
+                   "runners spread work units over their own workers")
         _flag(group, "run-date", type=_run_date, default=None,
               help="date filling {YYYY} {MM} {DD} {SPAN} in --input/--output (default today, UTC)")
         _flag(group, "span", type=int, default=None, help="value of {SPAN} (default: days since epoch)")

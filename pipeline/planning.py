@@ -17,6 +17,7 @@ from pipeline.graph import ConversionPlan
 from pipeline.options import IMAGE_FORMATS, TABULAR_FORMATS, ConvertOptions
 from pipeline.spec import ConversionSpec, load_spec
 from transforms import manifest as manifest_lib
+from transforms.ordered_pool import default_threads
 from transforms.records import DEFAULT_SPLIT
 from transforms.sink import DEFAULT_MAX_SHARD_BYTES
 
@@ -124,6 +125,7 @@ def _plan_tabular(conv: ConvertOptions, input_path: str, output: str) -> Convers
         },
         summary=summary,
         input_bytes=sum(int((unit.extra or {}).get("size") or 0) for unit in units),
+        local_processes=conv.converter_processes or default_threads(),
     )
 
 

@@ -7,6 +7,9 @@
   worker per core, the measured fastest mode; an input that is one work unit, or smaller
   than `LOCAL_PARALLEL_MIN_BYTES`, runs in one process, because a worker process costs
   seconds to start (it imports Beam) and one work unit cannot be shared between workers.
+  In one process, the tabular converter still uses every core: it gets the work units as
+  one group and converts them on forked children (`runs_in_process`,
+  `pipeline.graph.in_process_plan`, `transforms.forked_pool`), which start in milliseconds.
   Explicit `--direct_running_mode` / `--direct_num_workers` always win.
   `multi_threading` was seen to lose elements in Beam 2.77 and is refused.
 * `--runner dask`: Beam's DaskRunner on the scheduler at `--dask_client_address`, or on a
@@ -51,6 +54,11 @@ def _explicit(argv: Sequence[str], flag: str) -> bool:
 def is_local(options: PipelineOptions) -> bool:
     runner = options.view_as(StandardOptions).runner
     return (runner or "").lower() in _LOCAL_NAMES
+
+
+def runs_in_process(options: PipelineOptions) -> bool:
+    """True when `options` (as `runner_for` left them) run the pipeline in this process."""
+    return is_local(options) and options.view_as(DirectOptions).direct_running_mode == "in_memory"
 
 
 @contextlib.contextmanager

@@ -22,6 +22,7 @@ __all__ = [
     "DEFAULT_SPLIT",
     "RecordBatch",
     "WorkUnit",
+    "WorkUnitGroup",
     "batch_key",
     "dead_letter",
     "raw_text",
@@ -58,6 +59,24 @@ class WorkUnit:
     end: int | None = None
     paths: tuple[str, ...] = ()
     extra: Any = None
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkUnitGroup:
+    """Work units one converter call converts at once, on forked processes, in order.
+
+    The local in-process runner hands the converter all the work units as one group, so
+    it can use every core (see `transforms.forked_pool`); the output is what converting
+    the units one by one, in this order, would give. Other runners get one element per
+    unit and spread them over their own workers.
+
+    Attributes:
+      units: the work units, in plan order.
+      processes: how many forked processes convert them at once.
+    """
+
+    units: tuple[WorkUnit, ...]
+    processes: int
 
 
 @dataclasses.dataclass(frozen=True)

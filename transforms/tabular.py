@@ -20,6 +20,7 @@ and `dead_letter_<reason>` per reason code.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 
 import apache_beam as beam
@@ -28,8 +29,9 @@ from apache_beam.metrics import Metrics
 from pipeline.spec import ConversionSpec
 from transforms.allocator import retain_freed_memory
 from transforms.coders import RecordBatchCoder  # noqa: F401 - registers the coder
+from transforms.forked_pool import forked_map
 from transforms.ordered_pool import check_threads, default_threads
-from transforms.records import RecordBatch, WorkUnit
+from transforms.records import RecordBatch, WorkUnit, WorkUnitGroup
 from transforms.tabular_convert import convert_unit, split_assigner
 from transforms.tabular_infer import (
     DEFAULT_SAMPLE_ROWS,
@@ -99,7 +101,11 @@ class TabularConfig:
 
 @beam.typehints.with_output_types(RecordBatch)  # encoded by RecordBatchCoder
 class ConvertTabular(beam.DoFn):
-    """Reads a tabular WorkUnit and yields RecordBatches (one per chunk and split)."""
+    """Reads a tabular WorkUnit and yields RecordBatches (one per chunk and split).
+
+    A `WorkUnitGroup` (the local in-process runner's element) is converted on forked
+    processes (`transforms.forked_pool`); metrics are counted here, in the runner's process.
+    """
 
     def __init__(self, config: TabularConfig):
         super().__init__()
@@ -112,17 +118,25 @@ class ConvertTabular(beam.DoFn):
         self._assigner = split_assigner(self.config.spec)
         self._threads = self.config.threads or default_threads()
 
-    def process(self, unit: WorkUnit):
+    def process(self, element: WorkUnit | WorkUnitGroup):
         if self._assigner is None:
             self.setup()
+        if isinstance(element, WorkUnitGroup):
+            results = forked_map(self._convert, element.units, element.processes)
+        else:
+            results = self._convert(element)
+        with contextlib.closing(results):  # a failure downstream stops the forked workers
+            for result in results:
+                Metrics.counter(METRICS_NAMESPACE, "rows_read").inc(result.rows)
+                Metrics.counter(METRICS_NAMESPACE, "records_written").inc(result.written)
+                if result.dead_letters:
+                    Metrics.counter(METRICS_NAMESPACE, "dead_letter").inc(
+                        sum(result.dead_letters.values()))
+                    for reason, count in result.dead_letters.items():
+                        Metrics.counter(METRICS_NAMESPACE, f"dead_letter_{reason}").inc(count)
+                yield from result.batches
+
+    def _convert(self, unit: WorkUnit):
         config = self.config
-        for result in convert_unit(unit, config.spec, config.fmt, config.batch_rows,
-                                   self._assigner, self._threads):
-            Metrics.counter(METRICS_NAMESPACE, "rows_read").inc(result.rows)
-            Metrics.counter(METRICS_NAMESPACE, "records_written").inc(result.written)
-            if result.dead_letters:
-                Metrics.counter(METRICS_NAMESPACE, "dead_letter").inc(
-                    sum(result.dead_letters.values()))
-                for reason, count in result.dead_letters.items():
-                    Metrics.counter(METRICS_NAMESPACE, f"dead_letter_{reason}").inc(count)
-            yield from result.batches
+        return convert_unit(unit, config.spec, config.fmt, config.batch_rows, self._assigner,
+                            self._threads)

@@ -1,0 +1,255 @@
+"""Forked converter processes: `transforms.forked_pool` and the local runner's WorkUnitGroup.
+
+The forked path must give exactly what converting the items one by one gives (same
+results, same order), raise failures where they happened, stop its children however the
+consumer stops, and bound what waits in the parent.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import signal
+import time
+
+import pytest
+
+from pipeline import cli
+from pipeline.graph import ConversionPlan, in_process_plan
+from pipeline.spec import ConversionSpec, FeatureSpec
+from transforms import forked_pool, tabular
+from transforms.forked_pool import WorkerDiedError, fork_available, forked_map
+from transforms.records import WorkUnit, WorkUnitGroup
+from transforms.tabular import ConvertTabular, TabularConfig, plan_tabular
+
+pytestmark = pytest.mark.skipif(not fork_available(), reason="forked_map forks on Linux only")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def _uneven(n: int):
+    """Item n yields n results after a delay that makes later items finish first."""
+    time.sleep(0.002 * (6 - n % 6))
+    for i in range(n):
+        yield (n, i, os.getpid())
+
+
+# ------------------------------------------------------------------------ forked_map
+
+
+@pytest.mark.parametrize("processes, count", [(2, 12), (3, 7), (8, 3), (2, 2)])
+def test_results_come_in_item_order_as_a_plain_loop_gives_them(processes, count):
+    items = list(range(count))
+    got = list(forked_map(_uneven, items, processes))
+    assert [r[:2] for r in got] == [(n, i) for n in items for i in range(n)]
+    pids = {r[2] for r in got}
+    assert os.getpid() not in pids  # computed in children ...
+    assert len(pids) == min(processes, count - 1)  # ... all of them (item 0 yields nothing)
+
+
+def test_no_fork_for_one_process_one_item_or_where_fork_is_unavailable(monkeypatch):
+    here = os.getpid()
+    assert {r[2] for r in forked_map(_uneven, [1, 2, 3], processes=1)} == {here}
+    assert {r[2] for r in forked_map(_uneven, [3], processes=4)} == {here}
+    assert list(forked_map(_uneven, [], processes=4)) == []
+    monkeypatch.setattr(forked_pool, "fork_available", lambda: False)
+    assert {r[2] for r in forked_map(_uneven, [1, 2, 3], processes=4)} == {here}
+
+
+def test_uneven_items_are_balanced_over_the_children():
+    # One long item first: the other child must take every other item meanwhile.
+    def work(n):
+        time.sleep(0.5 if n == 0 else 0.01)
+        yield n, os.getpid()
+
+    got = list(forked_map(work, range(8), processes=2))
+    assert [n for n, _ in got] == list(range(8))
+    first = got[0][1]
+    assert all(pid != first for _, pid in got[1:])
+
+
+def test_what_waits_in_the_parent_is_bounded_and_the_results_are_complete():
+    chunk = 256 * 1024
+
+    def big(n):
+        for i in range(12):
+            yield bytes([n]) * chunk + i.to_bytes(4, "little")
+
+    results = forked_map(big, range(6), processes=3, max_buffered_bytes=chunk)
+    got = []
+    for result in results:
+        got.append(result)
+        time.sleep(0.005)  # a slow consumer: the children run ahead until the bound stops them
+    assert got == [bytes([n]) * chunk + i.to_bytes(4, "little") for n in range(6) for i in range(12)]
+    message = len(pickle.dumps(got[0], protocol=pickle.HIGHEST_PROTOCOL))
+    # Each child may hold the bound plus the one message that crossed it.
+    assert chunk < results.peak_buffered_bytes <= 3 * (chunk + message)
+
+
+def test_an_exception_is_raised_at_its_item_after_every_earlier_result():
+    def work(n):
+        yield n
+        if n == 3:
+            raise ValueError(f"bad item {n}")
+        yield -n
+
+    results = forked_map(work, range(8), processes=3)
+    got = []
+    with pytest.raises(ValueError, match="bad item 3") as caught:
+        for result in results:
+            got.append(result)
+    assert got == [0, 0, 1, -1, 2, -2, 3]
+    if hasattr(caught.value, "__notes__"):  # Python 3.11+
+        assert "forked converter process" in caught.value.__notes__[0]
+        assert "bad item 3" in caught.value.__notes__[0]
+    assert not any(_alive(pid) for pid in results.pids)
+
+
+class _Unpicklable(Exception):
+    def __reduce__(self):
+        raise TypeError("no pickling")
+
+
+def test_an_exception_that_cannot_be_pickled_arrives_as_its_text():
+    def work(n):
+        yield n
+        if n == 1:
+            raise _Unpicklable("lock held")
+
+    with pytest.raises(RuntimeError, match="_Unpicklable: lock held"):
+        list(forked_map(work, range(4), processes=2))
+
+
+def test_a_child_that_dies_is_reported_with_its_item():
+    def work(n):
+        yield n
+        if n == 2:
+            os.kill(os.getpid(), signal.SIGKILL)
+        yield -n
+
+    got = []
+    with pytest.raises(WorkerDiedError, match=r"killed by SIGKILL while converting 2"):
+        for result in forked_map(work, range(6), processes=2):
+            got.append(result)
+    assert got == [0, 0, 1, -1, 2]
+
+
+def test_closing_early_kills_and_reaps_the_children():
+    def endless(n):
+        while True:
+            yield n
+
+    results = forked_map(endless, range(4), processes=2)
+    assert next(results) == 0
+    pids = results.pids
+    assert all(_alive(pid) for pid in pids)
+    results.close()
+    assert not any(_alive(pid) for pid in pids)
+    with pytest.raises(StopIteration):
+        next(results)
+
+
+def test_a_consumer_failure_inside_closing_stops_the_children():
+    import contextlib
+
+    def endless(n):
+        while True:
+            yield n
+
+    results = forked_map(endless, range(4), processes=2)
+    with pytest.raises(KeyError), contextlib.closing(results):
+        for _ in results:
+            raise KeyError("downstream failed")
+    assert not any(_alive(pid) for pid in results.pids)
+
+
+# ------------------------------------------------------------- the tabular converter
+
+SPEC = ConversionSpec(
+    features=(
+        FeatureSpec(name="id", type="int64"),
+        FeatureSpec(name="score", type="float"),
+        FeatureSpec(name="name", type="string"),
+    ),
+    splits={"train": 3, "eval": 1},
+)
+
+
+def _write_parts(folder, parts: int = 5, rows: int = 3000):
+    folder.mkdir()
+    for part in range(parts):
+        lines = ["id,score,name"]
+        for i in range(part * rows, (part + 1) * rows):
+            lines.append(f"x{i},1.5,bad" if i % 499 == 7 else f"{i},{i}.25,név{i}")
+        (folder / f"part-{part}.csv").write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+def _batches(element, fn):
+    return [(b.key, b.split, list(b.records), list(b.dead_letters), b.input_count)
+            for b in fn.process(element)]
+
+
+def test_a_work_unit_group_gives_the_batches_of_its_units_one_by_one(tmp_path):
+    _write_parts(tmp_path / "in")
+    units = plan_tabular(str(tmp_path / "in" / "*.csv"), "csv")
+    # A unit whose file vanished after planning: one dead letter, in its place.
+    units.insert(2, WorkUnit(path=str(tmp_path / "in" / "gone.csv"), index=99))
+    fn = ConvertTabular(TabularConfig(spec=SPEC, fmt="csv", batch_rows=500))
+    fn.setup()
+    one_by_one = [batch for unit in units for batch in _batches(unit, fn)]
+    grouped = _batches(WorkUnitGroup(tuple(units), processes=3), fn)
+    assert grouped == one_by_one
+    letters = [json.loads(d) for b in grouped for d in b[3]]
+    assert {d["reason"] for d in letters} == {"invalid_int", "missing_file"}
+    assert sum(b[4] for b in grouped) == 5 * 3000 + 1
+
+
+def test_in_process_plan_groups_the_units_only_when_several_processes_can_help():
+    units = [WorkUnit(path=f"f{i}.csv", index=i) for i in range(3)]
+    plan = ConversionPlan(converter_label="ConvertCsv", work_units=units, converter=None,
+                          local_processes=8)
+    grouped = in_process_plan(plan)
+    assert list(grouped.work_units) == [WorkUnitGroup(tuple(units), processes=3)]
+    for single in (ConversionPlan("ConvertCsv", units, None, local_processes=1),
+                   ConversionPlan("ConvertCsv", units[:1], None, local_processes=8)):
+        assert in_process_plan(single) is single
+
+
+def _convert(tmp_path, name: str, *extra: str) -> dict:
+    out = tmp_path / name
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(SPEC.to_yaml(), encoding="utf-8")
+    code = cli.run(["convert", "--input", str(tmp_path / "in" / "*.csv"), "--format", "csv",
+                    "--spec", str(spec), "--output", str(out), "--compression", "gzip",
+                    "--batch-rows", "700", "--quiet", *extra])
+    assert code == 0
+    return json.loads((out / "manifest.json").read_text())
+
+
+def test_the_cli_converts_on_forked_processes_with_the_same_output(tmp_path, monkeypatch):
+    _write_parts(tmp_path / "in")
+    calls = []
+    real = tabular.forked_map
+
+    def spy(fn, items, processes, *args, **kwargs):
+        calls.append((len(items), processes))
+        return real(fn, items, processes, *args, **kwargs)
+
+    monkeypatch.setattr(tabular, "forked_map", spy)
+    serial = _convert(tmp_path, "serial", "--converter-processes", "1")
+    assert calls == []
+    forked = _convert(tmp_path, "forked", "--converter-processes", "2")
+    assert calls == [(5, 2)]
+    assert forked["shards"] == serial["shards"]  # names, records, bytes and sha256
+    assert forked["counts"] == serial["counts"]
+    assert forked["counts"]["dead_letter"] == sum(1 for i in range(15000) if i % 499 == 7)
+    for shard in serial["shards"]:
+        assert (tmp_path / "forked" / shard["path"]).read_bytes() == \
+            (tmp_path / "serial" / shard["path"]).read_bytes()

@@ -28,7 +28,6 @@ POSIX fork only (Linux): elsewhere, with one process or one item, it is the plai
 from __future__ import annotations
 
 import collections
-import fcntl
 import gc
 import logging
 import os
@@ -91,6 +90,8 @@ def _widen(pipe_fd: int) -> None:
     """Grows a pipe from 64 KiB to 1 MiB where allowed: results are megabytes, and each
     64 KiB costs the parent a wake-up and a read."""
     try:
+        import fcntl  # POSIX only, like fork
+
         fcntl.fcntl(pipe_fd, fcntl.F_SETPIPE_SZ, _PIPE_BYTES)
     except (AttributeError, OSError):  # not Linux, or above /proc/sys/fs/pipe-max-size
         pass

@@ -253,3 +253,20 @@ def test_the_cli_converts_on_forked_processes_with_the_same_output(tmp_path, mon
     for shard in serial["shards"]:
         assert (tmp_path / "forked" / shard["path"]).read_bytes() == \
             (tmp_path / "serial" / shard["path"]).read_bytes()
+
+
+@pytest.mark.parametrize("argv, parallel, expected", [
+    ([], False, True),  # small local input: one process, so the converter forks
+    (["--direct_running_mode=in_memory"], True, True),
+    ([], True, False),  # large local input: Beam's own worker processes
+    (["--direct_running_mode=multi_processing"], False, False),
+    (["--runner=DataflowRunner"], False, False),
+])
+def test_only_the_in_process_local_runner_groups_work_units(argv, parallel, expected):
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    from pipeline.runners import runner_for, runs_in_process
+
+    options = PipelineOptions(argv)
+    with runner_for(options, argv, parallel):
+        assert runs_in_process(options) is expected

@@ -70,6 +70,15 @@ _ESCAPE_ERRORS = "tfrecord_pipeline.escape"
 _ESCAPE_PREFIX = chr(ESCAPE_BASE).encode("utf-8")[:2]
 
 
+def _holds_escape_prefix(data: bytes | bytearray) -> bool:
+    """Whether `data` holds `_ESCAPE_PREFIX`.
+
+    The one-byte search is `memchr` (~10x faster than a two-byte `in`); its byte, 0xF4,
+    leads only code points from U+100000, which real text almost never holds.
+    """
+    return _ESCAPE_PREFIX[:1] in data and _ESCAPE_PREFIX in data
+
+
 def _escape_invalid(error: UnicodeError):
     if isinstance(error, UnicodeDecodeError):
         bad = error.object[error.start:error.end]
@@ -254,13 +263,13 @@ class _EscapingReader(io.RawIOBase):
                 if _valid_utf8(memoryview(data)[:cut]):
                     self._buffer += memoryview(data)[:cut]
                     self._tail = data[cut:]
-                    if not self.escapes and _ESCAPE_PREFIX in data:
+                    if not self.escapes and _holds_escape_prefix(data):
                         self.escapes = True
                     continue
             self._started = True
             text = self._decoder.decode(data, final=not data or self._eof)
             encoded = text.encode("utf-8")
-            if not self.escapes and _ESCAPE_PREFIX in encoded:
+            if not self.escapes and _holds_escape_prefix(encoded):
                 self.escapes = True
             self._buffer += encoded
 

@@ -97,6 +97,7 @@ def main() -> None:
     # tutorial rows: 0.16 s of collections -> 0.07 s). Only the console process does this:
     # tests drive `run` in a process whose garbage must stay collectable.
     gc.freeze()
+    gc.enable()  # off while `pipeline.__main__` imported the CLI
     code = run()
     _exit.arm(code)  # skip interpreter teardown once atexit handlers ran (pipeline/_exit.py)
     sys.exit(code)

@@ -113,6 +113,26 @@ def test_inspect_missing_path_is_a_clear_error(tmp_path, capsys):
     assert "no TFRecord file" in capsys.readouterr().err
 
 
+def test_console_entry_point_imports_without_the_collector_and_runs_with_it():
+    """The collector is off while the CLI imports (pipeline/__main__.py) and back on for
+    the run; the installed command and `python -m pipeline` share that entry point."""
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    with open(os.path.join(root, "pyproject.toml"), "rb") as handle:
+        scripts = tomllib.load(handle)["project"]["scripts"]
+    assert scripts["tfrecord-pipeline"] == "pipeline.__main__:main"
+    probe = ("import gc\n"
+             "import pipeline.__main__ as entry\n"
+             "from pipeline import cli\n"
+             "print('importing', gc.isenabled())\n"
+             "cli.run = lambda argv=None: print('running', gc.isenabled()) or 3\n"
+             "entry.main()\n")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])))
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, env=env, timeout=300)
+    assert done.stdout.decode().split("\n")[:2] == ["importing False", "running True"], done.stderr
+    assert done.returncode == 3
+
+
 def test_console_entry_point_flushes_output_and_keeps_exit_codes(tmp_path):
     """`main()` ends the process without interpreter teardown (pipeline/_exit.py): piped
     output must still arrive whole, and each exit code must survive."""

@@ -13,6 +13,7 @@ import pickle
 import signal
 import time
 
+import numpy as np
 import pytest
 
 from pipeline import cli
@@ -22,6 +23,7 @@ from transforms import forked_pool, tabular
 from transforms.forked_pool import WorkerDiedError, fork_available, forked_map
 from transforms.records import WorkUnit, WorkUnitGroup
 from transforms.tabular import ConvertTabular, TabularConfig, plan_tabular
+from transforms.tfrecord_format import FramedRecords
 
 pytestmark = pytest.mark.skipif(not fork_available(), reason="forked_map forks on Linux only")
 
@@ -91,6 +93,31 @@ def test_what_waits_in_the_parent_is_bounded_and_the_results_are_complete():
     message = len(pickle.dumps(got[0], protocol=pickle.HIGHEST_PROTOCOL))
     # Each child may hold the bound plus the one message that crossed it.
     assert chunk < results.peak_buffered_bytes <= 3 * (chunk + message)
+
+
+def _framed_in_place(payloads: list[bytes]) -> FramedRecords:
+    """`payloads` framed by `FramedRecords.complete`, as the vectorised encoder frames."""
+    buffer = np.frombuffer(FramedRecords.frame(payloads).data, np.uint8).copy()
+    ends = np.cumsum([len(p) + 16 for p in payloads])
+    buffer[(ends[:, None] - np.arange(1, 5)).ravel()] = 0  # complete() fills the footers
+    return FramedRecords.complete(buffer, np.array([len(p) for p in payloads]))
+
+
+def test_framed_records_and_arrays_cross_out_of_band_and_arrive_intact():
+    payloads = [bytes([i % 251]) * (i * 37 % 1000) for i in range(300)]
+
+    def work(n):
+        yield n, FramedRecords.frame(payloads[n:]), _framed_in_place(payloads[n:]), np.arange(n, n + 9)
+
+    got = list(forked_map(work, range(4), processes=2))
+    assert [n for n, *_ in got] == [0, 1, 2, 3]
+    for n, framed, in_place, numbers in got:
+        expected = FramedRecords.frame(payloads[n:])
+        assert framed == expected and list(framed) == payloads[n:]
+        assert in_place == expected and bytes(in_place.data) == expected.data
+        assert numbers.tolist() == list(range(n, n + 9))
+        # Out of band: the records are a read-only view of the buffer read from the pipe.
+        assert isinstance(framed.data, memoryview) and framed.data.readonly
 
 
 def test_an_exception_is_raised_at_its_item_after_every_earlier_result():

@@ -13,10 +13,13 @@ would, while up to `processes` children compute them:
 
 * Children take items in order, the next one as soon as they finish one, so uneven items
   balance. Results come back in item order, so the output does not depend on timing.
-* A child sends each result (pickled, over a pipe) as soon as `fn` yields it. Results of
-  items ahead of the one being consumed wait in the parent, up to `max_buffered_bytes` per
-  child; past that the parent stops reading that child, whose next write blocks. Memory
-  stays bounded by that setting, not by the size of an item.
+* A child sends each result (pickled, over a pipe) as soon as `fn` yields it. Large
+  buffers in it (numpy arrays, `FramedRecords` data) travel out of band (pickle protocol
+  5): written to the pipe from where they are and read into their final place, never
+  copied into or out of a pickle. Results of items ahead of the one being consumed wait
+  in the parent, up to `max_buffered_bytes` per child; past that the parent stops reading
+  that child, whose next write blocks. Memory stays bounded by that setting, not by the
+  size of an item.
 * An exception raised by `fn` is raised in the parent when its item's turn comes, after
   every result before it. A child that dies (killed, out of memory) raises `WorkerDiedError`
   naming the item.
@@ -52,7 +55,8 @@ R = TypeVar("R")
 DEFAULT_MAX_BUFFERED_BYTES = 64 * 1024 * 1024
 
 _PIPE_BYTES = 1024 * 1024
-_MESSAGE = struct.Struct("<BQ")  # kind, payload length
+_MESSAGE = struct.Struct("<BQI")  # kind, pickle length, number of out-of-band buffers
+_BUFFER_SIZE = struct.Struct("<Q")  # after the header: the length of each buffer
 _TASK = struct.Struct("<q")  # item index; _NO_MORE_ITEMS tells the child to exit
 _RESULT, _DONE, _ERROR, _DIED = 0, 1, 2, 3
 _NO_MORE_ITEMS = -1
@@ -129,9 +133,13 @@ def _pickled_error(error: BaseException) -> bytes:
 
 
 def _child_main(fn: Callable, items: Sequence, task_fd: int, result_fd: int) -> None:
-    def send(kind: int, payload: bytes) -> None:
-        _write_all(result_fd, _MESSAGE.pack(kind, len(payload)))
-        _write_all(result_fd, payload)
+    def send(kind: int, payload: bytes, buffers: Sequence[pickle.PickleBuffer] = ()) -> None:
+        raws = [buffer.raw() for buffer in buffers]
+        head = [_MESSAGE.pack(kind, len(payload), len(raws))]
+        head += [_BUFFER_SIZE.pack(raw.nbytes) for raw in raws]
+        _write_all(result_fd, b"".join(head))
+        for part in (payload, *raws):
+            _write_all(result_fd, part)
 
     while True:
         task = _read_exact(task_fd, _TASK.size)
@@ -140,7 +148,9 @@ def _child_main(fn: Callable, items: Sequence, task_fd: int, result_fd: int) -> 
             return
         try:
             for result in fn(items[index]):
-                send(_RESULT, pickle.dumps(result, protocol=pickle.HIGHEST_PROTOCOL))
+                buffers: list[pickle.PickleBuffer] = []
+                payload = pickle.dumps(result, protocol=5, buffer_callback=buffers.append)
+                send(_RESULT, payload, buffers)
         except BaseException as error:  # noqa: BLE001 - re-raised in the parent when due
             send(_ERROR, _pickled_error(error))
             return
@@ -157,8 +167,9 @@ class _Child:
         self.task_fd = task_fd
         self.result_fd = result_fd
         self.assigned: collections.deque[int] = collections.deque()  # items sent, not finished
-        self.buffer: collections.deque[tuple[int, bytes | bytearray]] = collections.deque()
-        self.buffered = 0  # payload bytes in `buffer`
+        # Received messages: (kind, payload, out-of-band buffers).
+        self.buffer: collections.deque[tuple[int, bytes | bytearray, list]] = collections.deque()
+        self.buffered = 0  # bytes (payloads and buffers) in `buffer`
         self.ended = False  # its result pipe reached end of file
 
 
@@ -240,9 +251,9 @@ class _ForkedMap(Iterator):
             for index in range(len(self._items)):
                 child = self._owner[index]
                 while True:
-                    kind, payload = self._take(child)
+                    kind, payload, buffers = self._take(child)
                     if kind == _RESULT:
-                        yield pickle.loads(payload)
+                        yield pickle.loads(payload, buffers=buffers)
                     elif kind == _DONE:
                         break
                     elif kind == _ERROR:
@@ -257,7 +268,7 @@ class _ForkedMap(Iterator):
         finally:
             self._shutdown()
 
-    def _take(self, child: _Child) -> tuple[int, bytes | bytearray]:
+    def _take(self, child: _Child) -> tuple[int, bytes | bytearray, list]:
         """The next message of `child`, reading (and buffering) the children until it has one."""
         while not child.buffer:
             if child.ended:  # cannot happen: an ended child with work left reports _DIED
@@ -271,9 +282,9 @@ class _ForkedMap(Iterator):
             for c in readable:
                 if c.result_fd in ready:
                     self._receive(c)
-        kind, payload = child.buffer.popleft()
-        child.buffered -= len(payload)
-        return kind, payload
+        kind, payload, buffers = message = child.buffer.popleft()
+        child.buffered -= len(payload) + sum(map(len, buffers))
+        return message
 
     def _receive(self, child: _Child) -> None:
         header = _read_exact(child.result_fd, _MESSAGE.size)
@@ -281,14 +292,14 @@ class _ForkedMap(Iterator):
             child.ended = True
             status = self._reap(child)
             if child.assigned:  # it had work left: tell the consumer when that item is due
-                child.buffer.append((_DIED, status.encode()))
+                child.buffer.append((_DIED, status.encode(), []))
             return
-        kind, size = _MESSAGE.unpack(header)
-        payload = _read_exact(child.result_fd, size) if size else b""
-        if payload is None:
-            raise EOFError("a converter process closed its pipe inside a message")
-        child.buffer.append((kind, payload))
-        child.buffered += len(payload)
+        kind, size, count = _MESSAGE.unpack(header)
+        sizes = [n for (n,) in _BUFFER_SIZE.iter_unpack(self._read(child, _BUFFER_SIZE.size * count))]
+        payload = self._read(child, size)
+        buffers = [self._read(child, buffer_size) for buffer_size in sizes]
+        child.buffer.append((kind, payload, buffers))
+        child.buffered += size + sum(sizes)
         self.peak_buffered_bytes = max(self.peak_buffered_bytes,
                                        sum(c.buffered for c in self._children))
         if kind == _DONE:
@@ -296,6 +307,16 @@ class _ForkedMap(Iterator):
             self._assign(child)
         elif kind == _ERROR:
             child.assigned.clear()
+
+    @staticmethod
+    def _read(child: _Child, size: int) -> bytes | bytearray:
+        """The next `size` bytes of a message from `child` (its pipe must not end first)."""
+        if not size:
+            return b""
+        data = _read_exact(child.result_fd, size)
+        if data is None:
+            raise EOFError("a converter process closed its pipe inside a message")
+        return data
 
     @staticmethod
     def _reap(child: _Child) -> str:

@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import enum
 import functools
+import pickle
 import struct
 import zlib
 from collections.abc import Callable, Iterator, Sequence
@@ -352,14 +353,20 @@ class FramedRecords(Sequence[bytes]):
     sequence it reads as the payloads (framing stripped), so code that just iterates
     records does not care which form it got.
 
+    Pickled with protocol 5, `data` and `ends` are out-of-band buffers: a pickler given a
+    `buffer_callback` (as `transforms.forked_pool` does) moves them without copying them
+    into the pickle.
+
     Attributes:
-      data: the framed records, concatenated (what `frame_records` returns).
+      data: the framed records, concatenated (what `frame_records` returns): bytes, or
+        another read-only bytes-like object (a `memoryview` over the encoder's buffer, or
+        over a received buffer after out-of-band unpickling).
       ends: int64 array, the end offset in `data` of each framed record.
     """
 
     __slots__ = ("data", "ends")
 
-    def __init__(self, data: bytes, ends: np.ndarray):
+    def __init__(self, data: bytes | memoryview, ends: np.ndarray):
         self.data = data
         self.ends = np.asarray(ends, dtype=np.int64)
         if self.ends.ndim != 1 or (self.ends.size and int(self.ends[-1]) != len(data)):
@@ -407,7 +414,7 @@ class FramedRecords(Sequence[bytes]):
             crcs[1:] ^= _per_length(lengths[1:], cache, lambda size: _prefix_correction(size, crc_fn))
         footers = _mask_array(crcs).astype("<u4").view(np.uint8).reshape(n, _FOOTER_SIZE)
         buffer[payload_ends[:, None] + np.arange(_FOOTER_SIZE)] = footers
-        return cls(buffer.tobytes(), ends)
+        return cls(memoryview(buffer).toreadonly(), ends)  # no copy of the whole batch
 
     def __len__(self) -> int:
         return len(self.ends)
@@ -446,8 +453,13 @@ class FramedRecords(Sequence[bytes]):
     def __repr__(self) -> str:
         return f"FramedRecords({len(self)} records, {len(self.data)} bytes)"
 
-    def __reduce__(self):
-        return FramedRecords, (self.data, self.ends)
+    def __reduce_ex__(self, protocol):
+        data = self.data
+        if protocol >= 5:
+            data = pickle.PickleBuffer(data)  # out of band when the pickler takes buffers
+        elif not isinstance(data, bytes):
+            data = bytes(data)
+        return FramedRecords, (data, self.ends)
 
     def framed_sizes(self) -> np.ndarray:
         """Bytes each framed record takes (payload + 16)."""

@@ -459,7 +459,8 @@ def _csv_pass(unit: WorkUnit, fmt: str, spec: ConversionSpec, batch_rows: int,
             parse_options=_parse_options(spec, fmt, on_invalid_row),
             convert_options=pacsv.ConvertOptions(
                 column_types={name: pa.string() for name in file_names},
-                strings_can_be_null=True, null_values=[""], quoted_strings_can_be_null=False),
+                strings_can_be_null=True, null_values=[""], quoted_strings_can_be_null=False,
+                check_utf8=False),  # `_EscapingReader` only ever yields valid UTF-8
         )
         skip = progress.good_rows  # good rows a previous pass emitted
         for batch in reader:

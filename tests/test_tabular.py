@@ -14,6 +14,7 @@ import io
 import json
 import math
 import random
+import time
 
 import apache_beam as beam
 import numpy as np
@@ -886,6 +887,49 @@ def _random_text_bytes(rng: random.Random, size: int) -> bytes:
               b"\xc0\x80", b"\xed\xa0\x80", b"\xf4\x90\x80\x80"]  # overlong, surrogate, > U+10FFFF
     weights = [40, 10, 5, 5, 5, 5, 1, 1, 1, 1, 1, 1, 1, 1, 1]
     return b"".join(rng.choices(pieces, weights, k=size))
+
+
+def _csv_of_blocks(tmp_path, rows: int):
+    """A CSV of ~100-byte rows and its work unit: read with batch_rows=300, its blocks
+    are 64 KiB (the minimum), so `rows` / 690 of them."""
+    path = tmp_path / "blocks.csv"
+    path.write_text("id,text\n" + "".join(f"{i},{'x' * 90}\n" for i in range(rows)))
+    spec = parse_spec("features: [{name: id, type: int64}, {name: text, type: string}]")
+    return tabular_read.plan_tabular(str(path), "csv")[0], spec
+
+
+def test_csv_reader_reads_a_few_blocks_ahead_of_the_batches_taken(tmp_path, monkeypatch):
+    # Arrow alone reads up to 32 blocks ahead on its own thread: a whole file held by
+    # a slow consumer. Paced, it stays _READAHEAD_BLOCKS ahead.
+    monkeypatch.setattr(tabular_read, "_READAHEAD_BLOCKS", 3)
+    unit, spec = _csv_of_blocks(tmp_path, 30_000)
+    ahead = []
+    before_read = tabular_read._ReadAhead.before_read
+
+    def counting_before_read(self):
+        before_read(self)
+        ahead.append(self._reads - self._taken)
+
+    monkeypatch.setattr(tabular_read._ReadAhead, "before_read", counting_before_read)
+    ids = []
+    for chunk in tabular_read.read_chunks(unit, "csv", spec, batch_rows=300):
+        ids.extend(chunk.columns["id"].to_pylist())
+        time.sleep(0.003)  # a consumer slower than the reads
+    assert ids == [str(i) for i in range(30_000)]
+    assert len(ahead) > 30  # the file took many blocks ...
+    assert max(ahead) <= 3  # ... never more than 3 ahead (unpaced: 32)
+
+
+def test_csv_reader_paced_tighter_than_a_batch_needs_still_reads_everything(tmp_path, monkeypatch):
+    # A batch needs up to two blocks past the batches taken; with room for one, every
+    # such read waits out the stall timeout and goes through: slower, never stuck.
+    monkeypatch.setattr(tabular_read, "_READAHEAD_BLOCKS", 1)
+    unit, spec = _csv_of_blocks(tmp_path, 4_000)
+    started = time.monotonic()
+    ids = [i for chunk in tabular_read.read_chunks(unit, "csv", spec, batch_rows=300)
+           for i in chunk.columns["id"].to_pylist()]
+    assert ids == [str(i) for i in range(4_000)]
+    assert time.monotonic() - started < 30
 
 
 @pytest.mark.parametrize("seed", range(40))

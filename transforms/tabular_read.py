@@ -29,8 +29,9 @@ import dataclasses
 import gzip
 import io
 import json
+import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import ExitStack
+from contextlib import ExitStack, contextmanager
 from typing import Any
 
 import numpy as np
@@ -65,6 +66,8 @@ FORMATS = ("csv", "tsv", "jsonl", "parquet")
 KEY_SEPARATOR = b"\x1f"  # ASCII unit separator: joins split-key values
 _MIN_BLOCK, _MAX_BLOCK = 1 << 16, 64 << 20
 _MAX_RETRY_BLOCK = 1 << 30  # pyarrow block sizes are 32-bit
+# Blocks Arrow's CSV reader may read ahead of the batches taken from it (see _ReadAhead).
+_READAHEAD_BLOCKS = 4
 _ESCAPE_ERRORS = "tfrecord_pipeline.escape"
 # UTF-8 of U+10FF00..U+10FFFF starts with these bytes.
 _ESCAPE_PREFIX = chr(ESCAPE_BASE).encode("utf-8")[:2]
@@ -244,6 +247,8 @@ class _EscapingReader(io.RawIOBase):
         self._eof = False
         self._position = 0
         self.escapes = False
+        #: Set while Arrow reads this stream: paces its reads (see `_ReadAhead`).
+        self.read_ahead: _ReadAhead | None = None
 
     def readable(self) -> bool:
         return True
@@ -278,6 +283,8 @@ class _EscapingReader(io.RawIOBase):
         return bytes(self._buffer[:size])
 
     def read(self, size: int = -1) -> bytes:
+        if self.read_ahead is not None:
+            self.read_ahead.before_read()
         self._fill(size)
         if size < 0 or size >= len(self._buffer):
             out, self._buffer = bytes(self._buffer), bytearray()
@@ -294,6 +301,71 @@ class _EscapingReader(io.RawIOBase):
 
     def tell(self) -> int:
         return self._position
+
+
+class _ReadAhead:
+    """Paces Arrow's streaming CSV reader to a few blocks ahead of the batches taken.
+
+    The reader reads its input on a background thread up to 32 blocks ahead of the
+    batches it has handed out (not configurable, ARROW-12090), so a converter held up to
+    32 blocks of every file it read: a whole 16 MB file, or 140 MB of a 20-column table's
+    4 MB blocks. The stream calls `before_read()` on that thread before each block, which
+    waits while `blocks` more blocks have been read than batches taken.
+
+    Batch k needs blocks up to about k + 2 (the header's block, and the next block to
+    know whether a block is the last), so `blocks` = 4 never holds back a read that the
+    batch being waited for needs. Should some input need more (e.g. batches with no
+    rows), a read the consumer has waited `stall_seconds` for goes through anyway: a
+    pause, never a deadlock.
+    """
+
+    def __init__(self, blocks: int = _READAHEAD_BLOCKS, stall_seconds: float = 0.05):
+        self._blocks = blocks
+        self._stall_seconds = stall_seconds
+        self._condition = threading.Condition()
+        self._reads = 0
+        self._taken = 0
+        self._consumer_waiting = False
+        self._closed = False
+
+    def _may_read(self) -> bool:
+        return self._closed or self._reads - self._taken < self._blocks
+
+    def before_read(self) -> None:
+        with self._condition:
+            while not self._condition.wait_for(self._may_read, self._stall_seconds):
+                if self._consumer_waiting:
+                    break
+            self._reads += 1
+
+    @contextmanager
+    def consumer_waiting(self):
+        with self._condition:
+            self._consumer_waiting = True
+        try:
+            yield
+        finally:
+            with self._condition:
+                self._consumer_waiting = False
+
+    def batches(self, reader) -> Iterator[pa.RecordBatch]:
+        """The batches of `reader`, counted as taken."""
+        while True:
+            with self.consumer_waiting():
+                try:
+                    batch = reader.read_next_batch()
+                except StopIteration:
+                    return
+            with self._condition:
+                self._taken += 1
+                self._condition.notify_all()
+            yield batch
+
+    def close(self) -> None:
+        """Lets every read through: the consumer is gone."""
+        with self._condition:
+            self._closed = True
+            self._condition.notify_all()
 
 
 def _complete_utf8(data: bytes) -> int:
@@ -451,19 +523,23 @@ def _csv_pass(unit: WorkUnit, fmt: str, spec: ConversionSpec, batch_rows: int,
                              f"{len(file_names)}: {file_names}")
         if len(set(names)) != len(names):
             raise ValueError(f"duplicate column names {file_names}; set csv.column_names")
-        reader = pacsv.open_csv(
-            stream,
-            read_options=pacsv.ReadOptions(
-                use_threads=False, block_size=progress.block_size or block_size,
-                column_names=None if options.header else names),
-            parse_options=_parse_options(spec, fmt, on_invalid_row),
-            convert_options=pacsv.ConvertOptions(
-                column_types={name: pa.string() for name in file_names},
-                strings_can_be_null=True, null_values=[""], quoted_strings_can_be_null=False,
-                check_utf8=False),  # `_EscapingReader` only ever yields valid UTF-8
-        )
+        read_ahead = stream.read_ahead = _ReadAhead(_READAHEAD_BLOCKS)
+        stack.callback(read_ahead.close)  # before the file closes: no read may stay waiting
+        with read_ahead.consumer_waiting():  # opening reads the first block(s)
+            reader = pacsv.open_csv(
+                stream,
+                read_options=pacsv.ReadOptions(
+                    use_threads=False, block_size=progress.block_size or block_size,
+                    column_names=None if options.header else names),
+                parse_options=_parse_options(spec, fmt, on_invalid_row),
+                convert_options=pacsv.ConvertOptions(
+                    column_types={name: pa.string() for name in file_names},
+                    strings_can_be_null=True, null_values=[""],
+                    quoted_strings_can_be_null=False,
+                    check_utf8=False),  # `_EscapingReader` only ever yields valid UTF-8
+            )
         skip = progress.good_rows  # good rows a previous pass emitted
-        for batch in reader:
+        for batch in read_ahead.batches(reader):
             if skip >= batch.num_rows:
                 skip -= batch.num_rows
                 batch = batch.slice(batch.num_rows)

@@ -51,8 +51,10 @@ T = TypeVar("T")
 R = TypeVar("R")
 
 #: Results of not-yet-due items a child may have waiting in the parent. A chunk of 16,384
-#: rows is 1.5-7 MB framed, so this lets a child run a few chunks ahead.
-DEFAULT_MAX_BUFFERED_BYTES = 64 * 1024 * 1024
+#: rows is 1.5-7 MB framed, so this lets a child run a few chunks ahead. Measured on the
+#: benchmark data (2 children): as fast as 64 MiB, and the parent's memory stays flat from
+#: 2M to 20M rows (64 MiB let it grow by ~50 MB, as children ran further ahead).
+DEFAULT_MAX_BUFFERED_BYTES = 16 * 1024 * 1024
 
 _PIPE_BYTES = 1024 * 1024
 _MESSAGE = struct.Struct("<BQI")  # kind, pickle length, number of out-of-band buffers

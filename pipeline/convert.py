@@ -31,6 +31,7 @@ from pipeline.runners import (
     LOCAL_PARALLEL_MIN_BYTES,
     LOCAL_PARALLEL_MIN_IMAGE_BYTES,
     RunnerError,
+    check_runner_installed,
     is_local,
     runner_for,
     runs_in_process,
@@ -209,6 +210,7 @@ def convert(argv: Sequence[str]) -> int:
     started = time.monotonic()
     try:
         _configure_logging(conv)
+        check_runner_installed(options)
         input_path, output = _resolve_paths(conv)
         _check_sharding(conv)
         plan = plan_conversion(conv, input_path, output)

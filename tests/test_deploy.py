@@ -556,7 +556,8 @@ def test_flex_template_dockerfile():
     launcher = "/opt/google/dataflow/python_template_launcher"
     assert ("COPY", f"--from={stage} {launcher} {launcher}") in instructions
     runs = " ".join(arg for kind, arg in instructions if kind == "RUN")
-    assert re.search(r"pip install .* \. ", runs) and "apache-beam[gcp]==${BEAM_VERSION}" in runs
+    assert re.search(r'pip install .* "\.\[dataflow\]" ', runs)
+    assert "apache-beam[gcp]==${BEAM_VERSION}" in runs
     env = dict(arg.split("=", 1) for kind, arg in instructions if kind == "ENV")
     workdir = next(arg for kind, arg in instructions if kind == "WORKDIR")
     assert ("COPY", ". .") in instructions

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import sys
 
 import image_samples
 import pytest
 from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions
 
 from pipeline.options import ConvertOptions, fill_date_template, parse_size
-from pipeline.runners import RunnerError, runner_for
+from pipeline.runners import RunnerError, check_runner_installed, runner_for
 
 
 @pytest.mark.parametrize(
@@ -98,6 +99,26 @@ def test_other_runners_pass_through_by_name():
     argv = ["--runner=DataflowRunner"]
     with runner_for(PipelineOptions(argv), argv) as runner:
         assert runner == "DataflowRunner"
+
+
+@pytest.mark.parametrize("runner", ["DataflowRunner", "dataflow"])
+def test_dataflow_without_its_extra_is_refused_before_anything_is_read_or_written(
+        runner, tmp_path, monkeypatch, capsys):
+    from pipeline.cli import EXIT_USAGE, run
+
+    monkeypatch.setitem(sys.modules, "google.cloud.dataflow", None)  # as if not installed
+    output = tmp_path / "out"
+    code = run(["convert", "--input", str(tmp_path / "missing" / "*.csv"), "--format", "csv",
+                "--output", str(output), "--runner", runner, "--quiet"])
+    assert code == EXIT_USAGE
+    # Refused for the missing extra, not for the missing input, and nothing was created.
+    assert "pip install 'tfrecord-pipeline[dataflow]'" in capsys.readouterr().err
+    assert not output.exists()
+
+
+def test_dataflow_with_its_extra_passes_the_check():
+    pytest.importorskip("google.cloud.dataflow")
+    check_runner_installed(PipelineOptions(["--runner=DataflowRunner"]))  # does not raise
 
 
 def test_progress_reports_inputs_records_and_rate(tmp_path):

@@ -150,6 +150,8 @@ def test_portable_runner_with_local_job_service_and_loopback(reference, tmp_path
 def test_dataflow_template_is_built_offline(reference, tmp_path, gcs_emulator):
     from apache_beam.portability.api import beam_runner_api_pb2
 
+    pytest.importorskip("google.cloud.dataflow")  # the dataflow extra, part of the test extra
+
     root, _, _ = reference
     template = tmp_path / "template.json"
     assert run(_convert_args(

@@ -17,7 +17,7 @@ it. To force a rewrite, trigger the DAG with the config ``{"overwrite": true}``.
 
 Requirements on the Airflow workers: ``apache-airflow-providers-apache-beam`` (plus
 ``apache-airflow-providers-google`` for the Dataflow DAG), tfrecord-pipeline installed
-(``pip install tfrecord-pipeline[dask]``) and a copy of ``deploy/dataflow/main.py``, the
+(``pip install 'tfrecord-pipeline[dask,dataflow]'``) and a copy of ``deploy/dataflow/main.py``, the
 launcher the operator runs (``TFRECORD_LAUNCHER``). Configuration comes from environment
 variables of the Airflow deployment (see the constants below).
 """

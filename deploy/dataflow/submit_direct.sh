@@ -13,6 +13,8 @@ Runs, from this machine:
       --staging_location gs://BUCKET/dataflow/staging \
       --setup_file <repo>/deploy/dataflow/setup.py
 
+Needs the package with its dataflow extra on this machine: pip install '.[dataflow]'.
+
 Required environment:
   PROJECT               Google Cloud project id
   REGION                Dataflow region, e.g. europe-west1

@@ -246,6 +246,17 @@ def test_complete_with_rare_huge_lengths_and_an_injected_crc():
     assert got.data == frame_records(small)  # any CRC-32C implementation gives the same bytes
 
 
+@pytest.mark.parametrize("size", [20, 600])  # mean span below and above _VIEW_CRC_MIN_SPAN
+@pytest.mark.parametrize("crc_fn", [None, _crc32c_bitwise])
+def test_complete_cuts_spans_as_copies_or_views_with_the_same_bytes(size, crc_fn):
+    payloads = [bytes([i % 251]) * (size + i % 7) for i in range(40)]
+    lengths = np.array([len(p) for p in payloads])
+    args = {} if crc_fn is None else {"crc_fn": crc_fn}
+    got = FramedRecords.complete(_zero_footers(payloads, *args.values()), lengths, **args)
+    assert got.data == frame_records(payloads)
+    assert list(got) == payloads
+
+
 def test_complete_rejects_a_buffer_of_the_wrong_size_and_accepts_none():
     with pytest.raises(ValueError, match="as long as the framed records"):
         FramedRecords.complete(np.zeros(20, np.uint8), np.array([5]))

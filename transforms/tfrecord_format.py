@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import enum
 import functools
+import itertools
 import pickle
 import struct
 import zlib
@@ -118,6 +119,10 @@ _HEADER_DTYPE = np.dtype([("length", "<u8"), ("length_crc", "<u4")])  # packed: 
 # Per payload length, for the default CRC function: the CRC correction of a payload CRC
 # computed with the 16 framing bytes before it (see `FramedRecords.complete`).
 _PREFIX_CORRECTION_CACHE: dict[int, int] = {}
+# Mean span (record plus framing) from which `FramedRecords.complete` hands the CRC function
+# memoryview slices rather than bytes copies cut by pyarrow. Measured per 62,500 records:
+# copies win below ~225 bytes (60 B: 16 vs 27 ms), views above (400 B: 18 vs 30 ms).
+_VIEW_CRC_MIN_SPAN = 256
 
 
 class Compression(enum.Enum):
@@ -344,6 +349,18 @@ def _frame(payloads: Sequence[bytes], lengths: list[int], crc_fn: CrcFn) -> byte
     return b"".join(parts)
 
 
+def _span_crcs(buffer: np.ndarray, bounds: np.ndarray, crc_fn: CrcFn) -> Iterator[int]:
+    """`crc_fn` of each span `buffer[bounds[i]:bounds[i + 1]]`, in order."""
+    if (int(bounds[-1]) - int(bounds[0])) >= _VIEW_CRC_MIN_SPAN * (len(bounds) - 1):
+        view = memoryview(buffer)
+        return (crc_fn(view[start:end]) for start, end in itertools.pairwise(bounds.tolist()))
+    import pyarrow as pa  # lazily: the image path does not otherwise need it
+
+    spans = pa.LargeBinaryArray.from_buffers(
+        pa.large_binary(), len(bounds) - 1, [None, pa.py_buffer(bounds), pa.py_buffer(buffer)])
+    return map(crc_fn, spans.to_numpy(zero_copy_only=False))
+
+
 class FramedRecords(Sequence[bytes]):
     """Payloads already framed as TFRecords, back to back in one buffer.
 
@@ -389,9 +406,10 @@ class FramedRecords(Sequence[bytes]):
         This is how the vectorised Example encoder frames a batch it renders with the
         framing slots in place, without one bytes object and one join part per record.
         The payload CRCs come from CRCs of the spans between payload ends (each is the
-        previous record's zero footer, a header and a payload, cut from `buffer` by
-        pyarrow in C++) and a per-length correction (`_prefix_correction`), so `crc_fn`
-        must be a CRC-32C implementation: exactly what `frame_records` needs too.
+        previous record's zero footer, a header and a payload; `crc_fn` gets each as a
+        bytes-like object, see `_span_crcs`) and a per-length correction
+        (`_prefix_correction`), so `crc_fn` must be a CRC-32C implementation: exactly what
+        `frame_records` needs too.
         """
         lengths = np.asarray(payload_lengths, np.int64)
         n = lengths.size
@@ -401,16 +419,12 @@ class FramedRecords(Sequence[bytes]):
                              "framed records")
         if n == 0:
             return cls(b"", ends)
-        import pyarrow as pa  # lazily: the image path does not otherwise need it
-
         payload_ends = ends - _FOOTER_SIZE
         crcs = np.empty(n, np.uint32)
         crcs[0] = crc_fn(buffer[_HEADER_SIZE : payload_ends[0]].tobytes())
         if n > 1:
-            spans = pa.LargeBinaryArray.from_buffers(
-                pa.large_binary(), n - 1, [None, pa.py_buffer(payload_ends), pa.py_buffer(buffer)])
+            crcs[1:] = np.fromiter(_span_crcs(buffer, payload_ends, crc_fn), np.uint32, n - 1)
             cache = _length_crc_cache(crc_fn, _PREFIX_CORRECTION_CACHE)
-            crcs[1:] = np.fromiter(map(crc_fn, spans.to_numpy(zero_copy_only=False)), np.uint32, n - 1)
             crcs[1:] ^= _per_length(lengths[1:], cache, lambda size: _prefix_correction(size, crc_fn))
         footers = _mask_array(crcs).astype("<u4").view(np.uint8).reshape(n, _FOOTER_SIZE)
         buffer[payload_ends[:, None] + np.arange(_FOOTER_SIZE)] = footers

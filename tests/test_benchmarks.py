@@ -4,6 +4,7 @@ only proves that every path works and writes what it claims)."""
 from __future__ import annotations
 
 import glob
+import importlib.util
 import json
 import os
 import subprocess
@@ -110,6 +111,27 @@ def test_reports_ratios_memory_and_machine(tiny_run):
     assert memory["peak_rss_small_mb"] > 0 and memory["peak_rss_large_mb"] > 0
     assert report["machine"]["cores"] >= 1 and report["machine"]["python"]
     assert report["machine"]["apache_beam"] and report["machine"]["tensorflow"]
+    gcp_extra = report["machine"]["beam_gcp_extra"]
+    assert gcp_extra is (importlib.util.find_spec("google.cloud.dataflow") is not None)
     markdown = out.with_suffix(".md").read_text()
     assert "| tf_tutorial/ours/gzip |" in markdown and report["machine"]["cpu"] in markdown
+    assert f"Beam's gcp extra {'installed' if gcp_extra else 'not installed'}" in markdown
     assert "tf_tutorial/beam/gzip" in stdout and "ours/ceiling" in stdout
+
+
+def test_our_packages_are_byte_compiled_before_timing(tmp_path, monkeypatch):
+    """As `pip install` would have done, even where Python writes no bytecode itself."""
+    spec = importlib.util.spec_from_file_location("run_benchmarks", SCRIPT)
+    script = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "run_benchmarks", script)  # dataclasses need its module
+    spec.loader.exec_module(script)
+    sources = []
+    for package in ("pipeline", "protos", "transforms"):
+        (tmp_path / package).mkdir()
+        for source in (REPO / package).glob("*.py"):
+            sources.append(tmp_path / package / source.name)
+            sources[-1].write_bytes(source.read_bytes())
+    assert not any(Path(importlib.util.cache_from_source(str(s))).exists() for s in sources)
+    script.byte_compile_project(tmp_path)
+    for source in sources:
+        assert Path(importlib.util.cache_from_source(str(source))).is_file(), source

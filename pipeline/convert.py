@@ -24,7 +24,7 @@ from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOpt
 
 from pipeline.cli import EXIT_ERROR_RATE, EXIT_FAILED, EXIT_OK, EXIT_USAGE
 from pipeline.graph import build_pipeline, in_process_plan
-from pipeline.options import IMAGE_FORMATS, ConvertOptions, fill_date_template
+from pipeline.options import IMAGE_FORMATS, ConvertOptions, fill_date_template, log_level_from
 from pipeline.output_lock import OutputBusyError, output_lock
 from pipeline.planning import plan_conversion, shard_byte_cap
 from pipeline.runners import (
@@ -49,10 +49,16 @@ class UsageError(ValueError):
     """The command line or its inputs are wrong; exit code 2."""
 
 
-def _configure_logging(conv: ConvertOptions) -> None:
-    level = getattr(logging, str(conv.log_level).upper(), None)
+def _configure_logging(argv: Sequence[str]) -> None:
+    """Sets the root logger's level and, unless logging is already configured, its format.
+
+    Runs before the first `PipelineOptions`: its constructor calls `logging.basicConfig()`,
+    after which ours would leave Python's default format in place.
+    """
+    name = log_level_from(argv)
+    level = getattr(logging, str(name).upper(), None)
     if not isinstance(level, int):
-        raise UsageError(f"--log-level {conv.log_level!r} is not a Python log level")
+        raise UsageError(f"--log-level {name!r} is not a Python log level")
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger().setLevel(level)
     # Dask and Beam log routine lifecycle events at INFO; follow the user's level.
@@ -205,11 +211,11 @@ def _error_rate_message(error: BaseException) -> str:
 def convert(argv: Sequence[str]) -> int:
     """Runs `tfrecord-pipeline convert`; returns the exit code."""
     argv = list(argv)
-    options = PipelineOptions(argv)
-    conv = options.view_as(ConvertOptions)
     started = time.monotonic()
     try:
-        _configure_logging(conv)
+        _configure_logging(argv)  # first: see there
+        options = PipelineOptions(argv)
+        conv = options.view_as(ConvertOptions)
         check_runner_installed(options)
         input_path, output = _resolve_paths(conv)
         _check_sharding(conv)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import re
+from collections.abc import Sequence
 
 from apache_beam.options.pipeline_options import PipelineOptions
 
@@ -17,14 +18,17 @@ __all__ = [
     "FORMATS",
     "IMAGE_FORMATS",
     "TABULAR_FORMATS",
+    "DEFAULT_LOG_LEVEL",
     "ConvertOptions",
     "fill_date_template",
+    "log_level_from",
     "parse_size",
 ]
 
 TABULAR_FORMATS = ("csv", "tsv", "jsonl", "parquet")
 IMAGE_FORMATS = ("image-folder", "image-manifest")
 FORMATS = TABULAR_FORMATS + IMAGE_FORMATS
+DEFAULT_LOG_LEVEL = "WARNING"
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?i?b?)?\s*$", re.IGNORECASE)
 _UNITS = {
@@ -122,6 +126,14 @@ def _flag(parser, name: str, **kwargs) -> None:
     parser.add_argument(*names, **kwargs)
 
 
+def log_level_from(argv: Sequence[str]) -> str:
+    """The `--log-level` in `argv`, read without Beam: logging must be configured before the
+    first `PipelineOptions`, whose constructor calls `logging.basicConfig()` itself."""
+    parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    _flag(parser, "log-level", default=DEFAULT_LOG_LEVEL)
+    return parser.parse_known_args(list(argv))[0].log_level
+
+
 class ConvertOptions(PipelineOptions):
     """Options of a conversion run (see README: "Command line")."""
 
@@ -167,7 +179,8 @@ class ConvertOptions(PipelineOptions):
               help="submit the job and return without waiting for it (remote runners; what "
                    "Dataflow Flex Template launchers need); the manifest appears when it commits")
         _flag(group, "quiet", action="store_true", default=False, help="no progress, no summary")
-        _flag(group, "log-level", default="WARNING", help="Python log level (default WARNING)")
+        _flag(group, "log-level", default=DEFAULT_LOG_LEVEL,
+              help=f"Python log level (default {DEFAULT_LOG_LEVEL})")
 
         images = parser.add_argument_group("images")
         _flag(images, "image-column", default=None, help="manifest column holding image paths/URIs")

@@ -161,6 +161,24 @@ def test_console_entry_point_drops_beams_spurious_bigquery_warning_only():
     assert "another warning at import" in done.stderr.decode()
 
 
+def test_log_level_sets_the_documented_format_despite_beams_own_logging_set_up(tmp_path):
+    """Beam's PipelineOptions() calls logging.basicConfig() itself; ours must come first, or
+    --log-level would change the level but leave Python's bare "LEVEL:name:msg" format."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])))
+    sample = os.path.join(root, "pipeline", "sample_data", "tabular")
+    done = subprocess.run(
+        [sys.executable, "-m", "pipeline", "convert", "--input", os.path.join(sample, "*.csv"),
+         "--format", "csv", "--spec", os.path.join(sample, "customers.spec.yaml"),
+         "--output", str(tmp_path / "out"), "--log-level", "INFO", "--quiet"],
+        capture_output=True, env=env, timeout=300, cwd=root)
+    assert done.returncode == 0, done.stderr.decode()
+    committed = [line for line in done.stderr.decode().splitlines() if "Committed" in line]
+    assert len(committed) == 1, done.stderr.decode()
+    assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} INFO tfrecord_pipeline: "
+                        r"Committed .*manifest\.json", committed[0]), committed[0]
+
+
 def test_console_entry_point_flushes_output_and_keeps_exit_codes(tmp_path):
     """`main()` ends the process without interpreter teardown (pipeline/_exit.py): piped
     output must still arrive whole, and each exit code must survive."""

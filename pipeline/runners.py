@@ -14,11 +14,13 @@
   `multi_threading` was seen to lose elements in Beam 2.77 and is refused.
 * `--runner dask`: Beam's DaskRunner on the scheduler at `--dask_client_address`, or on a
   `dask.distributed.LocalCluster` started (and stopped) for the run.
-* `DataflowRunner` needs the `dataflow` extra (Beam's gcp extra, with the Dataflow client);
-  the default install leaves it out because importing it costs every local run ~0.25 s.
-  `check_runner_installed` says so before anything is read or written.
 * Anything else (DataflowRunner, FlinkRunner, SparkRunner, PortableRunner, ...) is passed
-  to Beam unchanged.
+  to Beam unchanged. `DataflowRunner` needs the `dataflow` extra (Beam's gcp extra, with the
+  Dataflow client), which the default install leaves out because importing it costs every
+  local run ~0.25 s.
+
+`check_runner_installed` names the extra a runner is missing (`dask`, `dataflow`) before
+anything is read or written.
 """
 
 from __future__ import annotations
@@ -52,6 +54,11 @@ LOCAL_PARALLEL_MIN_IMAGE_BYTES = 8 * 1024 * 1024 * 1024
 _LOCAL_NAMES = {None, "", "direct", "directrunner", "fnapirunner", "local"}
 _DASK_NAMES = {"dask", "daskrunner"}
 _DATAFLOW_NAMES = {"dataflow", "dataflowrunner"}
+#: Runner name -> (a module the runner imports, the extra that installs it, what it is).
+_RUNNER_EXTRAS = {
+    **dict.fromkeys(_DASK_NAMES, ("apache_beam.runners.dask.dask_runner", "dask", "Dask")),
+    **dict.fromkeys(_DATAFLOW_NAMES, ("google.cloud.dataflow", "dataflow", "Beam's gcp extra")),
+}
 
 
 class RunnerError(ValueError):
@@ -64,15 +71,15 @@ def _explicit(argv: Sequence[str], flag: str) -> bool:
 
 def check_runner_installed(options: PipelineOptions) -> None:
     """Raises `RunnerError` when the requested runner needs an extra that is not installed."""
-    name = (options.view_as(StandardOptions).runner or "").lower()
-    if name in _DATAFLOW_NAMES:
-        try:
-            importlib.import_module("google.cloud.dataflow")  # Beam's Dataflow client
-        except ImportError as error:
-            raise RunnerError(
-                "--runner DataflowRunner needs the dataflow extra (Beam's gcp extra): "
-                "pip install 'tfrecord-pipeline[dataflow]'"
-            ) from error
+    runner = options.view_as(StandardOptions).runner or ""
+    if runner.lower() not in _RUNNER_EXTRAS:
+        return
+    module, extra, what = _RUNNER_EXTRAS[runner.lower()]
+    try:
+        importlib.import_module(module)
+    except ImportError as error:
+        raise RunnerError(f"--runner {runner} needs the {extra} extra ({what}): "
+                          f"pip install 'tfrecord-pipeline[{extra}]'") from error
 
 
 def is_local(options: PipelineOptions) -> bool:
@@ -133,12 +140,8 @@ def _local_runner(options: PipelineOptions, argv: Sequence[str], parallel: bool)
 
 @contextlib.contextmanager
 def _dask_runner(options: PipelineOptions):
-    try:
-        from apache_beam.runners.dask.dask_runner import DaskOptions, DaskRunner
-    except ImportError as error:  # pragma: no cover - depends on the install
-        raise RunnerError(
-            "--runner dask needs the dask extra: pip install 'tfrecord-pipeline[dask]'"
-        ) from error
+    check_runner_installed(options)
+    from apache_beam.runners.dask.dask_runner import DaskOptions, DaskRunner
     dask_options = options.view_as(DaskOptions)
     if getattr(dask_options, "address", None):
         yield DaskRunner()

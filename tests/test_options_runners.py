@@ -101,18 +101,24 @@ def test_other_runners_pass_through_by_name():
         assert runner == "DataflowRunner"
 
 
-@pytest.mark.parametrize("runner", ["DataflowRunner", "dataflow"])
-def test_dataflow_without_its_extra_is_refused_before_anything_is_read_or_written(
-        runner, tmp_path, monkeypatch, capsys):
+@pytest.mark.parametrize(("runner", "module", "extra"), [
+    ("DataflowRunner", "google.cloud.dataflow", "dataflow"),
+    ("dataflow", "google.cloud.dataflow", "dataflow"),
+    ("dask", "apache_beam.runners.dask.dask_runner", "dask"),
+])
+def test_runner_without_its_extra_is_refused_before_anything_is_read_or_written(
+        runner, module, extra, tmp_path, monkeypatch, capsys):
     from pipeline.cli import EXIT_USAGE, run
 
-    monkeypatch.setitem(sys.modules, "google.cloud.dataflow", None)  # as if not installed
+    monkeypatch.setitem(sys.modules, module, None)  # as if the extra were not installed
     output = tmp_path / "out"
     code = run(["convert", "--input", str(tmp_path / "missing" / "*.csv"), "--format", "csv",
                 "--output", str(output), "--runner", runner, "--quiet"])
     assert code == EXIT_USAGE
     # Refused for the missing extra, not for the missing input, and nothing was created.
-    assert "pip install 'tfrecord-pipeline[dataflow]'" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert f"--runner {runner} needs the {extra} extra" in err
+    assert f"pip install 'tfrecord-pipeline[{extra}]'" in err
     assert not output.exists()
 
 

@@ -11,7 +11,13 @@ import pytest
 from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions
 
 from pipeline.options import ConvertOptions, fill_date_template, parse_size
-from pipeline.runners import RunnerError, check_runner_installed, runner_for
+from pipeline.runners import (
+    LOCAL_STATE_SAMPLING_PERIOD_MS,
+    RunnerError,
+    check_runner_installed,
+    runner_for,
+    state_sampling_period,
+)
 
 
 @pytest.mark.parametrize(
@@ -47,6 +53,40 @@ def test_hyphen_and_underscore_spellings_are_the_same_option():
 def test_dry_run_does_not_clash_with_beams_own_flag():
     options = PipelineOptions(["--dry-run"])
     assert options.view_as(ConvertOptions).convert_dry_run is True
+
+
+def test_local_runs_sample_beams_step_states_often_so_bundles_end_promptly(monkeypatch):
+    import apache_beam as beam
+    from apache_beam.runners.worker import statesampler
+
+    # A bundle ends by joining its sampler's thread, which sleeps up to a period.
+    assert statesampler.DEFAULT_SAMPLING_PERIOD_MS == 200
+    periods = []
+    real_start = statesampler.StateSampler.start
+
+    def spy_start(sampler):
+        periods.append(sampler.sampling_period_ms)
+        return real_start(sampler)
+
+    monkeypatch.setattr(statesampler.StateSampler, "start", spy_start)
+    argv = ["--direct_running_mode=in_memory"]
+    with runner_for(PipelineOptions(argv), argv) as runner:
+        with beam.Pipeline(runner=runner) as pipeline:
+            _ = pipeline | beam.Create([1, 2]) | beam.Map(lambda x: x)
+    assert periods and set(periods) == {LOCAL_STATE_SAMPLING_PERIOD_MS}
+    periods.clear()
+    with beam.Pipeline(runner="FnApiRunner") as pipeline:  # Beam's own default again
+        _ = pipeline | beam.Create([1, 2]) | beam.Map(lambda x: x)
+    assert periods and set(periods) == {200}
+
+
+def test_an_unknown_state_sampler_is_left_alone(monkeypatch):
+    from apache_beam.runners.worker import statesampler
+
+    monkeypatch.setattr(statesampler.StateSampler.__init__, "__defaults__", (150,))
+    with state_sampling_period(10) as applied:
+        assert applied is False
+        assert statesampler.StateSampler.__init__.__defaults__ == (150,)
 
 
 def test_local_runner_defaults_to_multi_processing_on_every_core():

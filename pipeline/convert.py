@@ -23,7 +23,7 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOptions
 
 from pipeline.cli import EXIT_ERROR_RATE, EXIT_FAILED, EXIT_OK, EXIT_USAGE
-from pipeline.graph import build_pipeline, in_process_plan
+from pipeline.graph import build_pipeline, converting_ahead, in_process_plan
 from pipeline.options import IMAGE_FORMATS, ConvertOptions, fill_date_template, log_level_from
 from pipeline.output_lock import OutputBusyError, output_lock
 from pipeline.planning import plan_conversion, shard_byte_cap
@@ -255,19 +255,20 @@ def _convert_planned(options: PipelineOptions, argv: list[str], conv: ConvertOpt
                      else LOCAL_PARALLEL_MIN_BYTES)
         parallel = len(plan.work_units) > 1 and plan.input_bytes >= min_bytes
         with runner_for(options, argv, parallel) as runner:
-            pipeline = beam.Pipeline(runner=runner, options=options)
-            build_pipeline(pipeline, in_process_plan(plan) if runs_in_process(options) else plan,
-                           sink)
-            if is_local(options) and not conv.quiet:
-                progress = _Progress(sink.config.temp_dir, len(plan.work_units))
-                progress.start()
-            result = pipeline.run()
-            if conv.no_wait and not is_local(options):
-                if not conv.quiet:
-                    print(f"Submitted; the job commits {output}/{manifest_lib.MANIFEST_NAME} "
-                          f"when it finishes (state: {result.state}).")
-                return EXIT_OK
-            result.wait_until_finish()
+            planned = in_process_plan(plan) if runs_in_process(options) else plan
+            with converting_ahead(planned):
+                pipeline = beam.Pipeline(runner=runner, options=options)
+                build_pipeline(pipeline, planned, sink)
+                if is_local(options) and not conv.quiet:
+                    progress = _Progress(sink.config.temp_dir, len(plan.work_units))
+                    progress.start()
+                result = pipeline.run()
+                if conv.no_wait and not is_local(options):
+                    if not conv.quiet:
+                        print(f"Submitted; the job commits {output}/{manifest_lib.MANIFEST_NAME} "
+                              f"when it finishes (state: {result.state}).")
+                    return EXIT_OK
+                result.wait_until_finish()
             client = getattr(result, "client", None)  # DaskRunner keeps a client open
             if client is not None:
                 client.close()

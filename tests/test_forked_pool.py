@@ -11,16 +11,23 @@ import json
 import os
 import pickle
 import signal
+import threading
 import time
 
 import numpy as np
 import pytest
 
 from pipeline import cli
-from pipeline.graph import ConversionPlan, in_process_plan
+from pipeline.graph import ConversionPlan, converting_ahead, in_process_plan
 from pipeline.spec import ConversionSpec, FeatureSpec
 from transforms import forked_pool, tabular
-from transforms.forked_pool import WorkerDiedError, fork_available, forked_map
+from transforms.forked_pool import (
+    WorkerDiedError,
+    fork_available,
+    forked_map,
+    started_ahead,
+    take_started,
+)
 from transforms.records import WorkUnit, WorkUnitGroup
 from transforms.tabular import ConvertTabular, TabularConfig, plan_tabular
 from transforms.tfrecord_format import FramedRecords
@@ -46,10 +53,11 @@ def _uneven(n: int):
 # ------------------------------------------------------------------------ forked_map
 
 
+@pytest.mark.parametrize("receive_ahead", [False, True])
 @pytest.mark.parametrize("processes, count", [(2, 12), (3, 7), (8, 3), (2, 2)])
-def test_results_come_in_item_order_as_a_plain_loop_gives_them(processes, count):
+def test_results_come_in_item_order_as_a_plain_loop_gives_them(processes, count, receive_ahead):
     items = list(range(count))
-    got = list(forked_map(_uneven, items, processes))
+    got = list(forked_map(_uneven, items, processes, receive_ahead=receive_ahead))
     assert [r[:2] for r in got] == [(n, i) for n in items for i in range(n)]
     pids = {r[2] for r in got}
     assert os.getpid() not in pids  # computed in children ...
@@ -95,6 +103,72 @@ def test_what_waits_in_the_parent_is_bounded_and_the_results_are_complete():
     assert chunk < results.peak_buffered_bytes <= 3 * (chunk + message)
 
 
+def _receiving_ahead() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == "forked-map-receive-ahead"]
+
+
+def _wait_for(condition, timeout: float = 20.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
+def test_receiving_ahead_takes_results_before_the_first_next_within_the_bound():
+    chunk = 256 * 1024
+
+    def big(n):
+        for i in range(12):
+            yield bytes([n]) * chunk + i.to_bytes(4, "little")
+
+    results = forked_map(big, range(6), processes=3, max_buffered_bytes=chunk, receive_ahead=True)
+    message = len(pickle.dumps(b"x" * (chunk + 4), protocol=pickle.HIGHEST_PROTOCOL))
+    # Nobody has asked for a result yet; the thread fills each child's share of the bound.
+    assert _wait_for(lambda: results.peak_buffered_bytes > 2 * chunk)
+    time.sleep(0.2)  # time to overshoot, if the bound did not hold
+    assert results.peak_buffered_bytes <= 3 * (chunk + message)
+    assert len(_receiving_ahead()) == 1
+    got = list(results)
+    assert not _receiving_ahead()  # stopped by the first next()
+    assert got == [bytes([n]) * chunk + i.to_bytes(4, "little") for n in range(6) for i in range(12)]
+    assert results.peak_buffered_bytes <= 3 * (chunk + message)
+
+
+def test_closing_before_the_first_next_stops_the_receiver_and_the_children():
+    def endless(n):
+        while True:
+            yield n
+
+    results = forked_map(endless, range(4), processes=2, receive_ahead=True)
+    assert _wait_for(lambda: results.peak_buffered_bytes > 0)
+    pids = results.pids
+    results.close()
+    assert not any(_alive(pid) for pid in pids)
+    assert not _receiving_ahead()
+
+
+def test_started_results_are_taken_once_and_closed_at_exit_if_nobody_took_them():
+    def endless(n):
+        while True:
+            yield n
+
+    with started_ahead("k1", forked_map(endless, range(4), 2, receive_ahead=True)):
+        taken = take_started("k1")
+        assert take_started("k1") is None and take_started("other") is None
+        assert next(taken) == 0
+    assert next(taken) == 0  # taken: the block's exit leaves it to its taker
+    taken.close()
+    untaken = forked_map(endless, range(4), 2, receive_ahead=True)
+    pids = untaken.pids
+    with started_ahead("k2", untaken):
+        with pytest.raises(ValueError, match="already started"), started_ahead("k2", iter(())):
+            pass
+    assert not any(_alive(pid) for pid in pids)
+    assert take_started("k2") is None
+
+
 def _framed_in_place(payloads: list[bytes]) -> FramedRecords:
     """`payloads` framed by `FramedRecords.complete`, as the vectorised encoder frames."""
     buffer = np.frombuffer(FramedRecords.frame(payloads).data, np.uint8).copy()
@@ -120,14 +194,15 @@ def test_framed_records_and_arrays_cross_out_of_band_and_arrive_intact():
         assert isinstance(framed.data, memoryview) and framed.data.readonly
 
 
-def test_an_exception_is_raised_at_its_item_after_every_earlier_result():
+@pytest.mark.parametrize("receive_ahead", [False, True])
+def test_an_exception_is_raised_at_its_item_after_every_earlier_result(receive_ahead):
     def work(n):
         yield n
         if n == 3:
             raise ValueError(f"bad item {n}")
         yield -n
 
-    results = forked_map(work, range(8), processes=3)
+    results = forked_map(work, range(8), processes=3, receive_ahead=receive_ahead)
     got = []
     with pytest.raises(ValueError, match="bad item 3") as caught:
         for result in results:
@@ -243,7 +318,9 @@ def test_in_process_plan_groups_the_units_only_when_several_processes_can_help()
     plan = ConversionPlan(converter_label="ConvertCsv", work_units=units, converter=None,
                           local_processes=8)
     grouped = in_process_plan(plan)
-    assert list(grouped.work_units) == [WorkUnitGroup(tuple(units), processes=3)]
+    [group] = grouped.work_units
+    assert group == WorkUnitGroup(tuple(units), processes=3, key=group.key)
+    assert group.key and group.key != in_process_plan(plan).work_units[0].key
     for single in (ConversionPlan("ConvertCsv", units, None, local_processes=1),
                    ConversionPlan("ConvertCsv", units[:1], None, local_processes=8)):
         assert in_process_plan(single) is single
@@ -266,14 +343,15 @@ def test_the_cli_converts_on_forked_processes_with_the_same_output(tmp_path, mon
     real = tabular.forked_map
 
     def spy(fn, items, processes, *args, **kwargs):
-        calls.append((len(items), processes))
+        calls.append((len(items), processes, kwargs.get("receive_ahead")))
         return real(fn, items, processes, *args, **kwargs)
 
     monkeypatch.setattr(tabular, "forked_map", spy)
     serial = _convert(tmp_path, "serial", "--converter-processes", "1")
     assert calls == []
     forked = _convert(tmp_path, "forked", "--converter-processes", "2")
-    assert calls == [(5, 2)]
+    # Started by the launcher before the pipeline ran, and taken over by the DoFn: once.
+    assert calls == [(5, 2, True)]
     assert forked["shards"] == serial["shards"]  # names, records, bytes and sha256
     assert forked["counts"] == serial["counts"]
     assert forked["counts"]["dead_letter"] == sum(1 for i in range(15000) if i % 499 == 7)
@@ -297,3 +375,22 @@ def test_only_the_in_process_local_runner_groups_work_units(argv, parallel, expe
     options = PipelineOptions(argv)
     with runner_for(options, argv, parallel):
         assert runs_in_process(options) is expected
+
+
+def test_converting_ahead_is_taken_over_by_the_converter_or_stopped(tmp_path):
+    _write_parts(tmp_path / "in")
+    units = plan_tabular(str(tmp_path / "in" / "*.csv"), "csv")
+    fn = ConvertTabular(TabularConfig(spec=SPEC, fmt="csv", batch_rows=500))
+    plan = in_process_plan(ConversionPlan("ConvertCsv", units, fn, local_processes=2))
+    [group] = plan.work_units
+    expected = _batches(WorkUnitGroup(group.units, processes=1), fn)
+    with converting_ahead(plan):
+        started = forked_pool._started[group.key]
+        assert _wait_for(lambda: started.peak_buffered_bytes > 0)  # converting already
+        # The runner's copy of the DoFn takes the running conversion over.
+        assert _batches(group, pickle.loads(pickle.dumps(fn))) == expected
+    assert take_started(group.key) is None
+    with converting_ahead(plan):  # a run that fails before its converter starts
+        pids = forked_pool._started[group.key].pids
+    assert not any(_alive(pid) for pid in pids)
+    assert not _receiving_ahead()

@@ -24,6 +24,11 @@ would, while up to `processes` children compute them:
   every result before it. A child that dies (killed, out of memory) raises `WorkerDiedError`
   naming the item.
 * Closing the iterator early, or an exception in the consumer, kills and reaps the children.
+* `receive_ahead=True` receives results on a background thread until the first `next()`, so
+  the children keep working while the caller does something else first (within the same
+  limit). With `started_ahead`/`take_started`, a launcher starts a conversion before Beam
+  builds and starts the pipeline, and the converter DoFn, a copy Beam deserialized in the
+  same process, takes the running conversion over instead of starting its own.
 
 POSIX fork only (Linux): elsewhere, with one process or one item, it is the plain chain.
 """
@@ -31,6 +36,7 @@ POSIX fork only (Linux): elsewhere, with one process or one item, it is the plai
 from __future__ import annotations
 
 import collections
+import contextlib
 import gc
 import logging
 import os
@@ -39,11 +45,19 @@ import select
 import signal
 import struct
 import sys
+import threading
 import traceback
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TypeVar
 
-__all__ = ["DEFAULT_MAX_BUFFERED_BYTES", "WorkerDiedError", "fork_available", "forked_map"]
+__all__ = [
+    "DEFAULT_MAX_BUFFERED_BYTES",
+    "WorkerDiedError",
+    "fork_available",
+    "forked_map",
+    "started_ahead",
+    "take_started",
+]
 
 _LOG = logging.getLogger(__name__)
 
@@ -74,17 +88,48 @@ def fork_available() -> bool:
 
 
 def forked_map(fn: Callable[[T], Iterable[R]], items: Iterable[T], processes: int,
-               max_buffered_bytes: int = DEFAULT_MAX_BUFFERED_BYTES) -> Iterator[R]:
+               max_buffered_bytes: int = DEFAULT_MAX_BUFFERED_BYTES, *,
+               receive_ahead: bool = False) -> Iterator[R]:
     """The results of `fn(item)` for every item, in order, computed on forked children.
 
     See the module docstring. `fn` and the items reach the children by fork, so they need
     not be picklable; the results and exceptions `fn` raises must be (an exception that is
-    not is raised as a RuntimeError carrying its text).
+    not is raised as a RuntimeError carrying its text). `receive_ahead`: receive results
+    before the first `next()` (on a thread); no effect when it does not fork.
     """
     items = list(items)
     if processes <= 1 or len(items) <= 1 or not fork_available():
         return _in_process(fn, items)
-    return _ForkedMap(fn, items, min(processes, len(items)), max_buffered_bytes)
+    return _ForkedMap(fn, items, min(processes, len(items)), max_buffered_bytes, receive_ahead)
+
+
+_started: dict[str, Iterator] = {}
+_started_lock = threading.Lock()
+
+
+@contextlib.contextmanager
+def started_ahead(key: str, results: Iterator) -> Iterator[None]:
+    """Within the block, `take_started(key)` returns `results`, once, to any caller in this
+    process. Leaving the block closes `results` if nobody took them (stopping the children
+    of a `forked_map`), so a run that fails before its consumer starts leaves none behind.
+    """
+    with _started_lock:
+        if key in _started:
+            raise ValueError(f"results are already started under the key {key!r}")
+        _started[key] = results
+    try:
+        yield
+    finally:
+        with _started_lock:
+            untaken = _started.pop(key, None)
+        if untaken is not None:
+            untaken.close()
+
+
+def take_started(key: str) -> Iterator | None:
+    """The results started under `key` (see `started_ahead`), or None: not started, or taken."""
+    with _started_lock:
+        return _started.pop(key, None)
 
 
 def _in_process(fn: Callable[[T], Iterable[R]], items: list[T]) -> Iterator[R]:
@@ -178,7 +223,11 @@ class _Child:
 class _ForkedMap(Iterator):
     """The iterator `forked_map` returns when it forks."""
 
-    def __init__(self, fn: Callable, items: list, processes: int, max_buffered_bytes: int):
+    def __init__(self, fn: Callable, items: list, processes: int, max_buffered_bytes: int,
+                 receive_ahead: bool = False):
+        self._ahead: threading.Thread | None = None  # receives before the first next()
+        self._ahead_error: BaseException | None = None
+        self._wake_fds: tuple[int, int] | None = None  # tells `_ahead` to stop
         self._items = items
         self._max_buffered = max(1, max_buffered_bytes)
         self._next_item = 0
@@ -193,6 +242,11 @@ class _ForkedMap(Iterator):
                 self._pids.append(self._children[-1].pid)
             for child in self._children:
                 self._assign(child)
+            if receive_ahead:
+                self._wake_fds = os.pipe()  # after the forks: no child holds it
+                self._ahead = threading.Thread(target=self._receive_ahead, daemon=True,
+                                               name="forked-map-receive-ahead")
+                self._ahead.start()
         except BaseException:
             self.close()
             raise
@@ -236,7 +290,42 @@ class _ForkedMap(Iterator):
             _write_all(child.task_fd, _TASK.pack(_NO_MORE_ITEMS))
 
     def __next__(self):
+        if self._ahead is not None:
+            self._stop_receiving_ahead()
         return next(self._results)
+
+    def _receive_ahead(self) -> None:
+        """The `receive_ahead` thread: what `_take` does, for every child, until woken."""
+        wake_read = self._wake_fds[0]
+        try:
+            while True:
+                open_children = [c for c in self._children
+                                 if not c.ended and c.buffered < self._max_buffered]
+                poller = select.poll()
+                poller.register(wake_read, select.POLLIN)
+                for c in open_children:
+                    poller.register(c.result_fd, select.POLLIN)
+                ready = {fd for fd, _ in poller.poll()}
+                if wake_read in ready:
+                    return
+                for c in open_children:
+                    if c.result_fd in ready:
+                        self._receive(c)
+        except BaseException as error:  # noqa: BLE001 - raised by the next `next()`
+            self._ahead_error = error
+
+    def _stop_receiving_ahead(self, raise_error: bool = True) -> None:
+        thread, self._ahead = self._ahead, None
+        if thread is not None:
+            os.write(self._wake_fds[1], b"\0")
+            thread.join()
+        if self._wake_fds is not None:
+            for fd in self._wake_fds:
+                os.close(fd)
+            self._wake_fds = None
+        error, self._ahead_error = self._ahead_error, None
+        if error is not None and raise_error:
+            raise error
 
     def close(self) -> None:
         """Stops the children (killing any still working) and reaps them."""
@@ -330,6 +419,8 @@ class _ForkedMap(Iterator):
         return f"(pid {pid}) exited with status {os.WEXITSTATUS(status)}"
 
     def _shutdown(self) -> None:
+        if getattr(self, "_wake_fds", None) is not None:
+            self._stop_receiving_ahead(raise_error=False)
         for child in getattr(self, "_children", ()):
             for fd in (child.task_fd, child.result_fd):
                 if fd >= 0:

@@ -73,10 +73,13 @@ class WorkUnitGroup:
     Attributes:
       units: the work units, in plan order.
       processes: how many forked processes convert them at once.
+      key: names the group's conversion when the launcher started it before the pipeline
+        ran (`transforms.forked_pool.started_ahead`); the converter takes it over.
     """
 
     units: tuple[WorkUnit, ...]
     processes: int
+    key: str = ""
 
 
 @dataclasses.dataclass(frozen=True)

@@ -29,7 +29,7 @@ from apache_beam.metrics import Metrics
 from pipeline.spec import ConversionSpec
 from transforms.allocator import retain_freed_memory
 from transforms.coders import RecordBatchCoder  # noqa: F401 - registers the coder
-from transforms.forked_pool import forked_map
+from transforms.forked_pool import forked_map, take_started
 from transforms.ordered_pool import check_threads, default_threads
 from transforms.records import RecordBatch, WorkUnit, WorkUnitGroup
 from transforms.tabular_convert import convert_unit, split_assigner
@@ -104,7 +104,8 @@ class ConvertTabular(beam.DoFn):
     """Reads a tabular WorkUnit and yields RecordBatches (one per chunk and split).
 
     A `WorkUnitGroup` (the local in-process runner's element) is converted on forked
-    processes (`transforms.forked_pool`); metrics are counted here, in the runner's process.
+    processes (`convert_group`), or taken over from the launcher that started converting it
+    (`pipeline.graph.converting_ahead`); metrics are counted here, in the runner's process.
     """
 
     def __init__(self, config: TabularConfig):
@@ -122,7 +123,7 @@ class ConvertTabular(beam.DoFn):
         if self._assigner is None:
             self.setup()
         if isinstance(element, WorkUnitGroup):
-            results = forked_map(self._convert, element.units, element.processes)
+            results = take_started(element.key) or self.convert_group(element)
         else:
             results = self._convert(element)
         with contextlib.closing(results):  # a failure downstream stops the forked workers
@@ -135,6 +136,13 @@ class ConvertTabular(beam.DoFn):
                     for reason, count in result.dead_letters.items():
                         Metrics.counter(METRICS_NAMESPACE, f"dead_letter_{reason}").inc(count)
                 yield from result.batches
+
+    def convert_group(self, group: WorkUnitGroup, *, receive_ahead: bool = False):
+        """The `ChunkResult`s of `group`'s units, in order, converted on forked processes
+        (`transforms.forked_pool.forked_map`)."""
+        if self._assigner is None:
+            self.setup()
+        return forked_map(self._convert, group.units, group.processes, receive_ahead=receive_ahead)
 
     def _convert(self, unit: WorkUnit):
         config = self.config

@@ -116,24 +116,29 @@ def _wait_for(condition, timeout: float = 20.0) -> bool:
     return True
 
 
-def test_receiving_ahead_takes_results_before_the_first_next_within_the_bound():
+def test_receiving_ahead_takes_results_before_the_first_next_within_a_shared_bound():
     chunk = 256 * 1024
 
     def big(n):
         for i in range(12):
             yield bytes([n]) * chunk + i.to_bytes(4, "little")
 
-    results = forked_map(big, range(6), processes=3, max_buffered_bytes=chunk, receive_ahead=True)
+    results = forked_map(big, range(6), processes=3, max_buffered_bytes=3 * chunk,
+                         receive_ahead=True)
     message = len(pickle.dumps(b"x" * (chunk + 4), protocol=pickle.HIGHEST_PROTOCOL))
-    # Nobody has asked for a result yet; the thread fills each child's share of the bound.
+    # Nobody has asked for a result yet: the thread receives up to each child's share of
+    # the bound (a third of it here), plus the one message that crosses it.
     assert _wait_for(lambda: results.peak_buffered_bytes > 2 * chunk)
-    time.sleep(0.2)  # time to overshoot, if the bound did not hold
+    time.sleep(0.2)  # time to overshoot, if the shares did not hold
     assert results.peak_buffered_bytes <= 3 * (chunk + message)
     assert len(_receiving_ahead()) == 1
-    got = list(results)
+    got = []
+    for result in results:
+        got.append(result)
+        time.sleep(0.002)  # a slow consumer: children run ahead up to the whole bound each
     assert not _receiving_ahead()  # stopped by the first next()
     assert got == [bytes([n]) * chunk + i.to_bytes(4, "little") for n in range(6) for i in range(12)]
-    assert results.peak_buffered_bytes <= 3 * (chunk + message)
+    assert results.peak_buffered_bytes <= 3 * (3 * chunk + message)
 
 
 def test_closing_before_the_first_next_stops_the_receiver_and_the_children():

@@ -25,10 +25,13 @@ would, while up to `processes` children compute them:
   naming the item.
 * Closing the iterator early, or an exception in the consumer, kills and reaps the children.
 * `receive_ahead=True` receives results on a background thread until the first `next()`, so
-  the children keep working while the caller does something else first (within the same
-  limit). With `started_ahead`/`take_started`, a launcher starts a conversion before Beam
-  builds and starts the pipeline, and the converter DoFn, a copy Beam deserialized in the
-  same process, takes the running conversion over instead of starting its own.
+  the children keep working while the caller does something else first. Nothing is
+  consumed meanwhile, so all children run ahead at once: they share the limit (each may
+  have `max_buffered_bytes / processes` waiting), which keeps the parent's peak where a
+  running map puts it, one child's limit. With `started_ahead`/`take_started`, a launcher
+  starts a conversion before Beam builds and starts the pipeline, and the converter DoFn,
+  a copy Beam deserialized in the same process, takes the running conversion over instead
+  of starting its own.
 
 POSIX fork only (Linux): elsewhere, with one process or one item, it is the plain chain.
 """
@@ -297,10 +300,10 @@ class _ForkedMap(Iterator):
     def _receive_ahead(self) -> None:
         """The `receive_ahead` thread: what `_take` does, for every child, until woken."""
         wake_read = self._wake_fds[0]
+        share = max(1, self._max_buffered // len(self._children))  # see the module docstring
         try:
             while True:
-                open_children = [c for c in self._children
-                                 if not c.ended and c.buffered < self._max_buffered]
+                open_children = [c for c in self._children if not c.ended and c.buffered < share]
                 poller = select.poll()
                 poller.register(wake_read, select.POLLIN)
                 for c in open_children:

@@ -166,11 +166,13 @@ def test_started_results_are_taken_once_and_closed_at_exit_if_nobody_took_them()
     assert next(taken) == 0  # taken: the block's exit leaves it to its taker
     taken.close()
     untaken = forked_map(endless, range(4), 2, receive_ahead=True)
-    pids = untaken.pids
+    refused = forked_map(endless, range(4), 2, receive_ahead=True)
     with started_ahead("k2", untaken):
-        with pytest.raises(ValueError, match="already started"), started_ahead("k2", iter(())):
+        with pytest.raises(ValueError, match="already started"), started_ahead("k2", refused):
             pass
-    assert not any(_alive(pid) for pid in pids)
+        assert not any(_alive(pid) for pid in refused.pids)  # refused: stopped at once
+        assert all(_alive(pid) for pid in untaken.pids)
+    assert not any(_alive(pid) for pid in untaken.pids)
     assert take_started("k2") is None
 
 

@@ -117,16 +117,25 @@ def started_ahead(key: str, results: Iterator) -> Iterator[None]:
     of a `forked_map`), so a run that fails before its consumer starts leaves none behind.
     """
     with _started_lock:
-        if key in _started:
-            raise ValueError(f"results are already started under the key {key!r}")
-        _started[key] = results
+        refused = key in _started
+        if not refused:
+            _started[key] = results
+    if refused:
+        _close(results)
+        raise ValueError(f"results are already started under the key {key!r}")
     try:
         yield
     finally:
         with _started_lock:
             untaken = _started.pop(key, None)
         if untaken is not None:
-            untaken.close()
+            _close(untaken)
+
+
+def _close(results: Iterator) -> None:
+    close = getattr(results, "close", None)
+    if close is not None:
+        close()
 
 
 def take_started(key: str) -> Iterator | None:

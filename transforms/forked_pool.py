@@ -308,21 +308,12 @@ class _ForkedMap(Iterator):
 
     def _receive_ahead(self) -> None:
         """The `receive_ahead` thread: what `_take` does, for every child, until woken."""
-        wake_read = self._wake_fds[0]
         share = max(1, self._max_buffered // len(self._children))  # see the module docstring
         try:
-            while True:
-                open_children = [c for c in self._children if not c.ended and c.buffered < share]
-                poller = select.poll()
-                poller.register(wake_read, select.POLLIN)
-                for c in open_children:
-                    poller.register(c.result_fd, select.POLLIN)
-                ready = {fd for fd, _ in poller.poll()}
-                if wake_read in ready:
-                    return
-                for c in open_children:
-                    if c.result_fd in ready:
-                        self._receive(c)
+            while self._receive_ready(
+                    [c for c in self._children if not c.ended and c.buffered < share],
+                    wake_fd=self._wake_fds[0]):
+                pass
         except BaseException as error:  # noqa: BLE001 - raised by the next `next()`
             self._ahead_error = error
 
@@ -376,18 +367,25 @@ class _ForkedMap(Iterator):
         while not child.buffer:
             if child.ended:  # cannot happen: an ended child with work left reports _DIED
                 raise WorkerDiedError("a converter process ended with nothing left to report")
-            readable = [c for c in self._children if not c.ended
-                        and (c is child or c.buffered < self._max_buffered)]
-            poller = select.poll()
-            for c in readable:
-                poller.register(c.result_fd, select.POLLIN)
-            ready = {fd for fd, _ in poller.poll()}
-            for c in readable:
-                if c.result_fd in ready:
-                    self._receive(c)
+            self._receive_ready([c for c in self._children if not c.ended
+                                 and (c is child or c.buffered < self._max_buffered)])
         kind, payload, buffers = message = child.buffer.popleft()
         child.buffered -= len(payload) + sum(map(len, buffers))
         return message
+
+    def _receive_ready(self, children: list[_Child], wake_fd: int | None = None) -> bool:
+        """Waits until one of `children` has something to read, then receives one message
+        from each that has; False, receiving nothing, when `wake_fd` became readable."""
+        poller = select.poll()
+        for fd in [c.result_fd for c in children] + ([] if wake_fd is None else [wake_fd]):
+            poller.register(fd, select.POLLIN)
+        ready = {fd for fd, _ in poller.poll()}
+        if wake_fd in ready:
+            return False
+        for c in children:
+            if c.result_fd in ready:
+                self._receive(c)
+        return True
 
     def _receive(self, child: _Child) -> None:
         header = _read_exact(child.result_fd, _MESSAGE.size)

@@ -165,7 +165,7 @@ def _wide_columns(rows: int, rng) -> dict[str, Any]:
 
 
 def _write_spec(path: str, columns: Sequence[tuple[str, str]]) -> None:
-    from pipeline.spec import ConversionSpec, FeatureSpec, parse_spec
+    from transforms.tabular.spec import ConversionSpec, FeatureSpec, parse_spec
 
     spec = ConversionSpec(features=tuple(FeatureSpec(name=n, type=t) for n, t in columns))
     text = spec.to_yaml()
@@ -349,8 +349,8 @@ def _worker_ceiling(cfg: dict) -> float:
     import pyarrow as pa
     import pyarrow.csv as pacsv
 
-    from transforms.example_encoder import column_from_arrow, encode_framed
-    from transforms.tfrecord_format import TFRecordWriter, shard_suffix
+    from transforms.format.example_encoder import column_from_arrow, encode_framed
+    from transforms.format.tfrecord_format import TFRecordWriter, shard_suffix
 
     arrow_types = {"int64": pa.int64(), "float": pa.float64(), "string": pa.string()}
     kinds = {"int64": "int64", "float": "float", "string": "bytes"}
@@ -373,9 +373,9 @@ def _worker_ceiling(cfg: dict) -> float:
 def _worker_plain_images(cfg: dict) -> float:
     import hashlib
 
-    from transforms.example_codec import encode_example
-    from transforms.image_headers import parse_header
-    from transforms.tfrecord_format import TFRecordWriter
+    from transforms.format.example_codec import encode_example
+    from transforms.format.tfrecord_format import TFRecordWriter
+    from transforms.images.headers import parse_header
 
     root = cfg["root"]
     path = os.path.join(cfg["output"], "plain.tfrecord")
@@ -591,8 +591,8 @@ def _tfrecord_files(output: str) -> list[str]:
 
 def check_output(output: str) -> dict[str, Any]:
     """Counts the records of every shard (CRCs checked) and reads the first one's features."""
-    from transforms.example_codec import decode_example
-    from transforms.tfrecord_format import compression_from_path, iter_records
+    from transforms.format.example_codec import decode_example
+    from transforms.format.tfrecord_format import compression_from_path, iter_records
 
     files = _tfrecord_files(output)
     records = 0

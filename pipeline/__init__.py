@@ -1,6 +1,7 @@
-"""Options, conversion spec, pipeline graph and command line of tfrecord-pipeline."""
+"""The `tfrecord-pipeline` application: command line, options, planning, graph and runners.
 
-from pipeline import _exit
-
-# First atexit handler registered, so the last to run (see pipeline/_exit.py).
-_exit.register()
+Imports flow one way: `pipeline` uses `transforms` (Beam transforms and converters), which
+use the Beam-free format code in `transforms.format` and the generated `protos`. Nothing
+below `pipeline` imports it, so a Beam worker that unpickles a converter never imports the
+command line.
+"""

@@ -1,27 +1,44 @@
-"""The `tfrecord-pipeline` command line: convert, verify, inspect.
+"""The `tfrecord-pipeline` command line: parsing, dispatch, and the one map from outcome to exit code.
 
-`run(argv)` returns the exit code, so tests can drive the CLI in-process; `main()` is the
-console-script entry point.
+`run(argv)` returns the exit code, so tests drive the CLI in-process; `main()` is the
+console-script entry point. Commands raise the typed errors of `pipeline.errors`; this module
+alone prints them (one line, no traceback) and chooses the exit code.
 """
 
 from __future__ import annotations
 
 import argparse
-import gc
+import logging
 import sys
 from collections.abc import Sequence
 
-from pipeline import _exit
+from pipeline.errors import CommandFailed, ErrorRateExceeded, OutputProblems, UsageError
 from pipeline.options import ConvertOptions
+from pipeline.output_lock import OutputBusyError
+from pipeline.runners import RunnerError
 
-__all__ = ["build_parser", "convert_parser", "main", "run"]
+__all__ = ["EXIT_CODES", "build_parser", "convert_parser", "main", "run"]
 
-# Exit codes of every command (documented in the README).
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2
 EXIT_ERROR_RATE = 3
 EXIT_CORRUPT = 4
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report an interrupted command
+
+#: Outcome -> exit code (documented in the README); the first matching class wins.
+EXIT_CODES: tuple[tuple[type[BaseException], int], ...] = (
+    (ErrorRateExceeded, EXIT_ERROR_RATE),
+    (OutputProblems, EXIT_CORRUPT),
+    (CommandFailed, EXIT_FAILED),
+    (UsageError, EXIT_USAGE),
+    (OutputBusyError, EXIT_USAGE),
+    (RunnerError, EXIT_USAGE),
+    (ValueError, EXIT_USAGE),  # invalid input found while planning (SpecError included)
+    (FileNotFoundError, EXIT_USAGE),
+)
+
+_LOG = logging.getLogger("tfrecord_pipeline")
 
 
 def convert_parser() -> argparse.ArgumentParser:
@@ -51,53 +68,70 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def exit_code_for(error: BaseException) -> int:
+    """The exit code of a command that raised `error`."""
+    for kind, code in EXIT_CODES:
+        if isinstance(error, kind):
+            return code
+    return EXIT_FAILED
+
+
 def run(argv: Sequence[str] | None = None) -> int:
     """Runs one CLI command; returns the process exit code."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv and argv[0] == "convert":
-        if any(arg in ("-h", "--help") for arg in argv[1:]):
-            convert_parser().print_help()
-            return EXIT_OK
-        from pipeline.convert import convert
-
-        return convert(argv[1:])
+    command = argv[0] if argv else ""
     try:
-        args = build_parser().parse_args(argv)
-    except SystemExit as exit_:
-        return int(exit_.code or 0)
-    if args.command == "verify":
-        return _verify(args.paths)
-    return _inspect(args.path, args.limit)
+        if command == "convert":
+            if any(arg in ("-h", "--help") for arg in argv[1:]):
+                convert_parser().print_help()
+                return EXIT_OK
+            from pipeline.convert import convert
+
+            convert(argv[1:])
+            return EXIT_OK
+        try:
+            args = build_parser().parse_args(argv)
+        except SystemExit as exit_:
+            return int(exit_.code or 0)
+        if args.command == "verify":
+            _verify(args.paths)
+        else:
+            _inspect(args.path, args.limit)
+        return EXIT_OK
+    except tuple(kind for kind, _ in EXIT_CODES) as error:
+        _LOG.debug("%s failed", command or "command", exc_info=True)
+        if not isinstance(error, OutputProblems):  # verify printed its report already
+            label = "error: " if exit_code_for(error) == EXIT_USAGE else ""
+            print(f"tfrecord-pipeline {command}: {label}{error}", file=sys.stderr)
+        return exit_code_for(error)
+    except KeyboardInterrupt:
+        print(f"tfrecord-pipeline {command}: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except Exception as error:  # noqa: BLE001 - one line, never a traceback (see --log-level debug)
+        _LOG.debug("%s failed", command or "command", exc_info=True)
+        print(f"tfrecord-pipeline {command}: failed: {type(error).__name__}: {error}", file=sys.stderr)
+        return EXIT_FAILED
 
 
-def _verify(paths: Sequence[str]) -> int:
+def _verify(paths: Sequence[str]) -> None:
     from pipeline.verify import format_report, verify_paths
 
     checked, problems = verify_paths(paths)
     print(format_report(checked, problems))
-    return EXIT_OK if not problems else EXIT_CORRUPT
+    if problems:
+        raise OutputProblems(f"{len(problems)} problems found")
 
 
-def _inspect(path: str, limit: int) -> int:
+def _inspect(path: str, limit: int) -> None:
     from pipeline.inspection import format_summary, inspect_paths
 
     try:
         printed, summary = inspect_paths([path], None if limit < 0 else limit, sys.stdout)
     except (FileNotFoundError, ValueError) as error:
-        print(f"inspect: {error}", file=sys.stderr)
-        return EXIT_FAILED
+        raise CommandFailed(str(error)) from error
     print(format_summary(summary, printed), file=sys.stderr)
-    return EXIT_OK
 
 
 def main() -> None:
     """Console-script entry point."""
-    # The imports (Beam's ~2,000 modules) leave ~150k objects that live as long as the
-    # process; frozen, every full collection during the run skips them (measured on 2M
-    # tutorial rows: 0.16 s of collections -> 0.07 s). Only the console process does this:
-    # tests drive `run` in a process whose garbage must stay collectable.
-    gc.freeze()
-    gc.enable()  # off while `pipeline.__main__` imported the CLI
-    code = run()
-    _exit.arm(code)  # skip interpreter teardown once atexit handlers ran (pipeline/_exit.py)
-    sys.exit(code)
+    sys.exit(run())

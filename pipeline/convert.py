@@ -13,8 +13,6 @@ import datetime
 import glob
 import json
 import logging
-import sys
-import threading
 import time
 from collections.abc import Sequence
 
@@ -22,31 +20,28 @@ import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOptions
 
-from pipeline.cli import EXIT_ERROR_RATE, EXIT_FAILED, EXIT_OK, EXIT_USAGE
-from pipeline.graph import build_pipeline, converting_ahead, in_process_plan
+from pipeline.errors import CommandFailed, ErrorRateExceeded, UsageError
+from pipeline.graph import build_pipeline, in_process_plan
 from pipeline.options import IMAGE_FORMATS, ConvertOptions, fill_date_template, log_level_from
-from pipeline.output_lock import OutputBusyError, output_lock
+from pipeline.output_lock import output_lock
 from pipeline.planning import plan_conversion, shard_byte_cap
+from pipeline.progress import Progress
 from pipeline.runners import (
     LOCAL_PARALLEL_MIN_BYTES,
     LOCAL_PARALLEL_MIN_IMAGE_BYTES,
-    RunnerError,
     check_runner_installed,
     is_local,
     runner_for,
     runs_in_process,
 )
 from transforms import manifest as manifest_lib
+from transforms.format.tfrecord_format import parse_compression
+from transforms.gcs import use_anonymous_credentials_for_emulator
 from transforms.sink import WriteToShardedTFRecord
-from transforms.tfrecord_format import parse_compression
 
 __all__ = ["convert"]
 
 _LOG = logging.getLogger("tfrecord_pipeline")
-
-
-class UsageError(ValueError):
-    """The command line or its inputs are wrong; exit code 2."""
 
 
 def _configure_logging(argv: Sequence[str]) -> None:
@@ -132,50 +127,6 @@ def _already_committed(output: str, fingerprint: str, overwrite: bool) -> bool:
     )
 
 
-class _Progress(threading.Thread):
-    """Prints records done and records/s while a local run works."""
-
-    def __init__(self, temp_dir: str, total_units: int, stream=sys.stderr, interval: float = 2.0):
-        super().__init__(daemon=True)
-        self._total_units = total_units
-        self._pattern = manifest_lib.join_path(temp_dir, "_progress", "*.json")
-        self._stream = stream
-        self._interval = interval
-        self._done = threading.Event()
-        self._start = time.monotonic()
-        self._printed = False
-
-    def run(self) -> None:
-        while not self._done.wait(self._interval):
-            written = dead = 0
-            units: set[str] = set()
-            try:
-                for metadata in FileSystems.match([self._pattern])[0].metadata_list:
-                    with FileSystems.open(metadata.path) as handle:
-                        beat = json.loads(handle.read())
-                    written += beat["records"]
-                    dead += beat["dead_letters"]
-                    units.update(beat["units"])
-            except Exception:  # noqa: BLE001 - progress is best effort
-                continue
-            if not written and not dead:
-                continue  # nothing yet, or the temp folder is already committed
-            self._printed = True
-            elapsed = time.monotonic() - self._start
-            rate = (written + dead) / elapsed if elapsed else 0.0
-            print(
-                f"\r[{elapsed:6.1f}s] inputs started {len(units):,}/{self._total_units:,}, "
-                f"{written:,} records written, {dead:,} dead-lettered ({rate:,.0f} records/s)",
-                end="", file=self._stream, flush=True,
-            )
-
-    def stop(self) -> None:
-        self._done.set()
-        self.join(timeout=5)
-        if self._printed:
-            print(file=self._stream)
-
-
 def _summary(output: str, manifest: dict, elapsed: float) -> str:
     counts = manifest["counts"]
     rows = [("records read", counts["input"])]
@@ -208,96 +159,74 @@ def _error_rate_message(error: BaseException) -> str:
     return text
 
 
-def convert(argv: Sequence[str]) -> int:
-    """Runs `tfrecord-pipeline convert`; returns the exit code."""
+def convert(argv: Sequence[str]) -> None:
+    """Runs `tfrecord-pipeline convert`; raises a `pipeline.errors` outcome when it fails."""
     argv = list(argv)
     started = time.monotonic()
-    try:
-        _configure_logging(argv)  # first: see there
-        options = PipelineOptions(argv)
-        conv = options.view_as(ConvertOptions)
-        check_runner_installed(options)
-        input_path, output = _resolve_paths(conv)
-        _check_sharding(conv)
-        plan = plan_conversion(conv, input_path, output)
-        if conv.convert_dry_run:
-            print(json.dumps(plan.summary, indent=2, sort_keys=True, default=str))
-            return EXIT_OK
-    except (UsageError, RunnerError, ValueError, FileNotFoundError) as error:
-        print(f"tfrecord-pipeline convert: error: {error}", file=sys.stderr)
-        return EXIT_USAGE
-    try:
-        with output_lock(output):
-            return _convert_planned(options, argv, conv, plan, output, started)
-    except OutputBusyError as error:
-        print(f"tfrecord-pipeline convert: error: {error}", file=sys.stderr)
-        return EXIT_USAGE
+    _configure_logging(argv)  # first: see there
+    use_anonymous_credentials_for_emulator()
+    options = PipelineOptions(argv)
+    conv = options.view_as(ConvertOptions)
+    check_runner_installed(options)
+    input_path, output = _resolve_paths(conv)
+    _check_sharding(conv)
+    plan = plan_conversion(conv, input_path, output)
+    if conv.convert_dry_run:
+        print(json.dumps(plan.summary, indent=2, sort_keys=True, default=str))
+        return
+    with output_lock(output):
+        _convert_planned(options, argv, conv, plan, output, started)
 
 
 def _convert_planned(options: PipelineOptions, argv: list[str], conv: ConvertOptions, plan,
-                     output: str, started: float) -> int:
-    """Runs a planned conversion (under the output's lock); returns the exit code."""
-    try:
-        if _already_committed(output, plan.manifest_metadata["fingerprint"], conv.overwrite):
-            if not conv.quiet:
-                print(f"{output} already holds this conversion (same inputs and options); "
-                      f"nothing to do. Use --overwrite to redo it.")
-            return EXIT_OK
-        sink = _sink_for(conv, output, plan)
-    except (UsageError, ValueError) as error:
-        print(f"tfrecord-pipeline convert: error: {error}", file=sys.stderr)
-        return EXIT_USAGE
-
+                     output: str, started: float) -> None:
+    """Runs a planned conversion (under the output's lock)."""
+    if _already_committed(output, plan.manifest_metadata["fingerprint"], conv.overwrite):
+        if not conv.quiet:
+            print(f"{output} already holds this conversion (same inputs and options); "
+                  f"nothing to do. Use --overwrite to redo it.")
+        return
+    sink = _sink_for(conv, output, plan)
     _clean_uncommitted(output)
     progress = None
-    try:
-        min_bytes = (LOCAL_PARALLEL_MIN_IMAGE_BYTES if conv.format in IMAGE_FORMATS
-                     else LOCAL_PARALLEL_MIN_BYTES)
-        parallel = len(plan.work_units) > 1 and plan.input_bytes >= min_bytes
-        with runner_for(options, argv, parallel) as runner:
-            planned = in_process_plan(plan) if runs_in_process(options) else plan
-            with converting_ahead(planned):
-                pipeline = beam.Pipeline(runner=runner, options=options)
-                build_pipeline(pipeline, planned, sink)
-                if is_local(options) and not conv.quiet:
-                    progress = _Progress(sink.config.temp_dir, len(plan.work_units))
-                    progress.start()
-                result = pipeline.run()
-                if conv.no_wait and not is_local(options):
-                    if not conv.quiet:
-                        print(f"Submitted; the job commits {output}/{manifest_lib.MANIFEST_NAME} "
-                              f"when it finishes (state: {result.state}).")
-                    return EXIT_OK
-                result.wait_until_finish()
-            client = getattr(result, "client", None)  # DaskRunner keeps a client open
-            if client is not None:
-                client.close()
-    except RunnerError as error:
-        print(f"tfrecord-pipeline convert: error: {error}", file=sys.stderr)
-        return EXIT_USAGE
-    except Exception as error:  # noqa: BLE001 - report, then exit non-zero
-        if _is_error_rate_failure(error):
-            print(f"tfrecord-pipeline convert: {_error_rate_message(error)}", file=sys.stderr)
-            return EXIT_ERROR_RATE
-        _LOG.debug("conversion failed", exc_info=True)
-        print(f"tfrecord-pipeline convert: conversion failed: {error}", file=sys.stderr)
-        return EXIT_FAILED
-    finally:
-        if progress is not None:
-            progress.stop()
+    min_bytes = (LOCAL_PARALLEL_MIN_IMAGE_BYTES if conv.format in IMAGE_FORMATS
+                 else LOCAL_PARALLEL_MIN_BYTES)
+    parallel = len(plan.work_units) > 1 and plan.input_bytes >= min_bytes
+    with runner_for(options, argv, parallel) as runner:
+        planned = in_process_plan(plan) if runs_in_process(options) else plan
+        pipeline = beam.Pipeline(runner=runner, options=options)
+        build_pipeline(pipeline, planned, sink)
+        if is_local(options) and not conv.quiet:
+            progress = Progress(sink.config.temp_dir, len(plan.work_units))
+            progress.start()
+        try:
+            result = pipeline.run()
+            if conv.no_wait and not is_local(options):
+                if not conv.quiet:
+                    print(f"Submitted; the job commits {output}/{manifest_lib.MANIFEST_NAME} "
+                          f"when it finishes (state: {result.state}).")
+                return
+            result.wait_until_finish()
+        except Exception as error:  # noqa: BLE001 - any job failure becomes one outcome
+            if _is_error_rate_failure(error):
+                raise ErrorRateExceeded(_error_rate_message(error)) from error
+            raise CommandFailed(f"conversion failed: {error}") from error
+        finally:
+            if progress is not None:
+                progress.stop()
+        client = getattr(result, "client", None)  # DaskRunner keeps a client open
+        if client is not None:
+            client.close()
 
     template = getattr(options.view_as(GoogleCloudOptions), "template_location", None)
     if template:
         if not conv.quiet:
             print(f"Wrote a Dataflow template to {template}; launching it converts into {output}.")
-        return EXIT_OK
+        return
     manifest = manifest_lib.read_manifest(output)
     if manifest is None:
-        print(f"tfrecord-pipeline convert: the run finished without committing {output}",
-              file=sys.stderr)
-        return EXIT_FAILED
+        raise CommandFailed(f"the run finished without committing {output}")
     summary = _summary(output, manifest, time.monotonic() - started)
     _LOG.info("%s", summary)
     if not conv.quiet:
         print(summary)
-    return EXIT_OK

@@ -8,8 +8,8 @@ from collections.abc import Iterator, Sequence
 from typing import TextIO
 
 from pipeline.verify import resolve_tfrecord_paths
-from transforms.example_codec import decode_example, example_to_jsonable
-from transforms.tfrecord_format import read_tfrecord_file
+from transforms.format.example_codec import decode_example, example_to_jsonable
+from transforms.format.tfrecord_format import read_tfrecord_file
 from transforms.tfrecord_io import listed_shard_paths
 
 __all__ = ["FeatureSummary", "inspect_paths"]

@@ -15,11 +15,11 @@ from apache_beam.io.filesystems import FileSystems
 
 from pipeline.graph import ConversionPlan
 from pipeline.options import IMAGE_FORMATS, TABULAR_FORMATS, ConvertOptions
-from pipeline.spec import ConversionSpec, load_spec
 from transforms import manifest as manifest_lib
 from transforms.ordered_pool import default_threads
 from transforms.records import DEFAULT_SPLIT
 from transforms.sink import DEFAULT_MAX_SHARD_BYTES
+from transforms.tabular.spec import ConversionSpec, load_spec
 
 __all__ = ["plan_conversion", "shard_byte_cap"]
 
@@ -83,7 +83,7 @@ def _given_spec(conv: ConvertOptions) -> ConversionSpec | None:
 
 
 def _plan_tabular(conv: ConvertOptions, input_path: str, output: str) -> ConversionPlan:
-    from transforms.tabular import (
+    from transforms.tabular.transform import (
         ConvertTabular,
         TabularConfig,
         estimate_output,
@@ -130,7 +130,7 @@ def _plan_tabular(conv: ConvertOptions, input_path: str, output: str) -> Convers
 
 
 def _image_config(conv: ConvertOptions):
-    from transforms.images import ImageConfig
+    from transforms.images.convert import ImageConfig
 
     return ImageConfig(
         validate=conv.validate,
@@ -154,8 +154,8 @@ def _allowed_roots(conv: ConvertOptions) -> list[str] | None:
 
 
 def _plan_images(conv: ConvertOptions, input_path: str, output: str) -> ConversionPlan:
-    from transforms.image_paths import default_allowed_roots
-    from transforms.images import ConvertImages, plan_image_folder, plan_image_manifest
+    from transforms.images.convert import ConvertImages, plan_image_folder, plan_image_manifest
+    from transforms.images.paths import default_allowed_roots
 
     config = _image_config(conv)
     listing = _input_listing(input_path, conv.format)

@@ -22,11 +22,6 @@
 `check_runner_installed` names the extra a runner is missing (`dask`, `dataflow`) before
 anything is read or written.
 
-While a local run is set up (`runner_for`), Beam's state samplers in this process sample
-every `LOCAL_STATE_SAMPLING_PERIOD_MS` instead of Beam's 200 ms: a bundle ends by joining
-its sampler's thread, which only notices between two sleeps, so every long bundle ended
-with 0-200 ms of idle waiting (measured: 0.1-0.19 s of a 2.3 s conversion). The samples
-feed Beam's per-step msec counters, which a local run does not report.
 """
 
 from __future__ import annotations
@@ -41,11 +36,9 @@ from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions,
 __all__ = [
     "LOCAL_PARALLEL_MIN_BYTES",
     "LOCAL_PARALLEL_MIN_IMAGE_BYTES",
-    "LOCAL_STATE_SAMPLING_PERIOD_MS",
     "RunnerError",
     "check_runner_installed",
     "runner_for",
-    "state_sampling_period",
 ]
 
 #: Below this much input, a local run stays in one process (see the module docstring).
@@ -58,10 +51,6 @@ LOCAL_PARALLEL_MIN_BYTES = 1024 * 1024 * 1024
 #: (measured: ~4 ms/MB against 26-30 ms/MB). On 2 cores, 20,000 JPEGs (1.4 GB) took 6.7 s
 #: in one process and 9.1 s with two workers.
 LOCAL_PARALLEL_MIN_IMAGE_BYTES = 8 * 1024 * 1024 * 1024
-
-#: The state-sampling period of local runs (see the module docstring). Sampling costs a
-#: lock and a clock read per period, off the GIL.
-LOCAL_STATE_SAMPLING_PERIOD_MS = 10
 
 _LOCAL_NAMES = {None, "", "direct", "directrunner", "fnapirunner", "local"}
 _DASK_NAMES = {"dask", "daskrunner"}
@@ -116,33 +105,12 @@ def runner_for(
     """
     name = (options.view_as(StandardOptions).runner or "").lower()
     if name in _LOCAL_NAMES:
-        runner = _local_runner(options, argv, parallel)
-        with state_sampling_period(LOCAL_STATE_SAMPLING_PERIOD_MS):
-            yield runner
+        yield _local_runner(options, argv, parallel)
     elif name in _DASK_NAMES:
         with _dask_runner(options) as runner:
             yield runner
     else:
         yield options.view_as(StandardOptions).runner
-
-
-@contextlib.contextmanager
-def state_sampling_period(period_ms: int) -> Iterator[bool]:
-    """Within the block, Beam's state samplers created in this process sample every
-    `period_ms`; yields False (and changes nothing) on a Beam whose sampler it does not know.
-    """
-    from apache_beam.runners.worker import statesampler
-
-    init = statesampler.StateSampler.__init__
-    beam_default = (statesampler.DEFAULT_SAMPLING_PERIOD_MS,)
-    if getattr(init, "__defaults__", None) != beam_default:
-        yield False
-        return
-    init.__defaults__ = (period_ms,)
-    try:
-        yield True
-    finally:
-        init.__defaults__ = beam_default
 
 
 def _local_runner(options: PipelineOptions, argv: Sequence[str], parallel: bool):

@@ -18,8 +18,8 @@ from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
 from transforms import manifest as manifest_lib
-from transforms.example_codec import decode_example
-from transforms.tfrecord_format import (
+from transforms.format.example_codec import decode_example
+from transforms.format.tfrecord_format import (
     TFRecordCorruptError,
     compression_from_path,
     iter_records,

@@ -6,6 +6,8 @@ import os
 
 import pytest
 
+from tests.helpers import free_port
+
 # TensorFlow logs a lot at import; tests only care about errors.
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -18,19 +20,6 @@ def tf():
     return tensorflow
 
 
-def in_memory_args() -> list[str]:
-    """Beam flags for fast in-process test runs of the CLI."""
-    return ["--direct_running_mode=in_memory", "--direct_num_workers=1", "--quiet"]
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 @pytest.fixture
 def gcs_emulator(monkeypatch):
     """A GCS emulator on 127.0.0.1 with bucket `test-bucket`; Beam reaches it anonymously.
@@ -41,7 +30,7 @@ def gcs_emulator(monkeypatch):
 
     from transforms.gcs import use_anonymous_credentials_for_emulator
 
-    port = _free_port()
+    port = free_port()
     server = create_server("127.0.0.1", port, in_memory=True, default_bucket="test-bucket")
     server.start()
     monkeypatch.setenv("STORAGE_EMULATOR_HOST", f"http://127.0.0.1:{port}")

@@ -11,8 +11,8 @@ import pickle
 
 from apache_beam import coders
 
+from transforms.format.tfrecord_format import FramedRecords
 from transforms.records import RecordBatch
-from transforms.tfrecord_format import FramedRecords
 
 __all__ = ["RecordBatchCoder"]
 

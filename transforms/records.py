@@ -20,6 +20,7 @@ from typing import Any
 
 __all__ = [
     "DEFAULT_SPLIT",
+    "DeadLetterError",
     "RecordBatch",
     "WorkUnit",
     "WorkUnitGroup",
@@ -73,13 +74,10 @@ class WorkUnitGroup:
     Attributes:
       units: the work units, in plan order.
       processes: how many forked processes convert them at once.
-      key: names the group's conversion when the launcher started it before the pipeline
-        ran (`transforms.forked_pool.started_ahead`); the converter takes it over.
     """
 
     units: tuple[WorkUnit, ...]
     processes: int
-    key: str = ""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -157,3 +155,19 @@ def dead_letter(
     }
     doc.update(details)
     return json.dumps(doc, ensure_ascii=False, sort_keys=True, default=str).encode("utf-8")
+
+
+class DeadLetterError(ValueError):
+    """An input record that cannot be converted: the base of every per-record error.
+
+    Attributes:
+      reason: the stable, machine-readable dead-letter reason code (e.g. "int_out_of_range").
+      message: the human-readable explanation (also `str(error)`).
+      column: the failing column or feature, when there is one.
+    """
+
+    def __init__(self, reason: str, message: str, column: str | None = None):
+        super().__init__(message)
+        self.reason = reason
+        self.message = message
+        self.column = column

@@ -65,9 +65,7 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 
 from transforms import manifest as manifest_lib
-from transforms.allocator import retain_freed_memory
-from transforms.records import RecordBatch
-from transforms.tfrecord_format import (
+from transforms.format.tfrecord_format import (
     Compression,
     FramedRecords,
     TFRecordWriter,
@@ -75,6 +73,8 @@ from transforms.tfrecord_format import (
     parse_compression,
     shard_suffix,
 )
+from transforms.records import RecordBatch
+from transforms.worker import prepare_worker
 
 __all__ = [
     "DEAD_LETTER_DIR",
@@ -152,7 +152,7 @@ class WriteToShardedTFRecord(beam.PTransform):
     Args:
       output_dir: the output root, on any Beam filesystem.
       compression: "none" (default), "gzip" or "zlib"; anything else is refused.
-      compression_level: codec level (see `transforms.tfrecord_format`).
+      compression_level: codec level (see `transforms.format.tfrecord_format`).
       num_shards: exactly this many shards per split (needs a shuffle of the data).
       max_shard_bytes: roll shards at this many framed, uncompressed bytes (default
         200 MiB); ignored when `num_shards` is set.
@@ -379,7 +379,7 @@ class _WriteRollingShards(beam.DoFn):
         self._open: dict[tuple[str, str], _TempShard] = {}
 
     def setup(self):
-        retain_freed_memory()
+        prepare_worker()
         self._records_written = Metrics.counter(_COUNTERS, "records_written")
         self._dead_lettered = Metrics.counter(_COUNTERS, "records_dead_lettered")
         self._shards_opened = Metrics.counter(_COUNTERS, "temp_shards_opened")
@@ -487,7 +487,7 @@ class _WriteGroupedShard(beam.DoFn):
         self._config = config
 
     def setup(self):
-        retain_freed_memory()
+        prepare_worker()
 
     def process(self, keyed):
         (kind, split, shard_index), groups = keyed

@@ -13,7 +13,23 @@ from collections.abc import Mapping, Sequence
 
 import crc32c
 
-__all__ = ["SplitAssigner"]
+__all__ = ["DEAD_LETTER_SPLIT", "SplitAssigner", "check_split_name"]
+
+#: Reserved: the folder (and split label) of the dead letters.
+DEAD_LETTER_SPLIT = "dead_letter"
+
+
+def check_split_name(name: object) -> str:
+    """Returns `name` when it can name a split; raises ValueError saying why not.
+
+    A split name becomes a file name prefix (`<split>-00000-of-00001.tfrecord`), so it is a
+    non-empty string without "/", not hidden (leading "."), and not the dead letters' folder.
+    """
+    if not isinstance(name, str) or not name or "/" in name or name.startswith(".") \
+            or name == DEAD_LETTER_SPLIT or name.strip() != name:
+        raise ValueError(f"invalid split name {name!r}: use a non-empty name without '/', "
+                         f"leading '.', surrounding spaces, or the reserved {DEAD_LETTER_SPLIT!r}")
+    return name
 
 
 @dataclasses.dataclass(frozen=True)
@@ -30,8 +46,7 @@ class SplitAssigner:
         if not self.weights:
             raise ValueError("at least one split is required")
         for name, weight in self.weights.items():
-            if not name or "/" in name or name.startswith(".") or name == "dead_letter":
-                raise ValueError(f"invalid split name {name!r}")
+            check_split_name(name)
             if not weight > 0:
                 raise ValueError(f"split {name!r} needs a positive weight, got {weight!r}")
 

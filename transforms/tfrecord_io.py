@@ -13,8 +13,8 @@ import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 
 from transforms import manifest as manifest_lib
-from transforms.example_codec import decode_example
-from transforms.tfrecord_format import parse_compression, read_tfrecord_file
+from transforms.format.example_codec import decode_example
+from transforms.format.tfrecord_format import parse_compression, read_tfrecord_file
 
 __all__ = ["ReadTFRecordFiles", "listed_shard_paths", "manifest_shard_paths"]
 

@@ -1,0 +1,30 @@
+"""The typed outcomes a command can fail with; `pipeline.cli` maps each to an exit code.
+
+Commands raise these (or let a `ValueError`/`FileNotFoundError` of the input through, which
+the CLI treats as a usage error) instead of printing and choosing codes themselves, so every
+failure is reported by one line in one place.
+"""
+
+from __future__ import annotations
+
+__all__ = ["CommandError", "CommandFailed", "ErrorRateExceeded", "OutputProblems", "UsageError"]
+
+
+class CommandError(Exception):
+    """Base of the outcomes below: the message is the one line the user sees."""
+
+
+class UsageError(CommandError, ValueError):
+    """The command line or its inputs are wrong (bad flag, no file matches, ...)."""
+
+
+class CommandFailed(CommandError):
+    """The command ran and failed (a conversion job that failed commits nothing)."""
+
+
+class ErrorRateExceeded(CommandError):
+    """More input records were dead-lettered than --max-error-rate allows."""
+
+
+class OutputProblems(CommandError):
+    """`verify` found problems in the files it checked."""

@@ -1,0 +1,187 @@
+"""Command-line options, date templates and runner selection."""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import sys
+
+import pytest
+from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions
+
+from pipeline.options import ConvertOptions, fill_date_template, parse_size
+from pipeline.runners import (
+    RunnerError,
+    check_runner_installed,
+    runner_for,
+)
+from tests.images import image_samples
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [("200MB", 200_000_000), ("256MiB", 256 * 2**20), ("1.5G", 1_500_000_000), ("1048576", 2**20),
+     ("10kib", 10240), ("7 b", 7)],
+)
+def test_parse_size(text, expected):
+    assert parse_size(text) == expected
+
+
+@pytest.mark.parametrize("text", ["", "MB", "-5MB", "12 parsecs", "0"])
+def test_parse_size_rejects_nonsense(text):
+    with pytest.raises(argparse.ArgumentTypeError):
+        parse_size(text)
+
+
+def test_date_templates():
+    day = datetime.date(2026, 3, 9)
+    assert fill_date_template("gs://b/in/{YYYY}/{MM}/{DD}/*.csv", day) == "gs://b/in/2026/03/09/*.csv"
+    assert fill_date_template("out/span-{SPAN}", day) == f"out/span-{(day - datetime.date(1970, 1, 1)).days}"
+    assert fill_date_template("out/span-{SPAN}", day, span=7) == "out/span-7"
+    assert fill_date_template("plain/path", day) == "plain/path"
+
+
+def test_hyphen_and_underscore_spellings_are_the_same_option():
+    hyphen = PipelineOptions(["--max-shard-bytes", "1MB", "--num-shards", "3"]).view_as(ConvertOptions)
+    underscore = PipelineOptions(["--max_shard_bytes=1MB", "--num_shards=3"]).view_as(ConvertOptions)
+    assert hyphen.max_shard_bytes == underscore.max_shard_bytes == 1_000_000
+    assert hyphen.num_shards == underscore.num_shards == 3
+
+
+def test_dry_run_does_not_clash_with_beams_own_flag():
+    options = PipelineOptions(["--dry-run"])
+    assert options.view_as(ConvertOptions).convert_dry_run is True
+
+
+def test_local_runner_defaults_to_multi_processing_on_every_core():
+    options = PipelineOptions([])
+    with runner_for(options, []) as runner:
+        assert type(runner).__name__ == "FnApiRunner"  # never Prism, never a download
+    direct = options.view_as(DirectOptions)
+    assert direct.direct_running_mode == "multi_processing"
+    assert direct.direct_num_workers >= 1
+
+
+def test_small_or_single_unit_local_runs_stay_in_one_process():
+    options = PipelineOptions([])
+    with runner_for(options, [], parallel=False) as runner:
+        assert type(runner).__name__ == "FnApiRunner"
+    direct = options.view_as(DirectOptions)
+    assert (direct.direct_running_mode, direct.direct_num_workers) == ("in_memory", 1)
+    argv = ["--direct_running_mode=multi_processing"]
+    explicit = PipelineOptions(argv)
+    with runner_for(explicit, argv, parallel=False):
+        pass
+    assert explicit.view_as(DirectOptions).direct_running_mode == "multi_processing"
+
+
+def test_explicit_local_settings_are_kept():
+    argv = ["--runner=DirectRunner", "--direct_running_mode=in_memory", "--direct_num_workers=1"]
+    options = PipelineOptions(argv)
+    with runner_for(options, argv) as runner:
+        assert type(runner).__name__ == "FnApiRunner"
+    assert options.view_as(DirectOptions).direct_running_mode == "in_memory"
+
+
+def test_explicit_in_memory_mode_means_one_worker():
+    argv = ["--direct_running_mode=in_memory"]
+    options = PipelineOptions(argv)
+    with runner_for(options, argv, parallel=True):
+        pass
+    direct = options.view_as(DirectOptions)
+    assert (direct.direct_running_mode, direct.direct_num_workers) == ("in_memory", 1)
+
+
+def test_multi_threading_is_refused_with_a_reason():
+    argv = ["--direct_running_mode=multi_threading"]
+    with pytest.raises(RunnerError, match="lose elements"):
+        with runner_for(PipelineOptions(argv), argv):
+            pass
+
+
+def test_other_runners_pass_through_by_name():
+    argv = ["--runner=DataflowRunner"]
+    with runner_for(PipelineOptions(argv), argv) as runner:
+        assert runner == "DataflowRunner"
+
+
+@pytest.mark.parametrize(("runner", "module", "extra"), [
+    ("DataflowRunner", "google.cloud.dataflow", "dataflow"),
+    ("dataflow", "google.cloud.dataflow", "dataflow"),
+    ("dask", "apache_beam.runners.dask.dask_runner", "dask"),
+])
+def test_runner_without_its_extra_is_refused_before_anything_is_read_or_written(
+        runner, module, extra, tmp_path, monkeypatch, capsys):
+    from pipeline.cli import EXIT_USAGE, run
+
+    monkeypatch.setitem(sys.modules, module, None)  # as if the extra were not installed
+    output = tmp_path / "out"
+    code = run(["convert", "--input", str(tmp_path / "missing" / "*.csv"), "--format", "csv",
+                "--output", str(output), "--runner", runner, "--quiet"])
+    assert code == EXIT_USAGE
+    # Refused for the missing extra, not for the missing input, and nothing was created.
+    err = capsys.readouterr().err
+    assert f"--runner {runner} needs the {extra} extra" in err
+    assert f"pip install 'tfrecord-pipeline[{extra}]'" in err
+    assert not output.exists()
+
+
+def test_dataflow_with_its_extra_passes_the_check():
+    pytest.importorskip("google.cloud.dataflow")
+    check_runner_installed(PipelineOptions(["--runner=DataflowRunner"]))  # does not raise
+
+
+def test_progress_reports_inputs_records_and_rate(tmp_path):
+    import io
+    import time
+
+    from pipeline.progress import Progress
+    from transforms.sink import SinkConfig, _Heartbeat
+
+    config = SinkConfig(output_dir=str(tmp_path), run_id="progress", report_progress=True)
+    beats = [_Heartbeat(config), _Heartbeat(config)]  # two writer instances
+    beats[0].add("00000000:00000000", 300, 2)
+    beats[1].add("00000003:00000000", 200, 0)
+    stream = io.StringIO()
+    progress = Progress(config.temp_dir, total_units=5, stream=stream, interval=0.05)
+    progress.start()
+    time.sleep(0.5)
+    progress.stop()
+    last = stream.getvalue().strip().split("\r")[-1]
+    assert "inputs started 2/5" in last
+    assert "500 records written, 2 dead-lettered" in last
+    assert "records/s" in last
+
+
+@pytest.mark.parametrize("fmt", ["csv", "image-folder"])
+def test_local_parallel_threshold_depends_on_the_format(tmp_path, monkeypatch, fmt):
+    """Images need far less work per byte than CSV, so they go parallel much later."""
+    import contextlib
+
+    from pipeline import convert as convert_module
+    from pipeline.cli import run
+
+    if fmt == "csv":
+        for i in range(2):
+            (tmp_path / f"part-{i}.csv").write_text("a\n1\n2\n")
+        source = str(tmp_path / "part-*.csv")
+    else:
+        for label in ("x", "y"):
+            (tmp_path / "in" / label).mkdir(parents=True)
+            (tmp_path / "in" / label / "1.png").write_bytes(image_samples.build("png_rgb"))
+        source = str(tmp_path / "in")
+    monkeypatch.setattr(convert_module, "LOCAL_PARALLEL_MIN_BYTES", 1)
+    monkeypatch.setattr(convert_module, "LOCAL_PARALLEL_MIN_IMAGE_BYTES", 10**12)
+    seen = []
+    real_runner_for = convert_module.runner_for
+
+    @contextlib.contextmanager
+    def spy(options, argv, parallel=True):
+        seen.append(parallel)
+        with real_runner_for(options, argv, False) as runner:  # keep the test in one process
+            yield runner
+
+    monkeypatch.setattr(convert_module, "runner_for", spy)
+    assert run(["convert", "--input", source, "--format", fmt, "--output",
+                str(tmp_path / "out"), "--quiet"]) == 0
+    assert seen == [fmt == "csv"]

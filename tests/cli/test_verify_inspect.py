@@ -1,0 +1,188 @@
+"""`tfrecord-pipeline verify` and `inspect` on real sink output."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+
+import apache_beam as beam
+import pytest
+from apache_beam.runners.portability.fn_api_runner import FnApiRunner
+
+from pipeline.cli import EXIT_CORRUPT, run
+from transforms.format.example_codec import encode_example
+from transforms.records import RecordBatch, batch_key
+from transforms.sink import WriteToShardedTFRecord
+
+
+def _write_output(output, compression="none", records=12):
+    examples = [
+        encode_example({"id": ("int64", [i]), "text": ("bytes", [f"héllo {i}".encode()]),
+                        "raw": ("bytes", [b"\xff\x00" * (i % 3)]), "vec": ("float", [0.5, -1.0])})
+        for i in range(records)
+    ]
+    batch = RecordBatch(batch_key(0, 0), "train", examples, (), len(examples))
+    with beam.Pipeline(runner=FnApiRunner()) as pipeline:
+        _ = pipeline | beam.Create([batch]) | WriteToShardedTFRecord(str(output), compression=compression)
+    with open(os.path.join(output, "manifest.json")) as handle:
+        return json.load(handle)
+
+
+@pytest.mark.parametrize("compression", ["none", "gzip", "zlib"])
+def test_verify_accepts_clean_output(tmp_path, capsys, compression):
+    manifest = _write_output(tmp_path, compression)
+    assert run(["verify", str(tmp_path)]) == 0
+    assert '"status": "ok"' in capsys.readouterr().out
+    shard = str(tmp_path / manifest["shards"][0]["path"])
+    assert run(["verify", shard]) == 0
+
+
+def test_one_byte_flip_anywhere_is_reported_with_file_and_offset(tmp_path, capsys):
+    manifest = _write_output(tmp_path, records=3)
+    shard = tmp_path / manifest["shards"][0]["path"]
+    original = shard.read_bytes()
+    for position in range(len(original)):
+        corrupted = bytearray(original)
+        corrupted[position] ^= 0x01
+        shard.write_bytes(bytes(corrupted))
+        capsys.readouterr()
+        # Checked as a bare file (CRCs only) and as an output folder (manifest too).
+        assert run(["verify", str(shard)]) != 0, position
+        out = capsys.readouterr().out
+        assert str(shard) in out and re.search(r"offset \d+", out), (position, out)
+        assert run(["verify", str(tmp_path)]) != 0, position
+    shard.write_bytes(original)
+    assert run(["verify", str(tmp_path)]) == 0
+
+
+def test_one_byte_flip_in_a_gzip_shard_is_reported(tmp_path, capsys):
+    manifest = _write_output(tmp_path, compression="gzip", records=20)
+    shard = tmp_path / manifest["shards"][0]["path"]
+    original = shard.read_bytes()
+    for position in range(0, len(original), max(1, len(original) // 40)):
+        corrupted = bytearray(original)
+        corrupted[position] ^= 0x10
+        shard.write_bytes(bytes(corrupted))
+        capsys.readouterr()
+        assert run(["verify", str(tmp_path)]) != 0, position
+        assert str(shard) in capsys.readouterr().out
+    shard.write_bytes(original)
+
+
+def test_verify_reports_missing_and_unlisted_shards(tmp_path, capsys):
+    manifest = _write_output(tmp_path)
+    stray = tmp_path / "train-00000-of-00002.tfrecord"
+    stray.write_bytes((tmp_path / manifest["shards"][0]["path"]).read_bytes())
+    assert run(["verify", str(tmp_path)]) != 0
+    assert "not listed in the manifest" in capsys.readouterr().out
+    stray.unlink()
+    os.remove(tmp_path / manifest["shards"][0]["path"])
+    assert run(["verify", str(tmp_path)]) != 0
+    assert "missing" in capsys.readouterr().out
+
+
+def test_verify_rejects_a_payload_that_is_not_an_example(tmp_path, capsys):
+    from transforms.format.tfrecord_format import frame_record
+
+    path = tmp_path / "junk.tfrecord"
+    path.write_bytes(frame_record(b"\xff\xff\xff\xff"))
+    assert run(["verify", str(path)]) != 0
+    out = capsys.readouterr().out
+    assert "not a tf.train.Example" in out and "record 0" in out
+
+
+def test_inspect_prints_json_lines_and_a_summary(tmp_path, capsys):
+    _write_output(tmp_path, records=5)
+    assert run(["inspect", str(tmp_path), "--limit", "3"]) == 0
+    captured = capsys.readouterr()
+    lines = [json.loads(line) for line in captured.out.splitlines()]
+    assert len(lines) == 3
+    first = lines[0]
+    assert first["id"] == {"int64": [0]}
+    assert first["text"] == {"bytes": ["héllo 0"]}
+    assert first["vec"] == {"float": [0.5, -1.0]}
+    assert lines[1]["raw"] == {"bytes": [{"base64": "/wA="}]}
+    assert "feature" in captured.err and "3/3" in captured.err
+
+
+def test_inspect_missing_path_is_a_clear_error(tmp_path, capsys):
+    assert run(["inspect", str(tmp_path / "nothing")]) != 0
+    assert "no TFRecord file" in capsys.readouterr().err
+
+
+def test_the_installed_command_and_python_m_share_one_entry_point():
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    with open(os.path.join(root, "pyproject.toml"), "rb") as handle:
+        scripts = tomllib.load(handle)["project"]["scripts"]
+    assert scripts["tfrecord-pipeline"] == "pipeline.__main__:main"
+
+
+def test_console_entry_point_drops_beams_spurious_bigquery_warning_only():
+    """Beam without its gcp extra (the default install) logs "apitools not found ..." on
+    import; the entry point drops that one warning, keeps other import-time warnings, and
+    leaves the root logger unconfigured. Blocking `apitools` reproduces Beam's warning
+    wherever the test runs, with or without the extra."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])))
+    block = "import sys\nsys.modules['apitools'] = None\n"
+    plain = subprocess.run([sys.executable, "-c", block + "import apache_beam\n"],
+                           capture_output=True, env=env, timeout=300)
+    assert "apitools not found" in plain.stderr.decode()  # what a bare Beam import prints
+
+    # Another warning, logged while the entry point imports the CLI, must still be printed.
+    probe = (block + "import importlib.abc, logging\n"
+             "class Hook(importlib.abc.MetaPathFinder):\n"
+             "    def find_spec(self, name, path, target=None):\n"
+             "        if name == 'pipeline.cli':\n"
+             "            logging.getLogger('probe').warning('another warning at import')\n"
+             "sys.meta_path.insert(0, Hook())\n"
+             "import pipeline.__main__\n"
+             "print('handlers', logging.getLogger().handlers)\n")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr.decode()
+    assert done.stdout.decode().strip() == "handlers []"
+    assert "apitools" not in done.stderr.decode()
+    assert "another warning at import" in done.stderr.decode()
+
+
+def test_log_level_sets_the_documented_format_despite_beams_own_logging_set_up(tmp_path):
+    """Beam's PipelineOptions() calls logging.basicConfig() itself; ours must come first, or
+    --log-level would change the level but leave Python's bare "LEVEL:name:msg" format."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])))
+    sample = os.path.join(root, "pipeline", "sample_data", "tabular")
+    done = subprocess.run(
+        [sys.executable, "-m", "pipeline", "convert", "--input", os.path.join(sample, "*.csv"),
+         "--format", "csv", "--spec", os.path.join(sample, "customers.spec.yaml"),
+         "--output", str(tmp_path / "out"), "--log-level", "INFO", "--quiet"],
+        capture_output=True, env=env, timeout=300, cwd=root)
+    assert done.returncode == 0, done.stderr.decode()
+    committed = [line for line in done.stderr.decode().splitlines() if "Committed" in line]
+    assert len(committed) == 1, done.stderr.decode()
+    assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} INFO tfrecord_pipeline: "
+                        r"Committed .*manifest\.json", committed[0]), committed[0]
+
+
+def test_console_entry_point_flushes_output_and_keeps_exit_codes(tmp_path):
+    """Piped output arrives whole from the console entry point, and each exit code survives."""
+    _write_output(tmp_path, records=3000)
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])))
+    listed = subprocess.run([sys.executable, "-m", "pipeline", "inspect", str(tmp_path), "--limit", "-1"],
+                            capture_output=True, env=env, timeout=300)
+    assert listed.returncode == 0, listed.stderr.decode()
+    lines = listed.stdout.decode().splitlines()
+    assert len(lines) == 3000 and json.loads(lines[-1])["id"] == {"int64": [2999]}
+
+    shard = next(p for p in tmp_path.rglob("*.tfrecord"))
+    data = bytearray(shard.read_bytes())
+    data[100] ^= 0x01
+    shard.write_bytes(bytes(data))
+    corrupt = subprocess.run([sys.executable, "-m", "pipeline", "verify", str(tmp_path)],
+                             capture_output=True, env=env, timeout=300)
+    assert corrupt.returncode == EXIT_CORRUPT
+    assert '"status": "corrupt"' in corrupt.stdout.decode()

@@ -1,0 +1,137 @@
+"""The benchmark script runs end to end at its tiny size (benchmarks are not tests: this
+only proves that every path works and writes what it claims)."""
+
+from __future__ import annotations
+
+import glob
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+SCRIPT = REPO / "benchmarks" / "run_benchmarks.py"
+TABULAR_IDS = {
+    f"{dataset}/{path}/{compression}"
+    for dataset in ("tf_tutorial", "wide")
+    for path in ("ours", "tf", "beam", "ceiling")
+    for compression in ("none", "gzip")
+}
+EXPECTED_IDS = TABULAR_IDS | {
+    "images/ours/none", "images/plain_loop/none", "memory_small/ours/gzip", "startup/ours/gzip",
+}
+
+
+def _tf_examples(output_dir: str) -> list[tuple]:
+    """Every Example of a path's output, read by TensorFlow, as canonical sortable tuples."""
+    import tensorflow as tf
+
+    files = sorted(glob.glob(os.path.join(output_dir, "*.tfrecord*")))
+    assert files, f"no TFRecord files in {output_dir}"
+    compression = "GZIP" if files[0].endswith(".gz") else ""
+    rows = []
+    for record in tf.data.TFRecordDataset(files, compression_type=compression).as_numpy_iterator():
+        example = tf.train.Example.FromString(record)
+        row = []
+        for name, feature in sorted(example.features.feature.items()):
+            kind = feature.WhichOneof("kind")
+            row.append((name, kind, tuple(getattr(feature, kind).value)))
+        rows.append(tuple(row))
+    return rows
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("bench")
+    out = tmp / "results.json"
+    completed = subprocess.run(
+        [sys.executable, str(SCRIPT), "--tiny", "--out", str(out), "--work-dir", str(tmp / "work"),
+         "--keep-work"],
+        capture_output=True, text=True, cwd=REPO, timeout=900,
+    )
+    assert completed.returncode == 0, completed.stdout[-5000:] + completed.stderr[-5000:]
+    return json.loads(out.read_text()), out, completed.stdout
+
+
+@pytest.mark.slow
+def test_every_path_runs_and_writes_every_row(tiny_run):
+    report, _, _ = tiny_run
+    config = report["config"]
+    assert config["tiny"] and config["repeats"] == 1
+    expected_rows = {
+        "tf_tutorial": config["rows_tf"],
+        "wide": config["rows_wide"],
+        "memory_small": config["rows_tf"] // 10,
+        "images": config["images"],
+        "startup": config["parts"],  # one row per part file
+    }
+    results = {entry["id"]: entry for entry in report["results"]}
+    assert set(results) == EXPECTED_IDS
+    for case_id, entry in results.items():
+        assert entry.get("ok"), (case_id, entry.get("error"))
+        rows = expected_rows[entry["dataset"]]
+        assert entry["rows"] == rows, case_id
+        # Counted by the script reading every output file back with CRC checks.
+        assert entry["records"] == rows, case_id
+        assert entry["records_all_runs"] == [rows], case_id
+        assert entry["rows_per_s"] > 0, case_id
+        assert entry["mb_per_s"] > 0 and entry["output_bytes"] > 0, case_id
+        assert entry["peak_rss_bytes"] > 0, case_id
+
+
+@pytest.mark.slow
+def test_outputs_hold_the_same_examples_read_by_tensorflow(tiny_run):
+    report, _, _ = tiny_run
+    results = {entry["id"]: entry for entry in report["results"]}
+    for dataset in ("tf_tutorial", "wide"):
+        reference = sorted(_tf_examples(results[f"{dataset}/tf/none"]["output_dir"]))
+        assert len(reference) == results[f"{dataset}/tf/none"]["rows"]
+        for case_id in sorted(i for i in TABULAR_IDS if i.startswith(dataset + "/")):
+            examples = _tf_examples(results[case_id]["output_dir"])
+            assert sorted(examples) == reference, case_id
+    ours = sorted(_tf_examples(results["images/ours/none"]["output_dir"]))
+    plain = sorted(_tf_examples(results["images/plain_loop/none"]["output_dir"]))
+    assert len(ours) == report["config"]["images"]
+    assert ours == plain
+
+
+@pytest.mark.slow
+def test_reports_ratios_memory_and_machine(tiny_run):
+    report, out, stdout = tiny_run
+    for group in ("tf_tutorial/none", "tf_tutorial/gzip", "wide/none", "wide/gzip"):
+        assert set(report["ratios"][group]) == {"ours/tf", "ours/beam", "ours/ceiling"}
+        assert all(value > 0 for value in report["ratios"][group].values())
+    assert report["ratios"]["images/none"]["ours/plain_loop"] > 0
+    memory = report["memory"]
+    assert memory["rows_large"] == 10 * memory["rows_small"]
+    assert memory["peak_rss_small_mb"] > 0 and memory["peak_rss_large_mb"] > 0
+    assert report["machine"]["cores"] >= 1 and report["machine"]["python"]
+    assert report["machine"]["apache_beam"] and report["machine"]["tensorflow"]
+    gcp_extra = report["machine"]["beam_gcp_extra"]
+    assert gcp_extra is (importlib.util.find_spec("google.cloud.dataflow") is not None)
+    markdown = out.with_suffix(".md").read_text()
+    assert "| tf_tutorial/ours/gzip |" in markdown and report["machine"]["cpu"] in markdown
+    assert f"Beam's gcp extra {'installed' if gcp_extra else 'not installed'}" in markdown
+    assert "tf_tutorial/beam/gzip" in stdout and "ours/ceiling" in stdout
+
+
+def test_our_packages_are_byte_compiled_before_timing(tmp_path, monkeypatch):
+    """As `pip install` would have done, even where Python writes no bytecode itself."""
+    spec = importlib.util.spec_from_file_location("run_benchmarks", SCRIPT)
+    script = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "run_benchmarks", script)  # dataclasses need its module
+    spec.loader.exec_module(script)
+    sources = []
+    for package in ("pipeline", "protos", "transforms"):
+        (tmp_path / package).mkdir()
+        for source in (REPO / package).glob("*.py"):
+            sources.append(tmp_path / package / source.name)
+            sources[-1].write_bytes(source.read_bytes())
+    assert not any(Path(importlib.util.cache_from_source(str(s))).exists() for s in sources)
+    script.byte_compile_project(tmp_path)
+    for source in sources:
+        assert Path(importlib.util.cache_from_source(str(source))).is_file(), source

@@ -1,0 +1,16 @@
+"""Helpers shared by tests in several folders."""
+
+from __future__ import annotations
+
+
+def in_memory_args() -> list[str]:
+    """Beam flags for fast in-process test runs of the CLI."""
+    return ["--direct_running_mode=in_memory", "--direct_num_workers=1", "--quiet"]
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]

@@ -1,0 +1,253 @@
+"""Header parsing (transforms/image_headers.py) checked against TensorFlow's decode_image."""
+
+from __future__ import annotations
+
+import functools
+import struct
+import zlib
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from PIL import Image
+
+from tests.images import image_samples as samples
+from transforms.images.headers import HeaderError, parse_header, sniff_format
+
+NATIVE = [name for name, (_, native) in samples.VARIANTS.items() if native]
+REASONS = {"empty_file", "not_an_image", "unsupported_format", "truncated_image", "corrupt_image"}
+
+
+@functools.cache
+def sample(name: str) -> bytes:
+    return samples.build(name)
+
+
+def tf_shape(tf, data: bytes) -> tuple[int, int, int, int]:
+    """(height, width, channels, frames) of tf.io.decode_image."""
+    shape = tuple(tf.io.decode_image(data).shape)
+    return shape[-3], shape[-2], shape[-1], shape[0] if len(shape) == 4 else 1
+
+
+@pytest.mark.parametrize("name", NATIVE)
+def test_header_gives_exactly_what_tensorflow_decodes(tf, name):
+    data = sample(name)
+    info = parse_header(data)
+    assert info.tf_native, info.note
+    assert (info.height, info.width, info.channels, info.frames) == tf_shape(tf, data)
+
+
+# The channel counts that are easy to get wrong, spelled out (and checked against TF above).
+@pytest.mark.parametrize("name, channels", [
+    ("jpeg_cmyk", 3), ("jpeg_gray", 1), ("png_palette", 3), ("png_palette_transparent", 4),
+    ("png_gray_trns", 1), ("png_gray", 1), ("png_la", 2), ("png_rgba", 4), ("png_gray16", 1),
+    ("png_rgb16", 3), ("png_rgba16", 4), ("png_bilevel", 1), ("gif", 3), ("gif_animated", 3),
+    ("bmp_gray", 1), ("bmp_rgb", 3), ("bmp_rgba", 4), ("webp_lossy", 3), ("webp_lossless", 3),
+    ("webp_alpha", 4), ("webp_alpha_lossless", 4), ("webp_animated_alpha", 4),
+])
+def test_channels_of_tricky_variants(tf, name, channels):
+    assert parse_header(sample(name)).channels == channels
+    assert tf_shape(tf, sample(name))[2] == channels
+
+
+def test_gif_size_is_the_largest_frame_not_the_logical_screen(tf):
+    data = sample("gif_small_frame")
+    assert Image.open(__import__("io").BytesIO(data)).size == (80, 60)  # Pillow: the screen
+    info = parse_header(data)
+    assert (info.width, info.height) != (80, 60)
+    assert (info.height, info.width, info.channels, info.frames) == tf_shape(tf, data)
+
+
+def test_animated_gif_reports_frames(tf):
+    info = parse_header(sample("gif_animated"))
+    assert info.frames == 3
+    assert info.pixels == 3 * info.width * info.height
+
+
+def _pillow_pixels(data: bytes) -> np.ndarray:
+    with Image.open(__import__("io").BytesIO(data)) as image:
+        return np.asarray(image.convert("RGB"))
+
+
+def test_palette_bmp_is_not_native_because_tf_returns_palette_indices(tf):
+    data = sample("bmp_palette")
+    info = parse_header(data)
+    assert not info.tf_native and "palette" in info.note
+    decoded = tf.io.decode_image(data).numpy()
+    assert decoded.shape[-1] == 1  # TF ignores the palette: indices, not colours
+    assert not np.array_equal(np.repeat(decoded, 3, axis=-1), _pillow_pixels(data))
+
+
+def test_bilevel_bmp_is_not_native_because_tf_refuses_it(tf):
+    data = sample("bmp_bilevel")
+    assert not parse_header(data).tf_native
+    with pytest.raises(tf.errors.InvalidArgumentError):
+        tf.io.decode_image(data)
+
+
+def test_bmp_with_trailing_bytes_is_not_native(tf):
+    data = sample("bmp_rgb") + b"\x00\x00"
+    info = parse_header(data)
+    assert not info.tf_native and "after its pixel data" in info.note
+    with pytest.raises(tf.errors.InvalidArgumentError):
+        tf.io.decode_image(data)
+
+
+def test_top_down_bmp_is_native(tf):
+    data = bytearray(sample("bmp_rgb"))
+    (height,) = struct.unpack_from("<i", data, 22)
+    struct.pack_into("<i", data, 22, -height)
+    info = parse_header(bytes(data))
+    assert info.tf_native and info.height == height
+    assert (info.height, info.width, info.channels, 1) == tf_shape(tf, bytes(data))
+
+
+def test_animated_webp_without_alpha_is_not_native():
+    # TF 2.21 allocates 3 channels for it but copies RGBA frames: a heap overflow that
+    # kills the process, so these bytes must never reach TF (not even in this test).
+    data = samples.encode(samples.rgb("chelsea"), "WEBP", save_all=True, duration=80,
+                          append_images=[samples.rgb("coffee")])
+    info = parse_header(data)
+    assert info.frames == 2 and not info.tf_native and "animated" in info.note
+
+
+def test_jpeg_with_data_after_eoi_is_fine(tf):
+    data = sample("jpeg_rgb") + b"\x00" * 64 + b"trailing camera data"
+    info = parse_header(data)
+    assert info.tf_native
+    assert (info.height, info.width, info.channels, 1) == tf_shape(tf, data)
+
+
+def test_jpeg_thumbnail_eoi_inside_exif_is_not_mistaken_for_the_end():
+    thumbnail = samples.encode(samples.rgb("coffee", 32), "JPEG")
+    exif = Image.Exif()
+    exif[0x0112] = 1
+    full = samples.encode(samples.rgb("astronaut"), "JPEG", exif=exif.tobytes() + thumbnail)
+    cut = full[: len(full) // 2]  # EOI of the thumbnail survives in the APP1 segment
+    assert b"\xff\xd9" in cut
+    with pytest.raises(HeaderError) as caught:
+        parse_header(cut)
+    assert caught.value.reason == "truncated_image"
+
+
+TRUNCATABLE = ["jpeg_rgb", "jpeg_progressive", "jpeg_cmyk", "png_rgb", "png_palette", "png_gray16",
+               "gif", "gif_animated", "bmp_rgb", "webp_lossy", "webp_lossless", "webp_alpha",
+               "webp_animated_alpha"]
+
+
+@pytest.mark.parametrize("name", TRUNCATABLE)
+@pytest.mark.parametrize("keep", [0.2, 0.5, 0.9, -2])
+def test_truncation_is_detected(tf, name, keep):
+    data = sample(name)
+    cut = data[:keep] if keep < 0 else data[: int(len(data) * keep)]
+    with pytest.raises(HeaderError) as caught:
+        parse_header(cut)
+    assert caught.value.reason == "truncated_image", caught.value.message
+    if not name.startswith("gif"):
+        # TF refuses these too; a truncated GIF, though, TF decodes silently with fewer
+        # frames, which is exactly why the header check must catch it.
+        with pytest.raises(tf.errors.InvalidArgumentError):
+            tf.io.decode_image(cut)
+
+
+def test_truncated_gif_is_silently_accepted_by_tensorflow(tf):
+    data = sample("gif_animated")
+    cut = data[: int(len(data) * 0.6)]
+    assert tf_shape(tf, cut)[3] < 3  # TF returns fewer frames, no error
+    with pytest.raises(HeaderError):
+        parse_header(cut)
+
+
+def test_gif_without_trailer_byte_is_complete(tf):
+    data = sample("gif_animated")[:-1]
+    info = parse_header(data)
+    assert (info.height, info.width, info.channels, info.frames) == tf_shape(tf, data)
+
+
+def test_png_crc_error_is_corrupt(tf):
+    data = bytearray(sample("png_rgb"))
+    idat = data.index(b"IDAT")
+    data[idat + 40] ^= 0x55
+    with pytest.raises(HeaderError) as caught:
+        parse_header(bytes(data))
+    assert caught.value.reason == "corrupt_image" and "CRC" in caught.value.message
+    with pytest.raises(tf.errors.InvalidArgumentError):
+        tf.io.decode_image(bytes(data))
+
+
+def test_png_without_iend_is_truncated(tf):
+    data = sample("png_rgb")[:-12]
+    with pytest.raises(HeaderError) as caught:
+        parse_header(data)
+    assert caught.value.reason == "truncated_image"
+    with pytest.raises(tf.errors.InvalidArgumentError):
+        tf.io.decode_image(data)
+
+
+def test_huge_png_header_is_read_without_decoding():
+    header = struct.pack(">IIBBBBB", 100_000, 100_000, 8, 2, 0, 0, 0)
+    data = (b"\x89PNG\r\n\x1a\n" + samples.png_chunk(b"IHDR", header)
+            + samples.png_chunk(b"IDAT", zlib.compress(b"\x00" * 1000))
+            + samples.png_chunk(b"IEND", b""))
+    info = parse_header(data)
+    assert info.pixels == 10**10 and info.channels == 3
+
+
+@pytest.mark.parametrize("data, reason", [
+    (b"", "empty_file"),
+    (b"hello, this is a text file named cat.jpg\n", "not_an_image"),
+    (b"<!DOCTYPE html><html><body>404 Not Found</body></html>", "not_an_image"),
+    (b"\x00\x00\x00\x18ftypheic\x00\x00\x00\x00mif1heic", "unsupported_format"),
+    (b"\xff\x0a\xfa\x7f\x01\x90\x08\x06\x01\x00", "unsupported_format"),
+])
+def test_not_images_and_unsupported_formats(data, reason):
+    with pytest.raises(HeaderError) as caught:
+        parse_header(data)
+    assert caught.value.reason == reason
+
+
+def test_tiff_is_recognised_but_not_native(tf):
+    data = sample("tiff_rgb")
+    assert sniff_format(data) == "tiff"
+    with pytest.raises(HeaderError) as caught:
+        parse_header(data)
+    assert caught.value.reason == "unsupported_format"
+    with pytest.raises(tf.errors.InvalidArgumentError):
+        tf.io.decode_image(data)
+
+
+def test_jpeg_12_bit_is_not_native():
+    data = bytearray(sample("jpeg_gray"))
+    sof = data.index(b"\xff\xc0")
+    data[sof + 4] = 12  # sample precision
+    info = parse_header(bytes(data))
+    assert not info.tf_native and "12-bit" in info.note
+
+
+_DAMAGEABLE = ["jpeg_rgb", "jpeg_progressive", "png_rgb", "png_palette_transparent", "gif_animated",
+               "bmp_rgb", "webp_lossy", "webp_alpha_lossless"]
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(name=st.sampled_from(_DAMAGEABLE), data=st.data())
+def test_damaged_headers_never_crash_the_parser(tf, name, data):
+    original = sample(name)
+    damaged = bytearray(original)
+    limit = min(len(damaged) - 1, 600)  # the header region, where parsing decisions are made
+    for _ in range(data.draw(st.integers(1, 4))):
+        position = data.draw(st.integers(0, limit))
+        damaged[position] = data.draw(st.integers(0, 255))
+    damaged = bytes(damaged[: data.draw(st.integers(1, len(damaged)))])
+    try:
+        info = parse_header(damaged)
+    except HeaderError as error:
+        assert error.reason in REASONS
+        return
+    assert info.width > 0 and info.height > 0 and info.channels in (1, 2, 3, 4)
+    if info.tf_native and info.pixels < 50_000_000:
+        try:
+            shape = tf_shape(tf, damaged)
+        except tf.errors.InvalidArgumentError:
+            return  # damaged pixel data a header check does not promise to catch
+        assert (info.height, info.width, info.channels, info.frames) == shape

@@ -1,0 +1,313 @@
+"""Forked converter processes: `transforms.forked_pool` and the local runner's WorkUnitGroup.
+
+The forked path must give exactly what converting the items one by one gives (same
+results, same order), raise failures where they happened, stop its children however the
+consumer stops, and bound what waits in the parent.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+
+import numpy as np
+import psutil
+import pytest
+
+from pipeline import cli
+from pipeline.graph import ConversionPlan, in_process_plan
+from transforms import forked_pool
+from transforms.forked_pool import (
+    WorkerDiedError,
+    fork_available,
+    forked_map,
+)
+from transforms.format.tfrecord_format import FramedRecords
+from transforms.records import WorkUnit, WorkUnitGroup
+from transforms.tabular import transform as tabular
+from transforms.tabular.spec import ConversionSpec, FeatureSpec
+from transforms.tabular.transform import ConvertTabular, TabularConfig, plan_tabular
+
+pytestmark = pytest.mark.skipif(not fork_available(), reason="forked_map forks on Linux only")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def _uneven(n: int):
+    """Item n yields n results after a delay that makes later items finish first."""
+    time.sleep(0.002 * (6 - n % 6))
+    for i in range(n):
+        yield (n, i, os.getpid())
+
+
+# ------------------------------------------------------------------------ forked_map
+
+
+def _children() -> set[int]:
+    """Process ids of this process's living children (zombies are not alive)."""
+    return {p.pid for p in psutil.Process().children() if p.status() != psutil.STATUS_ZOMBIE}
+
+
+@pytest.mark.parametrize("processes, count", [(2, 12), (3, 7), (8, 3), (2, 2)])
+def test_results_come_in_item_order_as_a_plain_loop_gives_them(processes, count):
+    items = list(range(count))
+    got = list(forked_map(_uneven, items, processes))
+    assert [r[:2] for r in got] == [(n, i) for n in items for i in range(n)]
+    assert os.getpid() not in {r[2] for r in got}  # computed in children
+
+
+def test_no_fork_for_one_process_one_item_or_where_fork_is_unavailable(monkeypatch):
+    here = os.getpid()
+    assert {r[2] for r in forked_map(_uneven, [1, 2, 3], processes=1)} == {here}
+    assert {r[2] for r in forked_map(_uneven, [3], processes=4)} == {here}
+    assert list(forked_map(_uneven, [], processes=4)) == []
+    monkeypatch.setattr(forked_pool, "fork_available", lambda: False)
+    assert {r[2] for r in forked_map(_uneven, [1, 2, 3], processes=4)} == {here}
+
+
+def test_a_child_takes_the_next_item_while_another_is_still_busy(tmp_path):
+    # Item 0 blocks until item 2 has been converted: only possible if the child that
+    # finished item 1 takes item 2 while item 0's child is still busy.
+    marker = tmp_path / "item-2-done"
+
+    def work(n):
+        if n == 0:
+            while not marker.exists():
+                time.sleep(0.005)
+        elif n == 2:
+            marker.touch()
+        yield n, os.getpid()
+
+    got = list(forked_map(work, range(3), processes=2))
+    assert [n for n, _ in got] == [0, 1, 2]
+    assert got[0][1] != got[2][1] == got[1][1]
+
+
+def test_what_waits_in_the_parent_is_bounded_and_the_results_are_complete(tmp_path):
+    chunk = 256 * 1024
+
+    def big(n):
+        for i in range(12):
+            (tmp_path / f"{n}-{i}").touch()  # produced: seen by the parent through the folder
+            yield bytes([n]) * chunk + i.to_bytes(4, "little")
+
+    results = forked_map(big, range(6), processes=3, max_buffered_bytes=chunk)
+    first = next(results)
+    time.sleep(0.3)  # however long the consumer waits, the children cannot run further ahead
+    produced = len(os.listdir(tmp_path))
+    # Item 0's child: what it produced before the consumer took one, plus what its pipe and
+    # the parent hold; the others: the bound plus the message that crossed it, plus a
+    # pipe's worth each. Without the bound, all 72 results would be produced.
+    assert produced <= 12 + 2 * (2 + 1024 * 1024 // chunk + 1)
+    got = [first, *results]
+    assert got == [bytes([n]) * chunk + i.to_bytes(4, "little") for n in range(6) for i in range(12)]
+
+
+def _framed_in_place(payloads: list[bytes]) -> FramedRecords:
+    """`payloads` framed by `FramedRecords.complete`, as the vectorised encoder frames."""
+    buffer = np.frombuffer(FramedRecords.frame(payloads).data, np.uint8).copy()
+    ends = np.cumsum([len(p) + 16 for p in payloads])
+    buffer[(ends[:, None] - np.arange(1, 5)).ravel()] = 0  # complete() fills the footers
+    return FramedRecords.complete(buffer, np.array([len(p) for p in payloads]))
+
+
+def test_framed_records_and_arrays_arrive_intact():
+    payloads = [bytes([i % 251]) * (i * 37 % 1000) for i in range(300)]
+
+    def work(n):
+        yield n, FramedRecords.frame(payloads[n:]), _framed_in_place(payloads[n:]), np.arange(n, n + 9)
+
+    got = list(forked_map(work, range(4), processes=2))
+    assert [n for n, *_ in got] == [0, 1, 2, 3]
+    for n, framed, in_place, numbers in got:
+        expected = FramedRecords.frame(payloads[n:])
+        assert framed == expected and list(framed) == payloads[n:]
+        assert in_place == expected and bytes(in_place.data) == expected.data
+        assert numbers.tolist() == list(range(n, n + 9))
+
+
+def test_an_exception_is_raised_at_its_item_after_every_earlier_result():
+    def work(n):
+        yield n
+        if n == 3:
+            raise ValueError(f"bad item {n}")
+        yield -n
+
+    results = forked_map(work, range(8), processes=3)
+    got = []
+    with pytest.raises(ValueError, match="bad item 3") as caught:
+        for result in results:
+            got.append(result)
+    assert got == [0, 0, 1, -1, 2, -2, 3]
+    if hasattr(caught.value, "__notes__"):  # Python 3.11+
+        assert "forked converter process" in caught.value.__notes__[0]
+        assert "bad item 3" in caught.value.__notes__[0]
+    assert not _children()
+
+
+class _Unpicklable(Exception):
+    def __reduce__(self):
+        raise TypeError("no pickling")
+
+
+def test_an_exception_that_cannot_be_pickled_arrives_as_its_text():
+    def work(n):
+        yield n
+        if n == 1:
+            raise _Unpicklable("lock held")
+
+    with pytest.raises(RuntimeError, match="_Unpicklable: lock held"):
+        list(forked_map(work, range(4), processes=2))
+
+
+def test_a_child_that_dies_is_reported_with_its_item():
+    def work(n):
+        yield n
+        if n == 2:
+            os.kill(os.getpid(), signal.SIGKILL)
+        yield -n
+
+    got = []
+    with pytest.raises(WorkerDiedError, match=r"killed by SIGKILL while converting 2"):
+        for result in forked_map(work, range(6), processes=2):
+            got.append(result)
+    assert got == [0, 0, 1, -1, 2]
+
+
+def test_closing_early_kills_and_reaps_the_children():
+    def endless(n):
+        while True:
+            yield n
+
+    results = forked_map(endless, range(4), processes=2)
+    assert next(results) == 0
+    assert len(_children()) == 2
+    results.close()
+    assert not _children()
+    with pytest.raises(StopIteration):
+        next(results)
+
+
+def test_a_consumer_failure_inside_closing_stops_the_children():
+    import contextlib
+
+    def endless(n):
+        while True:
+            yield n
+
+    results = forked_map(endless, range(4), processes=2)
+    with pytest.raises(KeyError), contextlib.closing(results):
+        for _ in results:
+            raise KeyError("downstream failed")
+    assert not _children()
+
+
+# ------------------------------------------------------------- the tabular converter
+
+SPEC = ConversionSpec(
+    features=(
+        FeatureSpec(name="id", type="int64"),
+        FeatureSpec(name="score", type="float"),
+        FeatureSpec(name="name", type="string"),
+    ),
+    splits={"train": 3, "eval": 1},
+)
+
+
+def _write_parts(folder, parts: int = 5, rows: int = 3000):
+    folder.mkdir()
+    for part in range(parts):
+        lines = ["id,score,name"]
+        for i in range(part * rows, (part + 1) * rows):
+            lines.append(f"x{i},1.5,bad" if i % 499 == 7 else f"{i},{i}.25,név{i}")
+        (folder / f"part-{part}.csv").write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+def _batches(element, fn):
+    return [(b.key, b.split, list(b.records), list(b.dead_letters), b.input_count)
+            for b in fn.process(element)]
+
+
+def test_a_work_unit_group_gives_the_batches_of_its_units_one_by_one(tmp_path):
+    _write_parts(tmp_path / "in")
+    units = plan_tabular(str(tmp_path / "in" / "*.csv"), "csv")
+    # A unit whose file vanished after planning: one dead letter, in its place.
+    units.insert(2, WorkUnit(path=str(tmp_path / "in" / "gone.csv"), index=99))
+    fn = ConvertTabular(TabularConfig(spec=SPEC, fmt="csv", batch_rows=500))
+    fn.setup()
+    one_by_one = [batch for unit in units for batch in _batches(unit, fn)]
+    grouped = _batches(WorkUnitGroup(tuple(units), processes=3), fn)
+    assert grouped == one_by_one
+    letters = [json.loads(d) for b in grouped for d in b[3]]
+    assert {d["reason"] for d in letters} == {"invalid_int", "missing_file"}
+    assert sum(b[4] for b in grouped) == 5 * 3000 + 1
+
+
+def test_in_process_plan_groups_the_units_only_when_several_processes_can_help():
+    units = [WorkUnit(path=f"f{i}.csv", index=i) for i in range(3)]
+    plan = ConversionPlan(converter_label="ConvertCsv", work_units=units, converter=None,
+                          local_processes=8)
+    grouped = in_process_plan(plan)
+    [group] = grouped.work_units
+    assert group == WorkUnitGroup(tuple(units), processes=3)
+    for single in (ConversionPlan("ConvertCsv", units, None, local_processes=1),
+                   ConversionPlan("ConvertCsv", units[:1], None, local_processes=8)):
+        assert in_process_plan(single) is single
+
+
+def _convert(tmp_path, name: str, *extra: str) -> dict:
+    out = tmp_path / name
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(SPEC.to_yaml(), encoding="utf-8")
+    code = cli.run(["convert", "--input", str(tmp_path / "in" / "*.csv"), "--format", "csv",
+                    "--spec", str(spec), "--output", str(out), "--compression", "gzip",
+                    "--batch-rows", "700", "--quiet", *extra])
+    assert code == 0
+    return json.loads((out / "manifest.json").read_text())
+
+
+def test_the_cli_converts_on_forked_processes_with_the_same_output(tmp_path, monkeypatch):
+    _write_parts(tmp_path / "in")
+    calls = []
+    real = tabular.forked_map
+
+    def spy(fn, items, processes, *args, **kwargs):
+        calls.append((len(items), processes))
+        return real(fn, items, processes, *args, **kwargs)
+
+    monkeypatch.setattr(tabular, "forked_map", spy)
+    serial = _convert(tmp_path, "serial", "--converter-processes", "1")
+    assert calls == []
+    forked = _convert(tmp_path, "forked", "--converter-processes", "2")
+    assert calls == [(5, 2)]
+    assert forked["shards"] == serial["shards"]  # names, records, bytes and sha256
+    assert forked["counts"] == serial["counts"]
+    assert forked["counts"]["dead_letter"] == sum(1 for i in range(15000) if i % 499 == 7)
+    for shard in serial["shards"]:
+        assert (tmp_path / "forked" / shard["path"]).read_bytes() == \
+            (tmp_path / "serial" / shard["path"]).read_bytes()
+
+
+@pytest.mark.parametrize("argv, parallel, expected", [
+    ([], False, True),  # small local input: one process, so the converter forks
+    (["--direct_running_mode=in_memory"], True, True),
+    ([], True, False),  # large local input: Beam's own worker processes
+    (["--direct_running_mode=multi_processing"], False, False),
+    (["--runner=DataflowRunner"], False, False),
+])
+def test_only_the_in_process_local_runner_groups_work_units(argv, parallel, expected):
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    from pipeline.runners import runner_for, runs_in_process
+
+    options = PipelineOptions(argv)
+    with runner_for(options, argv, parallel):
+        assert runs_in_process(options) is expected

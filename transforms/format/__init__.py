@@ -1,0 +1,5 @@
+"""Beam-free format code: TFRecord framing and compression (`tfrecord_format`), the reference
+Example codec (`example_codec`) and the vectorised batch encoder (`example_encoder`).
+
+Nothing here imports Apache Beam or the rest of `transforms`; it builds on `protos` only.
+"""

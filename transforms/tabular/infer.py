@@ -1,0 +1,466 @@
+"""Type inference from a sample, spec resolution, and the --dry-run output estimate.
+
+Inference reads the first `sample_rows` rows (default 10000) of the first work units and
+gives every column the narrowest type that holds all its sampled values, along
+int64 -> float -> bytes as TFX does:
+
+* CSV/TSV: from the text. Integers in the int64 range and true/false (any case, as 1/0)
+  are int64; other numbers (and nan/inf) are float; anything else is string. Columns
+  are never inferred as lists or required.
+* JSON Lines: bool and int are int64, float (or an int beyond int64) is float, str is
+  string; a column holding arrays (in any row) is a list of the widest element type.
+  Columns holding objects or nested arrays are skipped (logged).
+* Parquet: from the schema: ints/bools -> int64, floats/decimals -> float,
+  strings/dates/times -> string, binary -> bytes, lists of those -> lists.
+
+Beam-free apart from FileSystems.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import io
+import json
+import logging
+import math
+import zlib
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import ExitStack
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from apache_beam.io.filesystem import CompressionTypes
+from apache_beam.io.filesystems import FileSystems
+
+from transforms.format.tfrecord_format import (
+    frame_records,
+    framed_size,
+    open_compressor,
+    parse_compression,
+)
+from transforms.records import WorkUnit
+from transforms.tabular.convert import convert_chunk, split_assigner
+from transforms.tabular.read import Chunk, open_input, read_chunks
+from transforms.tabular.spec import ConversionSpec, CsvOptions, FeatureSpec, SpecError
+from transforms.tabular.values import RowError, has_escapes, text_to_float, text_to_int
+
+__all__ = [
+    "DEFAULT_SAMPLE_ROWS",
+    "OutputEstimate",
+    "estimate_output",
+    "infer_spec",
+    "resolve_spec",
+]
+
+_LOG = logging.getLogger("tfrecord_pipeline")
+DEFAULT_SAMPLE_ROWS = 10_000
+_DEFAULT_MAX_SHARD_BYTES = 200 * 2**20
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+_RANK = {"int64": 0, "float": 1, "bytes": 2, "string": 2}
+
+
+# ---------------------------------------------------------------------------------------
+# Samples.
+
+
+@dataclasses.dataclass
+class _Column:
+    """What the sample says about one column."""
+
+    name: str
+    type: str | None = None  # None: no value seen yet
+    is_list: bool = False
+    unsupported: str | None = None  # why the column cannot be a feature
+
+
+def _widen(current: str | None, new: str) -> str:
+    if current is None:
+        return new
+    if {current, new} == {"bytes", "string"}:
+        return "bytes"
+    return current if _RANK[current] >= _RANK[new] else new
+
+
+def _text_type(value: str) -> str:
+    try:
+        text_to_int(value, "")
+        return "int64"
+    except RowError:
+        pass
+    try:
+        text_to_float(value, "")
+        return "float"
+    except RowError:
+        return "string"
+
+
+def _python_type(value: Any) -> str | None:
+    if isinstance(value, bool):
+        return "int64"
+    if isinstance(value, int):
+        return "int64" if _INT64_MIN <= value <= _INT64_MAX else "float"
+    if isinstance(value, float):
+        return "float"
+    if isinstance(value, str):
+        return "string"
+    return None
+
+
+def _arrow_type(t: pa.DataType) -> str | None:
+    if pa.types.is_dictionary(t):
+        t = t.value_type
+    if pa.types.is_integer(t) or pa.types.is_boolean(t):
+        return "int64"
+    if pa.types.is_floating(t) or pa.types.is_decimal(t):
+        return "float"
+    if (pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t)
+            or pa.types.is_temporal(t) or pa.types.is_null(t)):
+        return "string"
+    if (pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_binary_view(t)
+            or pa.types.is_fixed_size_binary(t)):
+        return "bytes"
+    return None
+
+
+class _Sample:
+    """Columns in first-seen order and what their sampled values say."""
+
+    def __init__(self):
+        self.columns: dict[str, _Column] = {}
+        self.rows = 0
+
+    def column(self, name: str) -> _Column:
+        if name not in self.columns:
+            self.columns[name] = _Column(name)
+        return self.columns[name]
+
+    def add_text(self, name: str, values: Iterable[str | None]) -> None:
+        column = self.column(name)
+        for value in values:
+            if value is not None and not has_escapes(value):
+                column.type = _widen(column.type, _text_type(value))
+
+    def add_python(self, name: str, value: Any) -> None:
+        column = self.column(name)
+        if value is None or column.unsupported:
+            return
+        items = value if isinstance(value, list) else [value]
+        if isinstance(value, list):
+            column.is_list = True
+        for item in items:
+            kind = _python_type(item) if item is not None else None
+            if kind is None and item is not None:
+                column.unsupported = f"holds {type(item).__name__} values"
+                return
+            if kind is not None:
+                column.type = _widen(column.type, kind)
+
+    def add_arrow_field(self, field: pa.Field) -> None:
+        column = self.column(field.name)
+        t = field.type
+        if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+            column.is_list = True
+            t = t.value_type
+        kind = _arrow_type(t)
+        if kind is None:
+            column.unsupported = f"has Arrow type {field.type}"
+        else:
+            column.type = kind
+
+
+def _reading_spec(csv: CsvOptions | None) -> ConversionSpec:
+    return ConversionSpec(features=(), include_unlisted=True, csv=csv or CsvOptions())
+
+
+def _sample(units: Sequence[WorkUnit], fmt: str, csv: CsvOptions | None,
+            sample_rows: int) -> _Sample:
+    if fmt not in ("csv", "tsv", "jsonl", "parquet"):
+        raise ValueError(f"unknown tabular format {fmt!r}")
+    sample = _Sample()
+    for unit in units:
+        if sample.rows >= sample_rows:
+            break
+        try:
+            _sample_unit(sample, unit, fmt, csv, sample_rows)
+        except Exception as error:  # noqa: BLE001 - the conversion dead-letters the file
+            _LOG.warning("not sampling %s: %s: %s", unit.path, type(error).__name__, error)
+    return sample
+
+
+def _sample_unit(sample: _Sample, unit: WorkUnit, fmt: str, csv: CsvOptions | None,
+                 sample_rows: int) -> None:
+    if fmt in ("csv", "tsv"):
+        spec = _reading_spec(csv)
+        for chunk in read_chunks(unit, fmt, spec, min(sample_rows, 65536)):
+            take = min(chunk.num_rows, sample_rows - sample.rows)
+            for name, values in chunk.columns.items():
+                sample.add_text(name, values.slice(0, take).to_pylist())
+            sample.rows += take + len(chunk.failures)
+            if sample.rows >= sample_rows:
+                return
+    elif fmt == "jsonl":
+        for obj in _json_objects(unit.path, sample_rows - sample.rows):
+            for name, value in obj.items():
+                sample.add_python(name, value)
+            sample.rows += 1
+    else:
+        with FileSystems.open(unit.path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
+            parquet = pq.ParquetFile(f)
+            for field in parquet.schema_arrow:
+                sample.add_arrow_field(field)
+            sample.rows += (unit.extra or {}).get("rows", parquet.metadata.num_rows)
+
+
+def _json_objects(path: str, limit: int) -> Iterator[dict]:
+    with ExitStack() as stack:
+        stream = open_input(path, stack)
+        count = 0
+        for line in stream:
+            if count >= limit:
+                return
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(obj, dict):
+                count += 1
+                yield obj
+
+
+def _features(sample: _Sample, skip: Iterable[str] = ()) -> list[FeatureSpec]:
+    skip = set(skip)
+    features = []
+    for column in sample.columns.values():
+        if column.name in skip:
+            continue
+        if not column.name:
+            _LOG.warning("skipping a column without a name")
+            continue
+        if column.unsupported:
+            _LOG.warning("skipping column %r: it %s", column.name, column.unsupported)
+            continue
+        features.append(FeatureSpec(name=column.name, type=column.type or "string",
+                                    is_list=column.is_list))
+    return features
+
+
+def infer_spec(units: Sequence[WorkUnit], fmt: str, *, csv: CsvOptions | None = None,
+               splits: Sequence[tuple[str, float]] = (), split_key: Sequence[str] = (),
+               sample_rows: int = DEFAULT_SAMPLE_ROWS) -> ConversionSpec:
+    """A spec with one feature per column found in the sample (see module docstring)."""
+    csv = csv or CsvOptions()
+    if fmt == "tsv" and csv.delimiter is None:
+        csv = dataclasses.replace(csv, delimiter="\t")
+    sample = _sample(units, fmt, csv, sample_rows)
+    features = _features(sample)
+    if not features:
+        raise SpecError(f"no convertible column found in the first {sample.rows} rows of the "
+                        f"input; give a spec with --spec")
+    spec = ConversionSpec(features=tuple(features), splits=tuple(splits),
+                          split_key=tuple(split_key), csv=csv)
+    _check_columns(spec, sample)
+    return spec
+
+
+#: Rows read to check that a given spec's columns exist (see `resolve_spec`).
+_COLUMN_CHECK_ROWS = 200
+
+
+def resolve_spec(units: Sequence[WorkUnit], fmt: str, spec: ConversionSpec | None = None, *,
+                 sample_rows: int = DEFAULT_SAMPLE_ROWS) -> ConversionSpec:
+    """The spec to convert with: inferred when `spec` is None; with `include_unlisted`,
+    the spec plus an inferred feature for every sampled column it does not read (the
+    result lists them and has include_unlisted false). Checks that split_key and required
+    columns exist in the sample. Raises SpecError."""
+    if spec is None:
+        return infer_spec(units, fmt, sample_rows=sample_rows)
+    csv = spec.csv
+    if fmt == "tsv" and csv.delimiter is None:
+        csv = dataclasses.replace(csv, delimiter="\t")
+    # A complete spec needs the sample only to see which columns exist; typing every cell
+    # of a full sample would cost seconds on wide tables for nothing.
+    rows = sample_rows if spec.include_unlisted else min(sample_rows, _COLUMN_CHECK_ROWS)
+    sample = _sample(units, fmt, csv, rows)
+    if spec.include_unlisted:
+        used = {f.source_column for f in spec.features} | {f.name for f in spec.features}
+        extra = _features(sample, skip=used)
+        spec = dataclasses.replace(spec, features=spec.features + tuple(extra),
+                                   include_unlisted=False)
+    spec = dataclasses.replace(spec, csv=csv)
+    _check_columns(spec, sample)
+    return spec
+
+
+def _check_columns(spec: ConversionSpec, sample: _Sample) -> None:
+    if not sample.columns:
+        return
+    known = list(sample.columns)
+    for column in spec.split_key:
+        if column not in sample.columns:
+            raise SpecError(f"spec: split_key column {column!r} is not in the input "
+                            f"(columns: {known})")
+    for feature in spec.features:
+        if feature.required and feature.source_column not in sample.columns:
+            raise SpecError(f"spec: feature {feature.name!r}: required column "
+                            f"{feature.source_column!r} is not in the input (columns: {known})")
+
+
+# ---------------------------------------------------------------------------------------
+# Output estimate.
+
+
+@dataclasses.dataclass(frozen=True)
+class OutputEstimate:
+    """What --dry-run reports: an estimate from converting the sample.
+
+    Attributes:
+      sampled_rows: input rows converted for the estimate.
+      rows: estimated input rows in total (exact when `exact`).
+      exact: the whole input was sampled (or counted from Parquet metadata).
+      dead_letter_rate: fraction of sampled rows that were dead-lettered.
+      bytes_per_example: mean framed size of a sampled record, uncompressed.
+      compression_ratio: compressed / uncompressed size of the sampled records.
+      output_bytes: estimated bytes of all shards.
+      shards: estimated shard count per split.
+    """
+
+    sampled_rows: int
+    rows: int
+    exact: bool
+    dead_letter_rate: float
+    bytes_per_example: float
+    compression_ratio: float
+    output_bytes: int
+    shards: dict[str, int]
+
+    @property
+    def num_shards(self) -> int:
+        return sum(self.shards.values())
+
+    def to_dict(self) -> dict[str, Any]:
+        out = dataclasses.asdict(self)
+        out["num_shards"] = self.num_shards
+        return out
+
+
+def _uncompressed_size(unit: WorkUnit) -> float:
+    size = float((unit.extra or {}).get("size") or 0)
+    if not unit.path.endswith(".gz") or not size:
+        return size
+    # Measure the ratio on the head of the file.
+    with FileSystems.open(unit.path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
+        head = f.read(1 << 20)
+    inflater = zlib.decompressobj(wbits=31)
+    try:
+        inflated = len(inflater.decompress(head, 64 << 20))
+    except zlib.error:
+        return size
+    return size * inflated / max(len(head) - len(inflater.unconsumed_tail), 1)
+
+
+def _chunk_input_bytes(chunk: Chunk) -> float:
+    """Approximate text bytes of a chunk's rows (for CSV and JSON Lines estimates)."""
+    total = float(chunk.num_rows)  # newlines
+    if chunk.mode == "text":
+        for values in chunk.columns.values():
+            total += pc.sum(pc.binary_length(values)).as_py() or 0
+            total += chunk.num_rows  # delimiters
+    else:
+        total += sum(len(chunk.raw(i) or b"") for i in range(chunk.num_rows))
+    for failure in chunk.failures:
+        total += len(failure.raw or b"") + 1
+    return total
+
+
+def estimate_output(units: Sequence[WorkUnit], spec: ConversionSpec, fmt: str,
+                    sample_rows: int = DEFAULT_SAMPLE_ROWS, *,
+                    max_shard_bytes: int | None = None, num_shards: int | None = None,
+                    compression: str = "none", compression_level: int | None = None
+                    ) -> OutputEstimate:
+    """Converts the first `sample_rows` rows and extrapolates rows, bytes and shards.
+
+    Rows: Parquet row counts come from the metadata; CSV/JSON Lines files read to the
+    end are counted, the others are estimated from their (uncompressed) size and the
+    sample's bytes per row. Shards: `num_shards` per split, else each split's estimated
+    bytes over `max_shard_bytes` (default 200 MiB), at least one.
+    """
+    assigner = split_assigner(spec)
+    whole_row = not spec.split_key and len(assigner.names) > 1
+    batch_rows = max(1, min(sample_rows, 65536))
+    sampled = dead = payload_bytes = 0
+    records: list[bytes] = []
+    per_split: collections.Counter = collections.Counter()
+    counted_rows, counted_bytes = 0, 0.0  # rows and text bytes of the units read
+    estimated_rows = 0.0  # rows of units not read to the end
+    pending: list[WorkUnit] = []  # units not read at all
+    for unit in units:
+        if sampled >= sample_rows:
+            pending.append(unit)
+            continue
+        unit_rows, unit_bytes, complete = 0, 0.0, True
+        chunks = read_chunks(unit, fmt, spec, batch_rows, whole_row=whole_row)
+        try:
+            for chunk in chunks:
+                result = convert_chunk(chunk, spec, assigner, unit)
+                unit_rows += result.rows
+                if fmt != "parquet":
+                    unit_bytes += _chunk_input_bytes(chunk)
+                for batch in result.batches:
+                    dead += len(batch.dead_letters)
+                    sizes = sum(framed_size(len(r)) for r in batch.records)
+                    per_split[batch.split] += sizes
+                    payload_bytes += sizes
+                    if len(records) < 20000:
+                        records.extend(batch.records)
+                if sampled + unit_rows >= sample_rows:
+                    complete = False
+                    break
+        except Exception:  # noqa: BLE001 - an unreadable file is one dead letter
+            unit_rows, dead = unit_rows + 1, dead + 1
+        sampled += unit_rows
+        counted_bytes += unit_bytes
+        if complete or fmt == "parquet":
+            counted_rows += unit_rows
+        elif unit_bytes:
+            estimated_rows += unit_rows * _uncompressed_size(unit) / unit_bytes
+    if fmt == "parquet":
+        rows = sum((u.extra or {}).get("rows", 0) for u in units)
+        exact = all("rows" in (u.extra or {}) for u in units)
+    else:
+        per_row = counted_bytes / sampled if sampled else 0.0
+        if per_row:
+            estimated_rows += sum(_uncompressed_size(u) for u in pending) / per_row
+        exact = estimated_rows == 0 and not pending
+        rows = counted_rows + int(round(estimated_rows))
+    written = sampled - dead
+    bytes_per_example = payload_bytes / written if written else 0.0
+    ratio = _compression_ratio(records, compression, compression_level)
+    rate = dead / sampled if sampled else 0.0
+    output_bytes = int(round(rows * (1 - rate) * bytes_per_example * ratio))
+    names = list(assigner.names)
+    total = sum(per_split.values())
+    cap = max_shard_bytes or _DEFAULT_MAX_SHARD_BYTES
+    shards = {}
+    for name in names:
+        share = per_split[name] / total if total else 1 / len(names)
+        shards[name] = num_shards or max(1, math.ceil(output_bytes * share / cap))
+    return OutputEstimate(sampled_rows=sampled, rows=rows, exact=exact, dead_letter_rate=rate,
+                          bytes_per_example=bytes_per_example, compression_ratio=ratio,
+                          output_bytes=output_bytes, shards=shards)
+
+
+def _compression_ratio(records: Sequence[bytes], compression: str, level: int | None) -> float:
+    codec = parse_compression(compression)
+    if codec.value == "none" or not records:
+        return 1.0
+    framed = frame_records(records)
+    sink = io.BytesIO()
+    writer = open_compressor(sink, codec, level)
+    writer.write(framed)
+    writer.close()
+    return len(sink.getvalue()) / len(framed)

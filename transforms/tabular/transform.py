@@ -1,0 +1,143 @@
+"""Tabular sources (CSV/TSV, JSON Lines, Parquet) to tf.train.Example batches.
+
+The launcher plans and resolves; the workers convert:
+
+    units = plan_tabular("gs://bucket/data/*.csv.gz", "csv")        # one unit per file / row group
+    spec = resolve_spec(units, "csv", load_spec("spec.yaml"))      # or resolve_spec(units, "csv")
+    config = TabularConfig(spec=spec, fmt="csv")
+    p | beam.Create(units) | beam.ParDo(ConvertTabular(config)) | WriteToShardedTFRecord(...)
+
+`ConvertTabular.process(unit)` reads the unit in chunks of about `batch_rows` rows and
+yields, per chunk and split, one `RecordBatch`: the Examples of the chunk's good rows,
+encoded together by the vectorised encoder, and one dead letter per bad row. The module
+split is: `tabular_values` (the value rules, row by row; `RowConverter`),
+`tabular_columns` (the same rules on whole Arrow columns), `tabular_read` (planning and
+reading), `tabular_convert` (chunk -> batches), `tabular_infer` (inference, estimates).
+
+Metrics (namespace "tfrecord_pipeline"): `rows_read`, `records_written`, `dead_letter`
+and `dead_letter_<reason>` per reason code.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+
+import apache_beam as beam
+from apache_beam.metrics import Metrics
+
+from transforms.coders import RecordBatchCoder  # noqa: F401 - registers the coder
+from transforms.forked_pool import forked_map
+from transforms.ordered_pool import check_threads, default_threads
+from transforms.records import RecordBatch, WorkUnit, WorkUnitGroup
+from transforms.tabular.convert import convert_unit, split_assigner
+from transforms.tabular.infer import (
+    DEFAULT_SAMPLE_ROWS,
+    OutputEstimate,
+    estimate_output,
+    infer_spec,
+    resolve_spec,
+)
+from transforms.tabular.read import FORMATS, plan_tabular
+from transforms.tabular.spec import ConversionSpec
+from transforms.tabular.values import REASONS, RowConverter, RowError
+from transforms.worker import prepare_worker
+
+__all__ = [
+    "DEFAULT_BATCH_ROWS",
+    "DEFAULT_SAMPLE_ROWS",
+    "FORMATS",
+    "METRICS_NAMESPACE",
+    "REASONS",
+    "ConvertTabular",
+    "OutputEstimate",
+    "RowConverter",
+    "RowError",
+    "TabularConfig",
+    "estimate_output",
+    "infer_spec",
+    "plan_tabular",
+    "resolve_spec",
+]
+
+DEFAULT_BATCH_ROWS = 16384  # measured: peak memory flat from 200k to 2M rows, no loss of speed
+METRICS_NAMESPACE = "tfrecord_pipeline"
+
+
+@dataclasses.dataclass(frozen=True)
+class TabularConfig:
+    """Configuration of `ConvertTabular` (frozen and picklable).
+
+    Attributes:
+      spec: the resolved conversion spec (see `resolve_spec`).
+      fmt: "csv", "tsv", "jsonl" or "parquet".
+      batch_rows: target rows per chunk (CSV and JSON chunk by bytes, so roughly).
+      threads: chunks of one work unit converted at once; 0 means one per CPU the worker
+        may use (`transforms.ordered_pool.default_threads`). Default 1 (Beam's thread): on
+        2 cores a second thread gained under 0.2 s per 2M rows (the GIL) and held two
+        more chunks in memory.
+    """
+
+    spec: ConversionSpec
+    fmt: str
+    batch_rows: int = DEFAULT_BATCH_ROWS
+    threads: int = 1
+
+    def __post_init__(self):
+        if self.fmt not in FORMATS:
+            raise ValueError(f"unknown tabular format {self.fmt!r}; expected one of {FORMATS}")
+        if not isinstance(self.batch_rows, int) or self.batch_rows < 1:
+            raise ValueError(f"batch_rows must be a positive integer, got {self.batch_rows!r}")
+        check_threads(self.threads)
+        if self.spec.include_unlisted:
+            raise ValueError("the spec has include_unlisted: true; resolve it with "
+                             "transforms.tabular.resolve_spec() before converting")
+        if self.fmt in ("csv", "tsv"):
+            for feature in self.spec.features:
+                if feature.is_list and not feature.separator:
+                    raise ValueError(f"spec: feature {feature.name!r}: list features read from "
+                                     f"{self.fmt.upper()} need a 'separator'")
+
+
+@beam.typehints.with_output_types(RecordBatch)  # encoded by RecordBatchCoder
+class ConvertTabular(beam.DoFn):
+    """Reads a tabular WorkUnit and yields RecordBatches (one per chunk and split).
+
+    A `WorkUnitGroup` (the local in-process runner's element) is converted on forked
+    processes (`transforms.forked_pool.forked_map`); metrics are counted here, in the
+    runner's process.
+    """
+
+    def __init__(self, config: TabularConfig):
+        super().__init__()
+        self.config = config
+        self._assigner = None
+        self._threads = 1
+
+    def setup(self):
+        prepare_worker()
+        self._assigner = split_assigner(self.config.spec)
+        self._threads = self.config.threads or default_threads()
+
+    def process(self, element: WorkUnit | WorkUnitGroup):
+        if self._assigner is None:
+            self.setup()
+        if isinstance(element, WorkUnitGroup):
+            results = forked_map(self._convert, element.units, element.processes)
+        else:
+            results = self._convert(element)
+        with contextlib.closing(results):  # a failure downstream stops the forked workers
+            for result in results:
+                Metrics.counter(METRICS_NAMESPACE, "rows_read").inc(result.rows)
+                Metrics.counter(METRICS_NAMESPACE, "records_written").inc(result.written)
+                if result.dead_letters:
+                    Metrics.counter(METRICS_NAMESPACE, "dead_letter").inc(
+                        sum(result.dead_letters.values()))
+                    for reason, count in result.dead_letters.items():
+                        Metrics.counter(METRICS_NAMESPACE, f"dead_letter_{reason}").inc(count)
+                yield from result.batches
+
+    def _convert(self, unit: WorkUnit):
+        config = self.config
+        return convert_unit(unit, config.spec, config.fmt, config.batch_rows, self._assigner,
+                            self._threads)

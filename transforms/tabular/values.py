@@ -1,0 +1,358 @@
+"""Value rules of the tabular conversion, one value at a time (Beam-free).
+
+This module is the definition of how a source value becomes feature values; the
+vectorised column code in `tabular_columns` implements the same rules on whole Arrow
+arrays and falls back to the functions here for the rows its fast path cannot decide,
+and tests hold the two to the same results.
+
+Two kinds of source values:
+
+* text (CSV/TSV cells): `None` is missing (an empty unquoted cell), `""` is the empty
+  string. Numbers are parsed from the text (ASCII whitespace around them is ignored);
+  `true`/`false` (any case) are 1/0; list cells are split on the feature's separator and
+  an empty cell is the empty list.
+* typed (JSON values, Parquet values): `None` is missing. Types widen along
+  bool -> int64 -> float -> bytes: an int64 feature takes ints and bools, a float feature
+  also ints, a bytes/string feature takes strings and the canonical text of numbers and
+  bools (see `canonical_text`). Anything else (a string for a number, an object, a list
+  for a scalar feature) is `wrong_type`. A scalar given to a list feature is a one-element
+  list.
+
+Floats are stored as float32; a finite value outside the float32 range is
+`float_out_of_range`; NaN and infinities follow the feature's `nan` policy.
+"""
+
+from __future__ import annotations
+
+import decimal
+import json
+import math
+import re
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from transforms.tabular.spec import ConversionSpec, FeatureSpec
+
+__all__ = [
+    "REASONS",
+    "RowConverter",
+    "RowError",
+    "canonical_text",
+    "convert_value",
+    "has_escapes",
+    "unescape",
+]
+
+#: Dead-letter reason codes of the tabular conversion (stable; documented in the README).
+REASONS = {
+    "invalid_int": "text in an int64 column is not an integer",
+    "invalid_float": "text in a float column is not a number",
+    "int_out_of_range": "an integer outside the int64 range",
+    "float_out_of_range": "a finite number outside the float32 range",
+    "nan_rejected": "NaN or an infinity in a float column with nan: reject",
+    "value_too_long": "a bytes/string value longer than max_bytes_length",
+    "missing_required": "a required feature's value is missing",
+    "wrong_type": "a JSON/Parquet value of a type the feature cannot take",
+    "invalid_encoding": "bytes that are not valid in the input's encoding",
+    "ragged_row": "a CSV row with more or fewer fields than the header",
+    "invalid_json": "a JSON Lines line that is not a JSON object",
+    "unreadable_file": "a file that cannot be opened or parsed (one dead letter per file)",
+    "missing_file": "a planned input file that no longer exists",
+}
+
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
+#: ASCII whitespace ignored around numbers (the same set as the vectorised path).
+ASCII_WHITESPACE = " \t\n\r\f\v"
+INT_PATTERN = r"[+-]?[0-9]+"
+FLOAT_PATTERN = r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?"
+_INT_RE = re.compile(INT_PATTERN)
+_FLOAT_RE = re.compile(FLOAT_PATTERN)
+BOOL_WORDS = {"true": 1, "false": 0}
+NONFINITE_WORDS = {
+    "nan": math.nan, "+nan": math.nan, "-nan": math.nan,
+    "inf": math.inf, "+inf": math.inf, "-inf": -math.inf,
+    "infinity": math.inf, "+infinity": math.inf, "-infinity": -math.inf,
+}
+
+# Bytes that are invalid in the input encoding are carried through the CSV parser as
+# the code points U+10FF00 + byte (private use, never met in real text), so a bad row
+# reaches the converter (and the dead letters) instead of crashing the parser.
+ESCAPE_BASE = 0x10FF00
+ESCAPE_PATTERN = "[\U0010ff00-\U0010ffff]"
+_ESCAPE_RE = re.compile(f"({ESCAPE_PATTERN}+)")
+
+
+def has_escapes(text: str) -> bool:
+    """Whether CSV text carries escaped invalid bytes."""
+    return _ESCAPE_RE.search(text) is not None
+
+
+def unescape(text: str, encoding: str) -> str | bytes:
+    """The original input of escaped CSV text: the text itself when it had no invalid
+    bytes, else the original bytes in `encoding`."""
+    if not has_escapes(text):
+        return text
+    out = bytearray()
+    for i, part in enumerate(_ESCAPE_RE.split(text)):
+        if i % 2:
+            out += bytes(ord(c) - ESCAPE_BASE for c in part)
+        else:
+            out += part.encode(encoding, errors="replace")
+    return bytes(out)
+
+
+class RowError(ValueError):
+    """A value that cannot be converted; `reason` is a stable dead-letter reason code."""
+
+    def __init__(self, reason: str, column: str | None, message: str):
+        super().__init__(message)
+        self.reason = reason
+        self.column = column
+        self.message = message
+
+
+def _show(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def canonical_text(value: Any) -> str | bytes:
+    """The text of a typed (JSON/Parquet) value, used for split keys and for numbers in
+    bytes features: strings as they are, bools as true/false, integral floats below 2**53
+    without ".0" (JSON readers may widen 1 to 1.0), other floats as Python's repr,
+    non-finite floats as NaN/Infinity/-Infinity, None as ""."""
+    if value is None:
+        return ""
+    if isinstance(value, (str, bytes)):
+        return value
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "NaN"
+        if math.isinf(value):
+            return "Infinity" if value > 0 else "-Infinity"
+        if value.is_integer() and abs(value) < 2**53:
+            return str(int(value))
+        return repr(value)
+    if isinstance(value, (list, tuple)):
+        return json.dumps([_jsonable_text(v) for v in value], ensure_ascii=False)
+    return json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)
+
+
+def _jsonable_text(value: Any) -> str:
+    text = canonical_text(value)
+    return text.decode("utf-8", "replace") if isinstance(text, bytes) else text
+
+
+# ---------------------------------------------------------------------------------------
+# Scalars from text (CSV cells).
+
+
+def text_to_int(text: str, column: str) -> int:
+    """An int64 from CSV text (see the module docstring)."""
+    stripped = text.strip(ASCII_WHITESPACE)
+    if _INT_RE.fullmatch(stripped):
+        digits = stripped.lstrip("+-").lstrip("0") or "0"
+        if len(digits) <= 19:
+            value = int(stripped)
+            if _INT64_MIN <= value <= _INT64_MAX:
+                return value
+        raise RowError("int_out_of_range", column,
+                       f"column {column!r}: {_show(text)} is outside the int64 range")
+    word = BOOL_WORDS.get(stripped.lower())
+    if word is not None:
+        return word
+    raise RowError("invalid_int", column, f"column {column!r}: {_show(text)} is not an integer")
+
+
+def text_to_float(text: str, column: str) -> float:
+    """A float64 from CSV text, before the float32 checks of `check_float`."""
+    stripped = text.strip(ASCII_WHITESPACE)
+    if _FLOAT_RE.fullmatch(stripped):
+        return float(stripped)
+    lowered = stripped.lower()
+    if lowered in NONFINITE_WORDS:
+        return NONFINITE_WORDS[lowered]
+    if lowered in BOOL_WORDS:
+        return float(BOOL_WORDS[lowered])
+    raise RowError("invalid_float", column, f"column {column!r}: {_show(text)} is not a number")
+
+
+def check_float(value: float, feature: FeatureSpec, column: str) -> float:
+    """Applies the float32 range and NaN policy; returns the float32 value as a float."""
+    if not math.isfinite(value):
+        if feature.nan == "reject":
+            raise RowError("nan_rejected", column,
+                           f"column {column!r}: {value} rejected by nan: reject")
+        return value
+    if abs(value) > _FLOAT32_MAX:
+        # Values just above the largest float32 still round down to it.
+        with np.errstate(over="ignore"):
+            narrowed = np.float32(value)
+        if not np.isfinite(narrowed):
+            raise RowError("float_out_of_range", column,
+                           f"column {column!r}: {value!r} is outside the float32 range")
+        return float(narrowed)
+    return float(np.float32(value))
+
+
+def check_bytes(value: bytes, max_length: int, column: str) -> bytes:
+    if len(value) > max_length:
+        raise RowError("value_too_long", column,
+                       f"column {column!r}: value of {len(value)} bytes is longer than "
+                       f"max_bytes_length {max_length}")
+    return value
+
+
+def _text_scalar(feature: FeatureSpec, text: str, column: str, max_length: int) -> Any:
+    if has_escapes(text):
+        raise RowError("invalid_encoding", column,
+                       f"column {column!r}: bytes not valid in the input encoding")
+    if feature.type == "int64":
+        return text_to_int(text, column)
+    if feature.type == "float":
+        return check_float(text_to_float(text, column), feature, column)
+    return check_bytes(text.encode("utf-8"), max_length, column)
+
+
+# ---------------------------------------------------------------------------------------
+# Scalars from typed values (JSON, Parquet).
+
+
+def _wrong_type(feature: FeatureSpec, value: Any, column: str) -> RowError:
+    return RowError("wrong_type", column,
+                    f"column {column!r}: {type(value).__name__} {_show(value)} cannot be "
+                    f"a {feature.type} value")
+
+
+def _typed_scalar(feature: FeatureSpec, value: Any, column: str, max_length: int) -> Any:
+    kind = feature.type
+    if kind == "int64":
+        if isinstance(value, bool):
+            return int(value)
+        if isinstance(value, (int, np.integer)):
+            value = int(value)
+            if not _INT64_MIN <= value <= _INT64_MAX:
+                raise RowError("int_out_of_range", column,
+                               f"column {column!r}: {value} is outside the int64 range")
+            return value
+        raise _wrong_type(feature, value, column)
+    if kind == "float":
+        if isinstance(value, (bool, np.bool_)):
+            return float(value)
+        if isinstance(value, (int, np.integer)):
+            try:
+                value = float(value)
+            except OverflowError:
+                raise RowError("float_out_of_range", column,
+                               f"column {column!r}: {value} is outside the float32 range"
+                               ) from None
+        if isinstance(value, (float, np.floating, decimal.Decimal)):  # Parquet decimals
+            return check_float(float(value), feature, column)
+        raise _wrong_type(feature, value, column)
+    if isinstance(value, str):
+        return check_bytes(value.encode("utf-8"), max_length, column)
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        value = bytes(value)
+        if kind == "string":
+            try:
+                value.decode("utf-8")
+            except UnicodeDecodeError:
+                raise RowError("invalid_encoding", column,
+                               f"column {column!r}: string value is not valid UTF-8") from None
+        return check_bytes(value, max_length, column)
+    if isinstance(value, (bool, int, float)):
+        return check_bytes(canonical_text(value).encode("utf-8"), max_length, column)
+    if isinstance(value, decimal.Decimal):  # Parquet decimals, as Arrow writes them
+        return check_bytes(str(value).encode("utf-8"), max_length, column)
+    raise _wrong_type(feature, value, column)
+
+
+# ---------------------------------------------------------------------------------------
+# Whole values.
+
+
+def convert_value(feature: FeatureSpec, value: Any, *, text: bool, max_length: int) -> list | None:
+    """The feature values for one source value, or None when the value is missing.
+
+    Applies neither `default` nor `required` (see `RowConverter`). Raises RowError.
+    """
+    column = feature.source_column
+    if value is None:
+        return None
+    if text:
+        if not isinstance(value, str):
+            raise _wrong_type(feature, value, column)
+        if not feature.is_list:
+            return [_text_scalar(feature, value, column, max_length)]
+        if value == "":
+            return []
+        if has_escapes(value):
+            raise RowError("invalid_encoding", column,
+                           f"column {column!r}: bytes not valid in the input encoding")
+        return [_text_scalar(feature, part, column, max_length)
+                for part in value.split(feature.separator)]
+    if isinstance(value, (list, tuple, np.ndarray)):
+        if not feature.is_list:
+            raise _wrong_type(feature, value, column)
+        out = []
+        for position, item in enumerate(value):
+            if item is None:
+                raise RowError("wrong_type", column,
+                               f"column {column!r}: null element at index {position}")
+            if isinstance(item, (list, tuple, dict, np.ndarray)):
+                raise RowError("wrong_type", column,
+                               f"column {column!r}: nested {type(item).__name__} at index "
+                               f"{position}")
+            out.append(_typed_scalar(feature, item, column, max_length))
+        return out
+    return [_typed_scalar(feature, value, column, max_length)]
+
+
+def finish_value(feature: FeatureSpec, values: list | None) -> list | None:
+    """Applies `default` and `required` to a converted value (None = missing)."""
+    if values is not None:
+        return values
+    if feature.default is not None:
+        return list(feature.default) if feature.is_list else [feature.default]
+    if feature.required:
+        raise RowError("missing_required", feature.source_column,
+                       f"column {feature.source_column!r}: required feature "
+                       f"{feature.name!r} is missing")
+    return None
+
+
+class RowConverter:
+    """Converts one row (a mapping of column name to value) to Example features.
+
+    `source_format` says how values are read: "csv"/"tsv" rows hold text cells (str,
+    None for missing), "jsonl"/"parquet" rows hold typed values (see the module
+    docstring). The result feeds `transforms.example_codec.encode_example`. The batch
+    conversion (`transforms.tabular.ConvertTabular`) applies exactly the same rules.
+    """
+
+    def __init__(self, spec: ConversionSpec, source_format: str = "csv"):
+        if source_format not in ("csv", "tsv", "jsonl", "parquet"):
+            raise ValueError(f"unknown source_format {source_format!r}")
+        self.spec = spec
+        self.text = source_format in ("csv", "tsv")
+
+    def convert(self, row: Mapping[str, Any]) -> dict[str, tuple[str, list]]:
+        """{feature name: (kind, values)} for the row's present features.
+
+        Raises RowError (reason, column, message) for the first failing feature.
+        """
+        out: dict[str, tuple[str, list]] = {}
+        for feature in self.spec.features:
+            values = convert_value(feature, row.get(feature.source_column), text=self.text,
+                                   max_length=self.spec.max_bytes_length)
+            values = finish_value(feature, values)
+            if values is not None:
+                out[feature.name] = (feature.kind, values)
+        return out

@@ -13,7 +13,7 @@ import sys
 from collections.abc import Sequence
 
 from pipeline.errors import CommandFailed, ErrorRateExceeded, OutputProblems, UsageError
-from pipeline.options import ConvertOptions
+from pipeline.options import ConvertOptions, RaisingParser
 from pipeline.output_lock import OutputBusyError
 from pipeline.runners import RunnerError
 
@@ -54,7 +54,7 @@ def convert_parser() -> argparse.ArgumentParser:
 
 def build_parser() -> argparse.ArgumentParser:
     """The top-level parser (subcommands); `convert` arguments are parsed by Beam options."""
-    parser = argparse.ArgumentParser(
+    parser = RaisingParser(
         prog="tfrecord-pipeline",
         description="Convert images and tabular data to TFRecord files of tf.train.Example.",
     )
@@ -91,7 +91,7 @@ def run(argv: Sequence[str] | None = None) -> int:
             return EXIT_OK
         try:
             args = build_parser().parse_args(argv)
-        except SystemExit as exit_:
+        except SystemExit as exit_:  # --help
             return int(exit_.code or 0)
         if args.command == "verify":
             _verify(args.paths)
@@ -103,6 +103,9 @@ def run(argv: Sequence[str] | None = None) -> int:
         if not isinstance(error, OutputProblems):  # verify printed its report already
             label = "error: " if exit_code_for(error) == EXIT_USAGE else ""
             print(f"tfrecord-pipeline {command}: {label}{error}", file=sys.stderr)
+            hint = getattr(error, "hint", None)
+            if hint:
+                print(f"hint: {hint}", file=sys.stderr)
         return exit_code_for(error)
     except KeyboardInterrupt:
         print(f"tfrecord-pipeline {command}: interrupted", file=sys.stderr)

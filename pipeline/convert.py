@@ -22,7 +22,14 @@ from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOpt
 
 from pipeline.errors import CommandFailed, ErrorRateExceeded, UsageError
 from pipeline.graph import build_pipeline, in_process_plan
-from pipeline.options import IMAGE_FORMATS, ConvertOptions, fill_date_template, log_level_from
+from pipeline.options import (
+    IMAGE_FORMATS,
+    ConvertOptions,
+    check_arguments,
+    fill_date_template,
+    log_level_from,
+    normalize_argv,
+)
 from pipeline.output_lock import output_lock
 from pipeline.planning import plan_conversion, shard_byte_cap
 from pipeline.progress import Progress
@@ -161,9 +168,10 @@ def _error_rate_message(error: BaseException) -> str:
 
 def convert(argv: Sequence[str]) -> None:
     """Runs `tfrecord-pipeline convert`; raises a `pipeline.errors` outcome when it fails."""
-    argv = list(argv)
+    argv = normalize_argv(argv)
     started = time.monotonic()
     _configure_logging(argv)  # first: see there
+    check_arguments(argv)
     use_anonymous_credentials_for_emulator()
     options = PipelineOptions(argv)
     conv = options.view_as(ConvertOptions)

@@ -8,11 +8,17 @@ options on remote workers).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
+import difflib
+import functools
 import re
 from collections.abc import Sequence
 
 from apache_beam.options.pipeline_options import PipelineOptions
+
+from pipeline.errors import UsageError
+from transforms.input_formats import FORMATS, IMAGE_FORMATS, TABULAR_FORMATS
 
 __all__ = [
     "FORMATS",
@@ -20,14 +26,15 @@ __all__ = [
     "TABULAR_FORMATS",
     "DEFAULT_LOG_LEVEL",
     "ConvertOptions",
+    "RaisingParser",
+    "check_arguments",
     "fill_date_template",
     "log_level_from",
+    "normalize_argv",
+    "output_options",
     "parse_size",
 ]
 
-TABULAR_FORMATS = ("csv", "tsv", "jsonl", "parquet")
-IMAGE_FORMATS = ("image-folder", "image-manifest")
-FORMATS = TABULAR_FORMATS + IMAGE_FORMATS
 DEFAULT_LOG_LEVEL = "WARNING"
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?i?b?)?\s*$", re.IGNORECASE)
@@ -71,21 +78,31 @@ def _resize(text: str) -> tuple[int, int]:
 
 
 def _rate(text: str) -> float:
-    value = float(text)
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--max-error-rate must be a number, got {text!r}") from None
     if not 0 <= value <= 1:
         raise argparse.ArgumentTypeError(f"--max-error-rate must be within [0, 1], got {text}")
     return value
 
 
+def _integer(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+
+
 def _positive_int(text: str) -> int:
-    value = int(text)
+    value = _integer(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {text}")
     return value
 
 
 def _non_negative_int(text: str) -> int:
-    value = int(text)
+    value = _integer(text)
     if value < 0:
         raise argparse.ArgumentTypeError(f"expected 0 or a positive integer, got {text}")
     return value
@@ -110,20 +127,43 @@ def fill_date_template(path: str, run_date: datetime.date, span: int | None = No
     return path
 
 
-# Beam defines `--dry_run` itself (a test hook for runners), so ours has no underscore
-# alias and a distinct destination.
-_NO_UNDERSCORE_ALIAS = {"dry-run": "convert_dry_run"}
+# Beam defines a test-only `--dry_run` itself (TestOptions), so ours cannot register that
+# spelling: `normalize_argv` maps a bare `--dry_run` to ours, and ours has its own destination.
+_DRY_RUN_DEST = "convert_dry_run"
 
 
-def _flag(parser, name: str, **kwargs) -> None:
-    """Adds `--a-b` together with its Beam-style alias `--a_b`."""
+
+def _flag(parser, name: str, *, output: bool = False, **kwargs) -> None:
+    """Adds `--a-b` together with its Beam-style alias `--a_b`.
+
+    `output=True` marks a flag that changes what is written: `output_options()` lists those,
+    and they go into the manifest's "options" record and the run fingerprint.
+    """
     names = [f"--{name}"]
-    if name in _NO_UNDERSCORE_ALIAS:
-        kwargs.setdefault("dest", _NO_UNDERSCORE_ALIAS[name])
+    if name == "dry-run":
+        kwargs.setdefault("dest", _DRY_RUN_DEST)
     elif "-" in name:
         names.append(f"--{name.replace('-', '_')}")
     kwargs.setdefault("dest", name.replace("-", "_"))
-    parser.add_argument(*names, **kwargs)
+    action = parser.add_argument(*names, **kwargs)
+    action.changes_output = output
+
+
+@functools.cache
+def output_options() -> tuple[str, ...]:
+    """Destinations of the `convert` flags marked `output=True`, in definition order."""
+    parser = argparse.ArgumentParser(add_help=False)
+    ConvertOptions._add_argparse_args(parser)
+    return tuple(action.dest for action in parser._actions if getattr(action, "changes_output", False))
+
+
+def normalize_argv(argv: Sequence[str]) -> list[str]:
+    """`convert`'s arguments with `--dry_run` spelled as ours (see `_DRY_RUN_DEST`)."""
+    for arg in argv:
+        if arg.startswith("--dry_run=") or arg.startswith("--dry-run="):
+            raise UsageError(f"{arg.split('=', 1)[0]} takes no value",
+                             hint="'tfrecord-pipeline convert --help' lists the flags")
+    return ["--dry-run" if arg == "--dry_run" else arg for arg in argv]
 
 
 def log_level_from(argv: Sequence[str]) -> str:
@@ -141,27 +181,27 @@ class ConvertOptions(PipelineOptions):
     def _add_argparse_args(cls, parser):
         group = parser.add_argument_group("conversion")
         _flag(group, "input", help="input glob, image folder root or manifest (any Beam filesystem)")
-        _flag(group, "format", choices=FORMATS, help="input format")
+        _flag(group, "format", output=True, choices=FORMATS, help="input format")
         _flag(group, "output", help="output folder (any Beam filesystem)")
         _flag(group, "spec", help="conversion spec YAML (default: inferred, written to DIR/spec.yaml)")
-        _flag(group, "compression", default="none", help="none (default), gzip or zlib")
-        _flag(group, "compression-level", type=int, default=None, help="codec level")
-        _flag(group, "num-shards", type=_positive_int, default=None,
+        _flag(group, "compression", output=True, default="none", help="none (default), gzip or zlib")
+        _flag(group, "compression-level", output=True, type=_integer, default=None, help="codec level")
+        _flag(group, "num-shards", output=True, type=_positive_int, default=None,
               help="exactly N shards per split (shuffles the data)")
-        _flag(group, "max-shard-bytes", type=parse_size, default=None,
+        _flag(group, "max-shard-bytes", output=True, type=parse_size, default=None,
               help="roll shards at this size, e.g. 200MB (default 200MiB)")
-        _flag(group, "max-shard-records", type=_positive_int, default=None,
+        _flag(group, "max-shard-records", output=True, type=_positive_int, default=None,
               help="roll shards at this many records")
-        _flag(group, "skip-if-empty", action="store_true", default=False,
+        _flag(group, "skip-if-empty", output=True, action="store_true", default=False,
               help="write no shard for a split without records")
         _flag(group, "dry-run", action="store_true", default=False,
               help="read a sample, print the inferred spec and an estimate; write nothing")
-        _flag(group, "max-error-rate", type=_rate, default=None,
+        _flag(group, "max-error-rate", output=True, type=_rate, default=None,
               help="fail (after writing dead letters) if more than this fraction of input "
                    "records is dead-lettered")
-        _flag(group, "sample-rows", type=_positive_int, default=10000,
+        _flag(group, "sample-rows", output=True, type=_positive_int, default=10000,
               help="rows sampled for type inference and --dry-run (default 10000)")
-        _flag(group, "batch-rows", type=_positive_int, default=16384,
+        _flag(group, "batch-rows", output=True, type=_positive_int, default=16384,
               help="rows per batch moved through Beam (default 16384)")
         _flag(group, "converter-threads", type=_non_negative_int, default=1,
               help="chunks (tabular) or images of one work unit converted at once on each "
@@ -172,7 +212,7 @@ class ConvertOptions(PipelineOptions):
                    "runners spread work units over their own workers")
         _flag(group, "run-date", type=_run_date, default=None,
               help="date filling {YYYY} {MM} {DD} {SPAN} in --input/--output (default today, UTC)")
-        _flag(group, "span", type=int, default=None, help="value of {SPAN} (default: days since epoch)")
+        _flag(group, "span", type=_integer, default=None, help="value of {SPAN} (default: days since epoch)")
         _flag(group, "overwrite", action="store_true", default=False,
               help="rewrite an output folder that already holds a committed output")
         _flag(group, "no-wait", action="store_true", default=False,
@@ -183,27 +223,80 @@ class ConvertOptions(PipelineOptions):
               help=f"Python log level (default {DEFAULT_LOG_LEVEL})")
 
         images = parser.add_argument_group("images")
-        _flag(images, "image-column", default=None, help="manifest column holding image paths/URIs")
-        _flag(images, "label-column", default=None, help="manifest column holding labels")
-        _flag(images, "split-column", default=None, help="manifest column naming the split")
-        _flag(images, "labels-file", default=None,
+        _flag(images, "image-column", output=True, default=None,
+              help="manifest column holding image paths/URIs")
+        _flag(images, "label-column", output=True, default=None, help="manifest column holding labels")
+        _flag(images, "split-column", output=True, default=None, help="manifest column naming the split")
+        _flag(images, "labels-file", output=True, default=None,
               help="labels.txt fixing the label map (one name per line, line number = index); "
                    "other labels are dead letters (unknown_label)")
-        _flag(images, "validate", choices=("header", "full"), default="header",
+        _flag(images, "validate", output=True, choices=("header", "full"), default="header",
               help="header (default): parse headers; full: decode every image")
-        _flag(images, "resize", type=_resize, default=None, help="resize to WxH")
-        _flag(images, "resize-mode", choices=("fit", "fill", "stretch"), default="fit")
-        _flag(images, "max-side", type=_positive_int, default=None,
+        _flag(images, "resize", output=True, type=_resize, default=None, help="resize to WxH")
+        _flag(images, "resize-mode", output=True, choices=("fit", "fill", "stretch"), default="fit")
+        _flag(images, "max-side", output=True, type=_positive_int, default=None,
               help="shrink so the longer side is at most N")
-        _flag(images, "encode", choices=("jpeg", "png"), default=None, help="re-encode images")
-        _flag(images, "quality", type=int, default=90, help="JPEG quality for --encode jpeg")
-        _flag(images, "exif-orientation", action="store_true", default=False,
+        _flag(images, "encode", output=True, choices=("jpeg", "png"), default=None,
+              help="re-encode images")
+        _flag(images, "quality", output=True, type=_integer, default=90,
+              help="JPEG quality for --encode jpeg")
+        _flag(images, "exif-orientation", output=True, action="store_true", default=False,
               help="apply EXIF orientation (re-encodes rotated images)")
-        _flag(images, "convert-mode", choices=("RGB", "L"), default=None, help="convert pixel mode")
-        _flag(images, "max-image-bytes", type=parse_size, default=64 * 1024 * 1024,
+        _flag(images, "convert-mode", output=True, choices=("RGB", "L"), default=None,
+              help="convert pixel mode")
+        _flag(images, "max-image-bytes", output=True, type=parse_size, default=64 * 1024 * 1024,
               help="larger image files are dead-lettered (default 64MiB)")
-        _flag(images, "max-pixels", type=_positive_int, default=89_478_485,
+        _flag(images, "max-pixels", output=True, type=_positive_int, default=89_478_485,
               help="images with more pixels are dead-lettered (decompression-bomb guard)")
-        _flag(images, "allowed-roots", default=None,
+        _flag(images, "allowed-roots", output=True, default=None,
               help="comma-separated roots manifest URIs must stay within "
                    "(default: the manifest's folder and gs:// buckets named on the command line)")
+
+
+class RaisingParser(argparse.ArgumentParser):
+    """An argument parser that raises `UsageError` (one line) instead of printing its usage."""
+
+    def error(self, message: str):
+        raise UsageError(message, hint=f"'{self.prog} --help' lists the flags")
+
+
+def _beam_flags(argv: Sequence[str]) -> dict[str, argparse.Action]:
+    """Every option string Beam and we define -> its action (Beam's own parser, public hook)."""
+    if any(arg.startswith("--dask") for arg in argv):
+        with contextlib.suppress(ImportError):  # registers DaskOptions, when installed
+            import apache_beam.runners.dask.dask_runner  # noqa: F401
+    flags: dict[str, argparse.Action] = {}
+
+    def collect(parser) -> None:
+        for action in parser._actions:
+            flags.update(dict.fromkeys(action.option_strings, action))
+
+    PipelineOptions([]).get_all_options(add_extra_args_fn=collect)
+    return flags
+
+
+def check_arguments(argv: Sequence[str]) -> None:
+    """Raises `UsageError` for an argument neither we nor Beam define, a flag value that does
+    not parse, or a stray positional argument (typically a glob the shell expanded)."""
+    known = _beam_flags(argv)
+    expects_value = False
+    for arg in argv:
+        if expects_value:
+            expects_value = False
+            continue
+        if arg.startswith("-") and arg != "-":
+            name = arg.split("=", 1)[0]
+            action = known.get(name)
+            if action is None:
+                close = difflib.get_close_matches(name, list(known), n=1)
+                hint = f" (did you mean {close[0]}?)" if close else ""
+                raise UsageError(f"unknown flag {name}{hint}",
+                                 hint="'tfrecord-pipeline convert --help' lists the flags")
+            expects_value = "=" not in arg and action.nargs != 0
+            continue
+        raise UsageError(
+            f"unexpected argument {arg!r}: every value belongs to a flag",
+            hint="quote a glob so the shell does not expand it, e.g. --input 'data/*.csv'")
+    parser = RaisingParser(prog="tfrecord-pipeline convert", allow_abbrev=False, add_help=False)
+    ConvertOptions._add_argparse_args(parser)
+    parser.parse_known_args(list(argv))  # raises on a value that does not parse

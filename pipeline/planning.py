@@ -14,7 +14,7 @@ from typing import Any
 from apache_beam.io.filesystems import FileSystems
 
 from pipeline.graph import ConversionPlan
-from pipeline.options import IMAGE_FORMATS, TABULAR_FORMATS, ConvertOptions
+from pipeline.options import IMAGE_FORMATS, TABULAR_FORMATS, ConvertOptions, output_options
 from transforms import manifest as manifest_lib
 from transforms.ordered_pool import default_threads
 from transforms.records import DEFAULT_SPLIT
@@ -22,16 +22,6 @@ from transforms.sink import DEFAULT_MAX_SHARD_BYTES
 from transforms.tabular.spec import ConversionSpec, load_spec
 
 __all__ = ["plan_conversion", "shard_byte_cap"]
-
-# Options that change what is written (and so belong in the fingerprint and manifest).
-_CONVERSION_OPTIONS = (
-    "format", "compression", "compression_level", "num_shards", "max_shard_bytes",
-    "max_shard_records", "skip_if_empty", "max_error_rate", "batch_rows", "sample_rows",
-    "image_column", "label_column", "split_column", "labels_file", "validate", "resize", "resize_mode",
-    "max_side", "encode", "quality", "exif_orientation", "convert_mode", "max_image_bytes",
-    "max_pixels", "allowed_roots",
-)
-
 
 def shard_byte_cap(conv: ConvertOptions) -> int | None:
     """The byte cap shards roll at: none with --num-shards, else the flag or the default."""
@@ -41,7 +31,7 @@ def shard_byte_cap(conv: ConvertOptions) -> int | None:
 
 
 def _options_record(conv: ConvertOptions, input_path: str, output: str) -> dict[str, Any]:
-    record = {name: getattr(conv, name) for name in _CONVERSION_OPTIONS}
+    record = {name: getattr(conv, name) for name in output_options()}
     record["max_shard_bytes"] = shard_byte_cap(conv)
     record.update(input=input_path, output=output,
                   run_date=str(conv.run_date) if conv.run_date else None)

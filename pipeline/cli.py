@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import signal
 import sys
 from collections.abc import Sequence
 
@@ -25,6 +26,7 @@ EXIT_USAGE = 2
 EXIT_ERROR_RATE = 3
 EXIT_CORRUPT = 4
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report an interrupted command
+EXIT_TERMINATED = 143  # 128 + SIGTERM: what schedulers and Kubernetes send
 
 #: Outcome -> exit code (documented in the README); the first matching class wins.
 EXIT_CODES: tuple[tuple[type[BaseException], int], ...] = (
@@ -39,6 +41,15 @@ EXIT_CODES: tuple[tuple[type[BaseException], int], ...] = (
 )
 
 _LOG = logging.getLogger("tfrecord_pipeline")
+
+
+class Terminated(BaseException):
+    """SIGTERM arrived: stop like an interrupt (a BaseException, so no `except Exception`
+    in the run swallows it)."""
+
+
+def _raise_terminated(signum, frame) -> None:
+    raise Terminated()
 
 
 def convert_parser() -> argparse.ArgumentParser:
@@ -110,6 +121,10 @@ def run(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"tfrecord-pipeline {command}: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
+    except Terminated:
+        print(f"tfrecord-pipeline {command}: terminated (SIGTERM)",
+              file=sys.stderr)
+        return EXIT_TERMINATED
     except Exception as error:  # noqa: BLE001 - one line, never a traceback (see --log-level debug)
         _LOG.debug("%s failed", command or "command", exc_info=True)
         print(f"tfrecord-pipeline {command}: failed: {type(error).__name__}: {error}", file=sys.stderr)
@@ -136,5 +151,6 @@ def _inspect(path: str, limit: int) -> None:
 
 
 def main() -> None:
-    """Console-script entry point."""
+    """Console-script entry point: SIGTERM ends the run like Ctrl-C (exit 143, one line)."""
+    signal.signal(signal.SIGTERM, _raise_terminated)
     sys.exit(run())

@@ -133,7 +133,6 @@ def test_dataflow_with_its_extra_passes_the_check():
 
 def test_progress_reports_inputs_records_and_rate(tmp_path):
     import io
-    import time
 
     from pipeline.progress import Progress
     from transforms.sink import SinkConfig, _Heartbeat
@@ -142,15 +141,27 @@ def test_progress_reports_inputs_records_and_rate(tmp_path):
     beats = [_Heartbeat(config), _Heartbeat(config)]  # two writer instances
     beats[0].add("00000000:00000000", 300, 2)
     beats[1].add("00000003:00000000", 200, 0)
-    stream = io.StringIO()
-    progress = Progress(config.temp_dir, total_units=5, stream=stream, interval=0.05)
-    progress.start()
-    time.sleep(0.5)
-    progress.stop()
-    last = stream.getvalue().strip().split("\r")[-1]
-    assert "inputs started 2/5" in last
-    assert "500 records written, 2 dead-lettered" in last
-    assert "records/s" in last
+    line = Progress(config.temp_dir, total_units=5, stream=io.StringIO()).line()
+    assert "inputs started 2/5" in line
+    assert "500 records written, 2 dead-lettered" in line
+    assert "records/s" in line
+
+
+def test_progress_writes_whole_lines_where_the_stream_is_not_a_terminal():
+    import io
+
+    from pipeline.progress import Progress
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    for stream, expected in ((io.StringIO(), "one\ntwo\n"), (Terminal(), "\rone\rtwo\n")):
+        progress = Progress("unused", total_units=1, stream=stream)
+        progress.write("one")
+        progress.write("two")
+        progress.stop()  # never started: ends the terminal's line only
+        assert stream.getvalue() == expected
 
 
 @pytest.mark.parametrize("fmt", ["csv", "image-folder"])

@@ -1,0 +1,38 @@
+"""SIGINT and SIGTERM end a run with one line and the conventional codes (130, 143)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+@pytest.mark.parametrize("signum, code, word", [
+    (signal.SIGTERM, 143, "terminated"),
+    (signal.SIGINT, 130, "interrupted"),
+])
+def test_a_signal_mid_run_is_one_line_and_a_conventional_code(tmp_path, signum, code, word):
+    fifo = tmp_path / "stalled.csv"
+    os.mkfifo(fifo)  # the run blocks reading it, with its handlers in place
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")])))
+    process = subprocess.Popen(
+        [sys.executable, "-m", "pipeline", "convert", "--input", str(fifo), "--format", "csv",
+         "--output", str(tmp_path / "out")],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    try:
+        with open(fifo, "w") as writer:  # returns once the run has opened the file to read it
+            writer.write("a,b\n")
+            writer.flush()
+            process.send_signal(signum)
+            _, err = process.communicate(timeout=120)
+    finally:
+        process.kill()
+    lines = [line for line in err.decode().splitlines() if "WARNING" not in line]
+    assert process.returncode == code, err.decode()
+    assert lines == [f"tfrecord-pipeline convert: {word}" + (" (SIGTERM)" if code == 143 else "")]
+    assert not (tmp_path / "out" / "manifest.json").exists()

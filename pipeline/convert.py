@@ -13,6 +13,7 @@ import datetime
 import glob
 import json
 import logging
+import os
 import time
 from collections.abc import Sequence
 
@@ -102,7 +103,8 @@ def _sink_for(conv: ConvertOptions, output: str, plan) -> WriteToShardedTFRecord
 
 
 def _clean_uncommitted(output: str) -> None:
-    """Deletes temp folders of earlier runs that never committed (killed or failed)."""
+    """Deletes the temp folders earlier runs left: killed or failed before they committed,
+    or killed after writing their manifest but before deleting their temp folder."""
     prefix = manifest_lib.join_path(output, ".tmp-")
     if "://" in output:
         matched = FileSystems.match([prefix + "*/**"])[0].metadata_list
@@ -177,6 +179,8 @@ def convert(argv: Sequence[str]) -> None:
     conv = options.view_as(ConvertOptions)
     check_runner_installed(options)
     input_path, output = _resolve_paths(conv)
+    if "://" not in output and os.path.exists(output) and not os.path.isdir(output):
+        raise UsageError(f"--output {output} is a file, not a folder")
     _check_sharding(conv)
     plan = plan_conversion(conv, input_path, output)
     if conv.convert_dry_run:
@@ -189,13 +193,13 @@ def convert(argv: Sequence[str]) -> None:
 def _convert_planned(options: PipelineOptions, argv: list[str], conv: ConvertOptions, plan,
                      output: str, started: float) -> None:
     """Runs a planned conversion (under the output's lock)."""
+    _clean_uncommitted(output)
     if _already_committed(output, plan.manifest_metadata["fingerprint"], conv.overwrite):
         if not conv.quiet:
             print(f"{output} already holds this conversion (same inputs and options); "
                   f"nothing to do. Use --overwrite to redo it.")
         return
     sink = _sink_for(conv, output, plan)
-    _clean_uncommitted(output)
     progress = None
     min_bytes = (LOCAL_PARALLEL_MIN_IMAGE_BYTES if conv.format in IMAGE_FORMATS
                  else LOCAL_PARALLEL_MIN_BYTES)

@@ -239,7 +239,7 @@ def test_file_added_while_planning_is_not_skipped_by_the_next_run(reference, tmp
 
 
 def test_a_second_run_into_a_busy_output_is_refused(reference, tmp_path, capsys):
-    from pipeline.output_lock import output_lock
+    from pipeline.output_lock import LOCK_NAME, output_lock
 
     root, _, _ = reference
     out = tmp_path / "out"
@@ -247,7 +247,7 @@ def test_a_second_run_into_a_busy_output_is_refused(reference, tmp_path, capsys)
     with output_lock(str(out)):  # what a run still writing `out` holds
         assert run(args) == 2
         assert "another run is writing" in capsys.readouterr().err
-        assert not out.exists()  # refused before touching anything
+        assert os.listdir(out) == [LOCK_NAME]  # refused before touching anything
     assert run(args) == 0
     assert read_manifest(str(out))["counts"]["input"] > 0
 
@@ -265,13 +265,20 @@ def test_an_unopenable_lock_file_warns_and_does_not_block_the_run(tmp_path, capl
     assert "running without the one-run-per-output check" in caplog.text
 
 
-def test_a_killed_run_leaves_no_stale_lock(reference, tmp_path):
+@pytest.mark.parametrize("own_tmpdir", [False, True])
+def test_a_killed_run_leaves_no_stale_lock(reference, tmp_path, own_tmpdir):
+    # own_tmpdir: the holder has another TMPDIR (a systemd unit with PrivateTmp beside a
+    # backfill by hand): the lock lives with the output, so it still excludes.
     root, _, _ = reference
     out = tmp_path / "out"
+    env = dict(os.environ)
+    if own_tmpdir:
+        (tmp_path / "private-tmp").mkdir()
+        env["TMPDIR"] = str(tmp_path / "private-tmp")
     holder = subprocess.Popen(
         [sys.executable, "-c", "import sys, time; from pipeline.output_lock import output_lock\n"
          "with output_lock(sys.argv[1]):\n    print('locked', flush=True); time.sleep(600)",
-         str(out)], stdout=subprocess.PIPE, text=True)
+         str(out)], stdout=subprocess.PIPE, text=True, env=env)
     try:
         assert holder.stdout.readline().strip() == "locked"
         assert run(_convert_args(root / "in", out, *in_memory_args())) == 2

@@ -72,6 +72,18 @@ def _given_spec(conv: ConvertOptions) -> ConversionSpec | None:
     return load_spec(conv.spec) if conv.spec else None
 
 
+#: How many input files `_check_input_formats` sniffs (the first ones, in plan order).
+_SNIFFED_FILES = 8
+
+
+def _check_input_formats(units, fmt: str, spec: ConversionSpec | None) -> None:
+    """Refuses input whose first bytes show it is not `fmt` (see `transforms.tabular.sniff`)."""
+    from transforms.tabular.sniff import check_format
+
+    for path in list(dict.fromkeys(unit.path for unit in units))[:_SNIFFED_FILES]:
+        check_format(path, fmt, spec.csv if spec is not None else None)
+
+
 def _plan_tabular(conv: ConvertOptions, input_path: str, output: str) -> ConversionPlan:
     from transforms.tabular.transform import (
         ConvertTabular,
@@ -85,7 +97,9 @@ def _plan_tabular(conv: ConvertOptions, input_path: str, output: str) -> Convers
         raise ValueError("--labels-file applies to --format image-folder and image-manifest only")
     listing = _input_listing(input_path, conv.format)
     units = plan_tabular(input_path, conv.format)
-    spec = resolve_spec(units, conv.format, _given_spec(conv), sample_rows=conv.sample_rows)
+    given = _given_spec(conv)
+    _check_input_formats(units, conv.format, given)
+    spec = resolve_spec(units, conv.format, given, sample_rows=conv.sample_rows)
     config = TabularConfig(spec=spec, fmt=conv.format, batch_rows=conv.batch_rows,
                            threads=conv.converter_threads)
     spec_yaml = spec.to_yaml()

@@ -1,0 +1,74 @@
+"""Input that is not what --format says is refused before the run, naming the cause and the fix."""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from pipeline.cli import run
+
+ROWS = [{"id": i, "name": f"n{i}", "score": i / 4} for i in range(30)]
+
+
+def _csv(delimiter: str = ",") -> str:
+    lines = [delimiter.join(ROWS[0])] + [delimiter.join(str(v) for v in row.values()) for row in ROWS]
+    return "\n".join(lines) + "\n"
+
+
+def _write(folder, name: str, kind: str):
+    path = folder / name
+    if kind == "parquet":
+        pq.write_table(pa.Table.from_pylist(ROWS), path)
+    elif kind == "jsonl":
+        path.write_text("".join(json.dumps(row) + "\n" for row in ROWS))
+    elif kind == "gzip-csv":
+        path.write_bytes(gzip.compress(_csv().encode()))
+    else:
+        path.write_text(_csv({"csv": ",", "tsv": "\t", "semicolon": ";", "space": " "}[kind]))
+    return path
+
+
+@pytest.mark.parametrize("kind, name, fmt, first_line", [
+    ("parquet", "data.csv", "csv", "is a Parquet file, not csv: use --format parquet"),
+    ("jsonl", "data.csv", "csv", "holds JSON objects, not csv: use --format jsonl"),
+    ("csv", "data.tsv", "tsv", "splits on ',' into 3 columns: use --format csv"),
+    ("csv", "data.jsonl", "jsonl", "is not JSON Lines (its first line is not a JSON object): "
+                                   "use --format csv"),
+    ("csv", "data.parquet", "parquet", "is not a Parquet file (it does not start with PAR1): "
+                                       "use --format csv"),
+    ("semicolon", "data.csv", "csv", "splits on ';' into 3 columns: set the spec's csv delimiter"),
+    ("space", "data.csv", "csv", "splits on space into 3 columns: set the spec's csv delimiter"),
+    ("tsv", "data.csv", "csv", "splits on tab into 3 columns: use --format tsv"),
+    ("gzip-csv", "data.csv", "csv", "is gzip-compressed but its name does not end in .gz"),
+])
+def test_the_wrong_format_is_refused_with_its_cause(tmp_path, capsys, kind, name, fmt, first_line):
+    path = _write(tmp_path, name, kind)
+    out = tmp_path / "out"
+    code = run(["convert", "--input", str(path), "--format", fmt, "--output", str(out),
+                "--direct_running_mode=in_memory", "--quiet"])
+    assert code == 2
+    message = capsys.readouterr().err.splitlines()[0]
+    assert message.startswith(f"tfrecord-pipeline convert: error: {path}")
+    assert first_line in message
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("kind, name, fmt", [
+    ("csv", "data.csv", "csv"), ("tsv", "data.tsv", "tsv"), ("jsonl", "data.jsonl", "jsonl"),
+    ("parquet", "data.parquet", "parquet"), ("gzip-csv", "data.csv.gz", "csv"),
+])
+def test_the_right_format_passes(tmp_path, kind, name, fmt):
+    path = _write(tmp_path, name, kind)
+    assert run(["convert", "--input", str(path), "--format", fmt, "--output", str(tmp_path / "out"),
+                "--direct_running_mode=in_memory", "--quiet"]) == 0
+
+
+def test_a_one_column_csv_is_not_mistaken_for_another_delimiter(tmp_path):
+    path = tmp_path / "names.csv"
+    path.write_text("name\n" + "".join(f"person {i}\n" for i in range(20)))
+    assert run(["convert", "--input", str(path), "--format", "csv", "--output", str(tmp_path / "out"),
+                "--direct_running_mode=in_memory", "--quiet"]) == 0

@@ -75,7 +75,9 @@ def build_parser() -> argparse.ArgumentParser:
     verify.add_argument("paths", nargs="+", help="files, globs or output folders")
     inspect = commands.add_parser("inspect", help="print Examples as JSON lines")
     inspect.add_argument("path", help="a file, glob or output folder")
-    inspect.add_argument("--limit", type=int, default=10, help="examples to print (default 10)")
+    inspect.add_argument("--limit", type=int, default=10, help="examples to print (default 10; -1: all)")
+    inspect.add_argument("--full-values", "--full_values", action="store_true", default=False,
+                         help="print bytes values whole (default: length and a 64-byte prefix)")
     return parser
 
 
@@ -107,7 +109,7 @@ def run(argv: Sequence[str] | None = None) -> int:
         if args.command == "verify":
             _verify(args.paths)
         else:
-            _inspect(args.path, args.limit)
+            _inspect(args.path, args.limit, args.full_values)
         return EXIT_OK
     except tuple(kind for kind, _ in EXIT_CODES) as error:
         _LOG.debug("%s failed", command or "command", exc_info=True)
@@ -140,11 +142,12 @@ def _verify(paths: Sequence[str]) -> None:
         raise OutputProblems(f"{len(problems)} problems found")
 
 
-def _inspect(path: str, limit: int) -> None:
-    from pipeline.inspection import format_summary, inspect_paths
+def _inspect(path: str, limit: int, full_values: bool) -> None:
+    from pipeline.inspection import DEFAULT_MAX_BYTES, format_summary, inspect_paths
 
     try:
-        printed, summary = inspect_paths([path], None if limit < 0 else limit, sys.stdout)
+        printed, summary = inspect_paths([path], None if limit < 0 else limit, sys.stdout,
+                                         None if full_values else DEFAULT_MAX_BYTES)
     except (FileNotFoundError, ValueError) as error:
         raise CommandFailed(str(error)) from error
     print(format_summary(summary, printed), file=sys.stderr)

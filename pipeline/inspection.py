@@ -1,14 +1,25 @@
-"""`tfrecord-pipeline inspect`: print Examples as JSON lines plus a feature summary."""
+"""`tfrecord-pipeline inspect`: print Examples as strict JSON lines plus a feature summary.
+
+Each line is `{"file": PATH, "record": INDEX, "features": {NAME: {KIND: [VALUES]}}}`, valid
+JSON for any JSON parser: non-finite floats are the strings "NaN", "Infinity" and
+"-Infinity"; bytes are UTF-8 text when they decode, else {"base64": ...}; a bytes value
+longer than `max_bytes` is shown as {"length": N, "prefix": ...} (text) or
+{"length": N, "base64_prefix": ...} (binary) unless the whole value is asked for.
+"""
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import json
+import math
 from collections.abc import Iterator, Sequence
-from typing import TextIO
+from typing import Any, TextIO
+
+import numpy as np
 
 from pipeline.verify import resolve_tfrecord_paths
-from transforms.format.example_codec import decode_example, example_to_jsonable
+from transforms.format.example_codec import decode_example
 from transforms.format.tfrecord_format import read_tfrecord_file
 from transforms.tfrecord_io import listed_shard_paths
 
@@ -40,26 +51,73 @@ def _files(path: str) -> list[str]:
     return files
 
 
-def _payloads(paths: Sequence[str]) -> Iterator[bytes]:
+#: Bytes values longer than this are shown as their length and a prefix of this many bytes.
+DEFAULT_MAX_BYTES = 64
+
+
+def _records(paths: Sequence[str]) -> Iterator[tuple[str, int, bytes]]:
     for path in paths:
         for file_path in _files(path):
-            yield from read_tfrecord_file(file_path)
+            for index, payload in enumerate(read_tfrecord_file(file_path)):
+                yield file_path, index, payload
+
+
+def _float(value: float) -> float | str:
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "Infinity" if value > 0 else "-Infinity"
+    return float(str(np.float32(value)))  # the shortest decimal of the stored float32
+
+
+def _bytes(value: bytes, max_bytes: int | None) -> str | dict[str, Any]:
+    def b64(data: bytes) -> str:
+        return base64.b64encode(data).decode("ascii")
+
+    if max_bytes is None or len(value) <= max_bytes:
+        try:
+            return value.decode("utf-8")
+        except UnicodeDecodeError:
+            return {"base64": b64(value)}
+    prefix = value[:max_bytes]
+    try:
+        value.decode("utf-8")
+    except UnicodeDecodeError:
+        return {"length": len(value), "base64_prefix": b64(prefix)}
+    # A prefix may cut a multi-byte character: drop the partial character.
+    return {"length": len(value), "prefix": prefix.decode("utf-8", errors="ignore")}
+
+
+def render_example(payload: bytes, max_bytes: int | None = DEFAULT_MAX_BYTES) -> dict[str, Any]:
+    """The strict-JSON view of one serialized Example (see the module docstring)."""
+    rendered: dict[str, Any] = {}
+    for name, (kind, values) in sorted(decode_example(payload).items()):
+        if kind is None:
+            rendered[name] = {}
+        elif kind == "bytes":
+            rendered[name] = {kind: [_bytes(v, max_bytes) for v in values]}
+        elif kind == "float":
+            rendered[name] = {kind: [_float(v) for v in values]}
+        else:
+            rendered[name] = {kind: list(values)}
+    return rendered
 
 
 def inspect_paths(
-    paths: Sequence[str], limit: int | None, out: TextIO
+    paths: Sequence[str], limit: int | None, out: TextIO, max_bytes: int | None = DEFAULT_MAX_BYTES
 ) -> tuple[int, dict[str, FeatureSummary]]:
-    """Writes up to `limit` examples as JSON lines to `out`.
+    """Writes up to `limit` examples as JSON lines to `out`; `max_bytes=None` shows bytes whole.
 
     Returns (examples printed, feature summary over them).
     """
     summary: dict[str, FeatureSummary] = {}
     printed = 0
-    for payload in _payloads(paths):
+    for path, index, payload in _records(paths):
         if limit is not None and printed >= limit:
             break
         printed += 1
-        out.write(json.dumps(example_to_jsonable(payload), ensure_ascii=False, sort_keys=True))
+        line = {"file": path, "record": index, "features": render_example(payload, max_bytes)}
+        out.write(json.dumps(line, ensure_ascii=False, sort_keys=True, allow_nan=False))
         out.write("\n")
         for name, (kind, values) in decode_example(payload).items():
             summary.setdefault(name, FeatureSummary()).add(kind, len(values))

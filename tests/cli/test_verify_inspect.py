@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import re
@@ -100,11 +101,13 @@ def test_inspect_prints_json_lines_and_a_summary(tmp_path, capsys):
     captured = capsys.readouterr()
     lines = [json.loads(line) for line in captured.out.splitlines()]
     assert len(lines) == 3
-    first = lines[0]
+    assert [(line["file"].endswith(".tfrecord"), line["record"]) for line in lines] == [
+        (True, 0), (True, 1), (True, 2)]
+    first = lines[0]["features"]
     assert first["id"] == {"int64": [0]}
     assert first["text"] == {"bytes": ["héllo 0"]}
     assert first["vec"] == {"float": [0.5, -1.0]}
-    assert lines[1]["raw"] == {"bytes": [{"base64": "/wA="}]}
+    assert lines[1]["features"]["raw"] == {"bytes": [{"base64": "/wA="}]}
     assert "feature" in captured.err and "3/3" in captured.err
 
 
@@ -176,7 +179,7 @@ def test_console_entry_point_flushes_output_and_keeps_exit_codes(tmp_path):
                             capture_output=True, env=env, timeout=300)
     assert listed.returncode == 0, listed.stderr.decode()
     lines = listed.stdout.decode().splitlines()
-    assert len(lines) == 3000 and json.loads(lines[-1])["id"] == {"int64": [2999]}
+    assert len(lines) == 3000 and json.loads(lines[-1])["features"]["id"] == {"int64": [2999]}
 
     shard = next(p for p in tmp_path.rglob("*.tfrecord"))
     data = bytearray(shard.read_bytes())
@@ -186,3 +189,27 @@ def test_console_entry_point_flushes_output_and_keeps_exit_codes(tmp_path):
                              capture_output=True, env=env, timeout=300)
     assert corrupt.returncode == EXIT_CORRUPT
     assert '"status": "corrupt"' in corrupt.stdout.decode()
+
+
+def test_inspect_prints_strict_json_and_shortens_long_bytes(tmp_path, capsys):
+    from transforms.format.example_codec import encode_example
+    from transforms.format.tfrecord_format import TFRecordWriter
+
+    image = bytes([0xFF, 0xD8]) + bytes(range(256)) * 40
+    text = "é" * 100
+    path = tmp_path / "odd.tfrecord"
+    with open(path, "wb") as handle, TFRecordWriter(handle) as writer:
+        writer.write(encode_example({"x": ("float", [float("nan"), float("inf"), -float("inf"), 1e39]),
+                                     "image": ("bytes", [image]), "text": ("bytes", [text.encode()])}))
+    assert run(["inspect", str(path)]) == 0
+    line = json.loads(capsys.readouterr().out, parse_constant=lambda name: pytest.fail(name))
+    assert line["file"] == str(path) and line["record"] == 0
+    features = line["features"]
+    assert features["x"] == {"float": ["NaN", "Infinity", "-Infinity", "Infinity"]}
+    assert features["image"]["bytes"][0]["length"] == len(image)
+    assert len(base64.b64decode(features["image"]["bytes"][0]["base64_prefix"])) == 64
+    assert features["text"]["bytes"][0] == {"length": 200, "prefix": "é" * 32}
+    assert run(["inspect", str(path), "--full-values"]) == 0
+    whole = json.loads(capsys.readouterr().out)["features"]
+    assert base64.b64decode(whole["image"]["bytes"][0]["base64"]) == image
+    assert whole["text"]["bytes"][0] == text

@@ -14,7 +14,7 @@ import sys
 from collections.abc import Sequence
 
 from pipeline.errors import CommandFailed, ErrorRateExceeded, OutputProblems, UsageError
-from pipeline.options import ConvertOptions, RaisingParser
+from pipeline.options import ConvertOptions, RaisingParser, command_line_path
 from pipeline.output_lock import OutputBusyError
 from pipeline.runners import RunnerError
 
@@ -107,9 +107,9 @@ def run(argv: Sequence[str] | None = None) -> int:
         except SystemExit as exit_:  # --help
             return int(exit_.code or 0)
         if args.command == "verify":
-            _verify(args.paths)
+            _verify([command_line_path(path) for path in args.paths])
         else:
-            _inspect(args.path, args.limit, args.full_values)
+            _inspect(command_line_path(args.path), args.limit, args.full_values)
         return EXIT_OK
     except tuple(kind for kind, _ in EXIT_CODES) as error:
         _LOG.debug("%s failed", command or "command", exc_info=True)

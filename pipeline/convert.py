@@ -27,6 +27,7 @@ from pipeline.options import (
     IMAGE_FORMATS,
     ConvertOptions,
     check_arguments,
+    command_line_path,
     fill_date_template,
     log_level_from,
     normalize_argv,
@@ -75,7 +76,7 @@ def _resolve_paths(conv: ConvertOptions) -> tuple[str, str]:
         raise UsageError("missing required flags: " + ", ".join(f"--{flag}" for flag in missing))
     run_date = conv.run_date or datetime.datetime.now(datetime.timezone.utc).date()
     return (
-        fill_date_template(conv.input, run_date, conv.span),
+        command_line_path(fill_date_template(conv.input, run_date, conv.span)),
         fill_date_template(conv.output, run_date, conv.span).rstrip("/") or "/",
     )
 

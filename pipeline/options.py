@@ -12,6 +12,7 @@ import contextlib
 import datetime
 import difflib
 import functools
+import os
 import re
 from collections.abc import Sequence
 
@@ -28,6 +29,7 @@ __all__ = [
     "ConvertOptions",
     "RaisingParser",
     "check_arguments",
+    "command_line_path",
     "fill_date_template",
     "log_level_from",
     "normalize_argv",
@@ -106,6 +108,17 @@ def _non_negative_int(text: str) -> int:
     if value < 0:
         raise argparse.ArgumentTypeError(f"expected 0 or a positive integer, got {text}")
     return value
+
+
+def command_line_path(path: str) -> str:
+    """A path as typed on the command line, made matchable by Beam's filesystems.
+
+    Beam's local filesystem matches nothing for a glob without a folder part (`*.csv`,
+    `part-*.csv`), although `./*.csv` works: such a glob is anchored to the working folder.
+    """
+    if "://" in path or os.path.dirname(path) or not any(ch in path for ch in "*?["):
+        return path
+    return os.path.join(".", path)
 
 
 def fill_date_template(path: str, run_date: datetime.date, span: int | None = None) -> str:

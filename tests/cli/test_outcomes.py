@@ -3,6 +3,7 @@ killed run cleaned by the next run (even one with nothing to do), one line per f
 
 from __future__ import annotations
 
+import json
 import pathlib
 
 import pipeline
@@ -38,3 +39,18 @@ def test_a_temp_folder_left_after_the_manifest_is_removed_by_a_run_with_nothing_
     assert not leftover.exists()
     assert sorted(path.name for path in out.iterdir()) == committed
     assert LOCK_NAME in committed
+
+
+def test_a_glob_without_a_folder_part_matches_in_the_working_folder(tmp_path, monkeypatch, capsys):
+    for name in ("part-1.csv", "part-2.csv"):
+        (tmp_path / name).write_text("id,name\n1,a\n2,b\n")
+    monkeypatch.chdir(tmp_path)
+    assert run(["convert", "--input", "part-*.csv", "--format", "csv", "--output", "out",
+                "--direct_running_mode=in_memory", "--quiet"]) == 0
+    assert json.loads((tmp_path / "out" / "manifest.json").read_text())["counts"]["input"] == 4
+    assert run(["verify", "out/*.tfrecord"]) == 0
+    monkeypatch.chdir(tmp_path / "out")
+    capsys.readouterr()
+    assert run(["verify", "*.tfrecord"]) == 0
+    assert '"files_checked": 1' in capsys.readouterr().out
+    assert run(["inspect", "*.tfrecord", "--limit", "1"]) == 0

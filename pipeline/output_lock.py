@@ -30,7 +30,7 @@ except ImportError:  # pragma: no cover - not on POSIX
 __all__ = ["LOCK_NAME", "OutputBusyError", "lock_path", "output_lock"]
 
 #: The lock file, inside the output folder.
-LOCK_NAME = ".tfrecord-pipeline.lock"
+LOCK_NAME = ".lock-tfrecord-pipeline"  # matches no shard glob (*.tfrecord*)
 
 
 class OutputBusyError(RuntimeError):

@@ -138,7 +138,8 @@ def _verify_output_dir(output_dir: str, manifest: dict, problems: list[Problem])
     for result in FileSystems.match([manifest_lib.join_path(output_dir, "*.tfrecord*")]):
         for metadata in result.metadata_list:
             relative = metadata.path[len(output_dir):].lstrip("/")
-            if relative not in listed:
+            # No shard name starts with "." (split names cannot): hidden files are not shards.
+            if relative not in listed and not relative.startswith("."):
                 problems.append(Problem(metadata.path, "shard not listed in the manifest"))
     counts = manifest["counts"]
     if counts["input"] != counts["written"] + counts["dead_letter"]:

@@ -134,10 +134,10 @@ def _plan_tabular(conv: ConvertOptions, input_path: str, output: str) -> Convers
 
 
 def _image_config(conv: ConvertOptions):
-    from transforms.images.convert import ImageConfig
+    from transforms.images.config import ImageConfig
+    from transforms.images.processing import RenderOptions
 
-    return ImageConfig(
-        validate=conv.validate,
+    render = RenderOptions(
         apply_exif_orientation=conv.exif_orientation,
         convert_mode=conv.convert_mode,
         resize=conv.resize,
@@ -145,10 +145,9 @@ def _image_config(conv: ConvertOptions):
         max_side=conv.max_side,
         encode=conv.encode,
         quality=conv.quality,
-        max_image_bytes=conv.max_image_bytes,
-        max_pixels=conv.max_pixels,
-        threads=conv.converter_threads,
     )
+    return ImageConfig(render=render, validate=conv.validate, max_image_bytes=conv.max_image_bytes,
+                       max_pixels=conv.max_pixels, threads=conv.converter_threads)
 
 
 def _allowed_roots(conv: ConvertOptions) -> list[str] | None:
@@ -158,8 +157,9 @@ def _allowed_roots(conv: ConvertOptions) -> list[str] | None:
 
 
 def _plan_images(conv: ConvertOptions, input_path: str, output: str) -> ConversionPlan:
-    from transforms.images.convert import ConvertImages, plan_image_folder, plan_image_manifest
+    from transforms.images.convert import ConvertImages
     from transforms.images.paths import default_allowed_roots
+    from transforms.images.plan import plan_image_folder, plan_image_manifest
 
     config = _image_config(conv)
     listing = _input_listing(input_path, conv.format)

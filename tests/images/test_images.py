@@ -1,4 +1,4 @@
-"""Image conversion (transforms/images.py): planning, ConvertImages, dead letters, security.
+"""Image conversion (transforms/images/): planning, ConvertImages, dead letters, security.
 
 Every record is decoded by TensorFlow itself: `tf.io.decode_image(image/encoded)` must give
 exactly the stored height, width and channels, and in the default mode the stored bytes
@@ -23,21 +23,16 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.io.localfilesystem import LocalFileSystem
 from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 from apache_beam.testing.util import assert_that
-from hypothesis import given, settings
-from hypothesis import strategies as st
 from PIL import Image, ImageOps
 
 import pipeline as pipeline_package
 from tests.images import image_samples as samples
-from transforms.format.example_codec import decode_example, encode_example
+from transforms.format.example_codec import decode_example, encode_example, encode_example_parts
 from transforms.images import convert as images_module
-from transforms.images.convert import (
-    REASONS,
-    ConvertImages,
-    ImageConfig,
-    plan_image_folder,
-    plan_image_manifest,
-)
+from transforms.images.config import REASONS, ImageConfig
+from transforms.images.convert import ConvertImages
+from transforms.images.plan import plan_image_folder, plan_image_manifest
+from transforms.images.processing import RenderOptions
 from transforms.tabular.spec import parse_spec
 
 NATIVE = [name for name, (_, native) in samples.VARIANTS.items() if native]
@@ -66,6 +61,11 @@ def convert(plan, config: ImageConfig | None = None):
             records[features["image/filename"][0].decode()] = features
     dead = [json.loads(doc) for batch in batches for doc in batch.dead_letters]
     return batches, records, dead
+
+
+def rendering(**options) -> ImageConfig:
+    """An ImageConfig with these render options and every other setting at its default."""
+    return ImageConfig(render=RenderOptions(**options))
 
 
 def value(features, name):
@@ -180,7 +180,7 @@ def test_content_decides_the_format_not_the_extension(tf, tmp_path):
 @pytest.mark.parametrize("mode", ["fit", "fill", "stretch"])
 def test_resize_224_encode_jpeg_every_record_is_224x224x3(tf, variants_tree, mode):
     plan = plan_image_folder(str(variants_tree))
-    _, records, dead = convert(plan, ImageConfig(resize=(224, 224), resize_mode=mode, encode="jpeg"))
+    _, records, dead = convert(plan, rendering(resize=(224, 224), resize_mode=mode, encode="jpeg"))
     assert dead == [] and len(records) == len(samples.VARIANTS)
     for filename, features in records.items():
         assert value(features, "image/format") == b"jpeg", filename
@@ -197,9 +197,9 @@ def test_resize_modes_keep_or_ignore_the_aspect_ratio(tf, tmp_path):
     wide = samples.rgb("coffee")  # 128 x 85, landscape
     write(tmp_path / "r" / "a" / "wide.png", samples.encode(wide, "PNG"))
     plan = plan_image_folder(str(tmp_path / "r"))
-    fit = _decoded(tf, convert(plan, ImageConfig(resize=(64, 64), resize_mode="fit"))[1]["a/wide.png"])
-    fill = _decoded(tf, convert(plan, ImageConfig(resize=(64, 64), resize_mode="fill"))[1]["a/wide.png"])
-    stretch = _decoded(tf, convert(plan, ImageConfig(resize=(64, 64), resize_mode="stretch"))[1][
+    fit = _decoded(tf, convert(plan, rendering(resize=(64, 64), resize_mode="fit"))[1]["a/wide.png"])
+    fill = _decoded(tf, convert(plan, rendering(resize=(64, 64), resize_mode="fill"))[1]["a/wide.png"])
+    stretch = _decoded(tf, convert(plan, rendering(resize=(64, 64), resize_mode="stretch"))[1][
         "a/wide.png"])
     assert fit.shape == fill.shape == stretch.shape == (64, 64, 3)
     # fit letterboxes: 128x85 -> 64x42 centred, black bands of 11 rows above and below
@@ -215,7 +215,7 @@ def test_max_side_shrinks_only_large_images(tf, tmp_path):
     write(tmp_path / "r" / "a" / "big.jpg", samples.encode(samples.rgb("coffee", 400), "JPEG"))
     small = samples.encode(samples.rgb("coffee", 40), "JPEG")
     write(tmp_path / "r" / "a" / "small.jpg", small)
-    _, records, _ = convert(plan_image_folder(str(tmp_path / "r")), ImageConfig(max_side=100))
+    _, records, _ = convert(plan_image_folder(str(tmp_path / "r")), rendering(max_side=100))
     big = records["a/big.jpg"]
     assert stored_shape(big) == (67, 100, 3) == decoded_shape(tf, big)
     assert value(records["a/small.jpg"], "image/encoded") == small  # untouched, not re-encoded
@@ -228,7 +228,7 @@ def test_exif_orientation_is_kept_by_default_and_applied_on_request(tf, tmp_path
     kept = convert(plan)[1]["a/rotated.jpg"]
     assert value(kept, "image/encoded") == data
     assert stored_shape(kept) == (85, 128, 3) == decoded_shape(tf, kept)  # TF ignores EXIF
-    applied = convert(plan, ImageConfig(apply_exif_orientation=True))[1]["a/rotated.jpg"]
+    applied = convert(plan, rendering(apply_exif_orientation=True))[1]["a/rotated.jpg"]
     assert value(applied, "image/format") == b"jpeg"
     assert stored_shape(applied) == (128, 85, 3) == decoded_shape(tf, applied)
     with Image.open(io.BytesIO(data)) as original:
@@ -239,7 +239,7 @@ def test_exif_orientation_is_kept_by_default_and_applied_on_request(tf, tmp_path
 def test_exif_orientation_one_is_not_re_encoded(tmp_path):
     data = samples.exif_rotated_jpeg(1)
     write(tmp_path / "r" / "a" / "upright.jpg", data)
-    records = convert(plan_image_folder(str(tmp_path / "r")), ImageConfig(apply_exif_orientation=True))[1]
+    records = convert(plan_image_folder(str(tmp_path / "r")), rendering(apply_exif_orientation=True))[1]
     assert value(records["a/upright.jpg"], "image/encoded") == data
 
 
@@ -248,7 +248,7 @@ def test_convert_mode(tf, tmp_path):
     write(tmp_path / "r" / "a" / "gray.png", samples.build("png_gray"))
     write(tmp_path / "r" / "a" / "gray16.png", samples.build("png_gray16"))
     plan = plan_image_folder(str(tmp_path / "r"))
-    to_gray = convert(plan, ImageConfig(convert_mode="L"))[1]
+    to_gray = convert(plan, rendering(convert_mode="L"))[1]
     assert decoded_shape(tf, to_gray["a/color.jpg"]) == stored_shape(to_gray["a/color.jpg"])
     assert value(to_gray["a/color.jpg"], "image/channels") == 1
     assert value(to_gray["a/color.jpg"], "image/format") == b"jpeg"
@@ -256,14 +256,14 @@ def test_convert_mode(tf, tmp_path):
     # 16-bit to 8-bit scales (>> 8) instead of clipping every value above 255 to white
     gray16 = _decoded(tf, to_gray["a/gray16.png"])[..., 0]
     np.testing.assert_array_equal(gray16, samples.photo("camera"))
-    to_rgb = convert(plan, ImageConfig(convert_mode="RGB"))[1]
+    to_rgb = convert(plan, rendering(convert_mode="RGB"))[1]
     assert stored_shape(to_rgb["a/gray.png"]) == (128, 128, 3) == decoded_shape(tf, to_rgb["a/gray.png"])
     assert value(to_rgb["a/color.jpg"], "image/encoded") == samples.build("jpeg_rgb")
 
 
 def test_encode_png_is_lossless(tf, tmp_path):
     write(tmp_path / "r" / "a" / "x.webp", samples.build("webp_alpha_lossless"))
-    features = convert(plan_image_folder(str(tmp_path / "r")), ImageConfig(encode="png"))[1]["a/x.webp"]
+    features = convert(plan_image_folder(str(tmp_path / "r")), rendering(encode="png"))[1]["a/x.webp"]
     assert value(features, "image/format") == b"png"
     np.testing.assert_array_equal(_decoded(tf, features), np.asarray(samples.rgba()))
 
@@ -283,13 +283,13 @@ def test_resize_uses_jpeg_draft_mode(tf, tmp_path, monkeypatch):
     write(tmp_path / "r" / "a" / "big.jpg",
           samples.encode(samples.rgb("astronaut", 512), "JPEG", quality=95))
     plan = plan_image_folder(str(tmp_path / "r"))
-    features = convert(plan, ImageConfig(resize=(64, 64), encode="jpeg"))[1]["a/big.jpg"]
+    features = convert(plan, rendering(resize=(64, 64), encode="jpeg"))[1]["a/big.jpg"]
     # A bit more than the target is requested (80 px, a reducing gap), so the 512 px JPEG
     # is decoded at 1/4 scale (128 px) straight from the DCT, then resampled to 64.
     assert calls and calls[0][1] == (80, 80) and calls[0][0] == (128, 128)
     assert decoded_shape(tf, features) == (64, 64, 3)
     # Same pixels as a full decode + LANCZOS, within rounding (PNG output: no JPEG noise).
-    lossless = convert(plan, ImageConfig(resize=(64, 64), encode="png"))[1]["a/big.jpg"]
+    lossless = convert(plan, rendering(resize=(64, 64), encode="png"))[1]["a/big.jpg"]
     reference = np.asarray(samples.rgb("astronaut", 512).resize((64, 64), Image.Resampling.LANCZOS))
     assert np.abs(_decoded(tf, lossless).astype(int) - reference.astype(int)).mean() < 2
 
@@ -447,7 +447,7 @@ def test_animated_webp_without_alpha_is_refused_not_truncated_to_one_frame(tf, t
     plan = plan_image_folder(str(tmp_path / "r"))
     assert reasons(convert(plan)[2]) == {"a/anim.webp": "unsupported_format"}
     # Asking for a re-encode keeps the first frame, as decode_image(expand_animations=False).
-    features = convert(plan, ImageConfig(encode="png"))[1]["a/anim.webp"]
+    features = convert(plan, rendering(encode="png"))[1]["a/anim.webp"]
     assert decoded_shape(tf, features) == stored_shape(features) == (85, 128, 3)
 
 
@@ -457,7 +457,7 @@ def test_multi_page_tiff_is_refused_by_default(tmp_path):
     write(tmp_path / "r" / "a" / "pages.tif", pages)
     plan = plan_image_folder(str(tmp_path / "r"))
     assert reasons(convert(plan)[2]) == {"a/pages.tif": "unsupported_format"}
-    assert list(convert(plan, ImageConfig(encode="png"))[1]) == ["a/pages.tif"]
+    assert list(convert(plan, rendering(encode="png"))[1]) == ["a/pages.tif"]
 
 
 # --------------------------------------------------------------------------- planning
@@ -517,7 +517,7 @@ def test_missing_root_is_an_error(tmp_path):
 def test_work_units_and_converter_pickle(tmp_path):
     write(tmp_path / "r" / "a" / "x.jpg", samples.build("jpeg_rgb"))
     plan = plan_image_folder(str(tmp_path / "r"))
-    fn = pickle.loads(pickle.dumps(ConvertImages(ImageConfig(resize=(8, 8)))))
+    fn = pickle.loads(pickle.dumps(ConvertImages(rendering(resize=(8, 8)))))
     unit = pickle.loads(pickle.dumps(plan.work_units[0]))
     (batch,) = fn.process(unit)
     assert len(batch.records) == 1
@@ -694,12 +694,14 @@ def test_config_validation():
     with pytest.raises(ValueError):
         ImageConfig(validate="deep")
     with pytest.raises(ValueError):
-        ImageConfig(resize=(224, 224), max_side=100)
+        ImageConfig(render={"resize": (3, 4)})
     with pytest.raises(ValueError):
-        ImageConfig(resize_mode="crop")
+        RenderOptions(resize=(224, 224), max_side=100)
     with pytest.raises(ValueError):
-        ImageConfig(quality=0)
-    assert ImageConfig(resize=[3, 4]).resize == (3, 4)
+        RenderOptions(resize_mode="crop")
+    with pytest.raises(ValueError):
+        RenderOptions(quality=0)
+    assert RenderOptions(resize=[3, 4]).resize == (3, 4)
 
 
 # --------------------------------------------------------------------------- gs://
@@ -738,31 +740,6 @@ def test_gcs_folder_and_manifest_work_like_local(tf, tmp_path, gcs_emulator):
 
 # --------------------------------------------------------------------------- record encoding
 
-_names = st.text(st.characters(codec="utf-8", exclude_categories=["Cs"]), min_size=1, max_size=12)
-_feature_values = st.one_of(
-    st.tuples(st.just("bytes"), st.lists(st.one_of(st.binary(max_size=300), st.text(max_size=20)),
-                                         max_size=4)),
-    st.tuples(st.just("int64"), st.lists(st.integers(-(2**63), 2**63 - 1), max_size=5)),
-    st.tuples(st.just("float"), st.lists(
-        st.floats(width=32, allow_nan=False) | st.sampled_from([float("inf"), -float("inf")]),
-        max_size=5)),
-)
-
-
-@settings(max_examples=400, deadline=None)
-@given(st.dictionaries(_names, _feature_values, max_size=8))
-def test_record_encoder_is_byte_identical_to_the_reference(features):
-    assert images_module._encode_record(features) == encode_example(features)
-
-
-def test_record_encoder_cache_never_confuses_equal_keys_with_different_encodings():
-    cases = [{"f": ("float", [0.0])}, {"f": ("float", [-0.0])}, {"n": ("int64", [1])},
-             {"n": ("int64", [True])}, {"s": ("bytes", ["é"])}, {"s": ("bytes", [b"\xc3\xa9"])},
-             {"s": ("bytes", [b"x" * 17])}, {"n": ("int64", [2**63 - 1, -1])}]
-    for features in cases + cases:  # the second pass hits the cache
-        assert images_module._encode_record(features) == encode_example(features)
-
-
 def test_record_encoder_matches_the_reference_on_image_records(tmp_path):
     write(tmp_path / "r" / "a" / "x.jpg", samples.build("jpeg_rgb"))
     _, records, _ = convert(plan_image_folder(str(tmp_path / "r")))
@@ -770,7 +747,7 @@ def test_record_encoder_matches_the_reference_on_image_records(tmp_path):
     kinds = {"image/height": "int64", "image/width": "int64", "image/channels": "int64",
              "image/class/label": "int64"}
     typed = {name: (kinds.get(name, "bytes"), values) for name, values in features.items()}
-    assert images_module._encode_record(typed) == encode_example(typed)
+    assert b"".join(encode_example_parts(typed)) == encode_example(typed)
 
 
 def test_large_units_leave_in_several_chunks(tmp_path, monkeypatch):
@@ -803,6 +780,6 @@ def test_broken_exif_block_means_no_orientation(tf, tmp_path):
     data = jpeg[:2] + app1 + jpeg[2:]
     write(tmp_path / "r" / "a" / "odd_exif.jpg", data)
     features = convert(plan_image_folder(str(tmp_path / "r")),
-                       ImageConfig(apply_exif_orientation=True))[1]["a/odd_exif.jpg"]
+                       rendering(apply_exif_orientation=True))[1]["a/odd_exif.jpg"]
     assert value(features, "image/encoded") == data
     assert decoded_shape(tf, features) == stored_shape(features)

@@ -1,6 +1,7 @@
 """Images (class-folder trees and CSV/JSONL manifests) to batches of tf.train.Example.
 
-`paths` (the allowed-roots security model), `headers` (what a header check promises),
-`processing` (decode, orient, resize, re-encode) and `convert` (planning, the Beam DoFn
-`ConvertImages` and its `ImageConfig`).
+`config` (ImageConfig, ImagePlan, output features, reason codes), `plan` (folder and
+manifest planning on the launcher), `convert` (the Beam DoFn `ConvertImages`), `paths`
+(the allowed-roots security model), `headers` (what a header check promises) and
+`processing` (decode, orient, resize, re-encode: `RenderOptions`).
 """

@@ -43,6 +43,8 @@ import re
 import struct
 import zlib
 
+from transforms.records import DeadLetterError
+
 __all__ = [
     "HeaderError",
     "ImageInfo",
@@ -69,13 +71,11 @@ _PNG_TF_MAX_PIXELS = 1 << 29
 _BMP_TF_MAX_PIXELS = (2**31 - 1) // 8
 
 
-class HeaderError(ValueError):
+class HeaderError(DeadLetterError):
     """The bytes are not a usable image; `reason` is a dead-letter reason code."""
 
     def __init__(self, reason: str, message: str):
-        super().__init__(message)
-        self.reason = reason
-        self.message = message
+        super().__init__(reason, message)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -19,6 +19,8 @@ from collections.abc import Sequence
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipeline.errors import UsageError
+from transforms.images.config import DEFAULT_MAX_IMAGE_BYTES, DEFAULT_MAX_PIXELS, VALIDATE_MODES
+from transforms.images.processing import CONVERT_MODES, DEFAULT_QUALITY, ENCODINGS, RESIZE_MODES
 from transforms.input_formats import FORMATS, IMAGE_FORMATS, TABULAR_FORMATS
 
 __all__ = [
@@ -243,23 +245,23 @@ class ConvertOptions(PipelineOptions):
         _flag(images, "labels-file", output=True, default=None,
               help="labels.txt fixing the label map (one name per line, line number = index); "
                    "other labels are dead letters (unknown_label)")
-        _flag(images, "validate", output=True, choices=("header", "full"), default="header",
+        _flag(images, "validate", output=True, choices=VALIDATE_MODES, default=VALIDATE_MODES[0],
               help="header (default): parse headers; full: decode every image")
         _flag(images, "resize", output=True, type=_resize, default=None, help="resize to WxH")
-        _flag(images, "resize-mode", output=True, choices=("fit", "fill", "stretch"), default="fit")
+        _flag(images, "resize-mode", output=True, choices=RESIZE_MODES, default=RESIZE_MODES[0])
         _flag(images, "max-side", output=True, type=_positive_int, default=None,
               help="shrink so the longer side is at most N")
-        _flag(images, "encode", output=True, choices=("jpeg", "png"), default=None,
+        _flag(images, "encode", output=True, choices=ENCODINGS, default=None,
               help="re-encode images")
-        _flag(images, "quality", output=True, type=_integer, default=90,
+        _flag(images, "quality", output=True, type=_integer, default=DEFAULT_QUALITY,
               help="JPEG quality for --encode jpeg")
         _flag(images, "exif-orientation", output=True, action="store_true", default=False,
               help="apply EXIF orientation (re-encodes rotated images)")
-        _flag(images, "convert-mode", output=True, choices=("RGB", "L"), default=None,
+        _flag(images, "convert-mode", output=True, choices=CONVERT_MODES, default=None,
               help="convert pixel mode")
-        _flag(images, "max-image-bytes", output=True, type=parse_size, default=64 * 1024 * 1024,
+        _flag(images, "max-image-bytes", output=True, type=parse_size, default=DEFAULT_MAX_IMAGE_BYTES,
               help="larger image files are dead-lettered (default 64MiB)")
-        _flag(images, "max-pixels", output=True, type=_positive_int, default=89_478_485,
+        _flag(images, "max-pixels", output=True, type=_positive_int, default=DEFAULT_MAX_PIXELS,
               help="images with more pixels are dead-lettered (decompression-bomb guard)")
         _flag(images, "allowed-roots", output=True, default=None,
               help="comma-separated roots manifest URIs must stay within "

@@ -14,3 +14,8 @@ def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return probe.getsockname()[1]
+
+
+def batch_tuples(batches) -> list[tuple]:
+    """RecordBatches as comparable tuples: key, split, records, dead letters, input count."""
+    return [(b.key, b.split, list(b.records), list(b.dead_letters), b.input_count) for b in batches]

@@ -41,11 +41,36 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def _uneven(n: int):
-    """Item n yields n results after a delay that makes later items finish first."""
-    time.sleep(0.002 * (6 - n % 6))
+# Long enough for any loaded machine; reached only when forked_map is broken.
+DEADLOCK_SECONDS = 30
+
+
+def _wait_for_file(path) -> None:
+    """Waits until another process creates `path`; fails the test rather than hang."""
+    deadline = time.monotonic() + DEADLOCK_SECONDS
+    while not path.exists():
+        assert time.monotonic() < deadline, f"{path.name} never appeared: a child never ran"
+        time.sleep(0.001)
+
+
+def _results(n: int):
+    """Item n yields n results, tagged with the process that computed them."""
     for i in range(n):
         yield (n, i, os.getpid())
+
+
+def _later_items_first(folder, count: int):
+    """`_results`, but each even item waits until the item after it has finished, so items
+    finish out of order on every run (coordinated through files: they run in children)."""
+
+    def work(n: int):
+        if n % 2 == 0 and n + 1 < count:
+            _wait_for_file(folder / f"finished-{n + 1}")
+        results = list(_results(n))
+        (folder / f"finished-{n}").touch()
+        yield from results
+
+    return work
 
 
 # ------------------------------------------------------------------------ forked_map
@@ -57,20 +82,20 @@ def _children() -> set[int]:
 
 
 @pytest.mark.parametrize("processes, count", [(2, 12), (3, 7), (8, 3), (2, 2)])
-def test_results_come_in_item_order_as_a_plain_loop_gives_them(processes, count):
+def test_results_come_in_item_order_as_a_plain_loop_gives_them(processes, count, tmp_path):
     items = list(range(count))
-    got = list(forked_map(_uneven, items, processes))
+    got = list(forked_map(_later_items_first(tmp_path, count), items, processes))
     assert [r[:2] for r in got] == [(n, i) for n in items for i in range(n)]
     assert os.getpid() not in {r[2] for r in got}  # computed in children
 
 
 def test_no_fork_for_one_process_one_item_or_where_fork_is_unavailable(monkeypatch):
     here = os.getpid()
-    assert {r[2] for r in forked_map(_uneven, [1, 2, 3], processes=1)} == {here}
-    assert {r[2] for r in forked_map(_uneven, [3], processes=4)} == {here}
-    assert list(forked_map(_uneven, [], processes=4)) == []
+    assert {r[2] for r in forked_map(_results, [1, 2, 3], processes=1)} == {here}
+    assert {r[2] for r in forked_map(_results, [3], processes=4)} == {here}
+    assert list(forked_map(_results, [], processes=4)) == []
     monkeypatch.setattr(forked_pool, "fork_available", lambda: False)
-    assert {r[2] for r in forked_map(_uneven, [1, 2, 3], processes=4)} == {here}
+    assert {r[2] for r in forked_map(_results, [1, 2, 3], processes=4)} == {here}
 
 
 def test_a_child_takes_the_next_item_while_another_is_still_busy(tmp_path):
@@ -80,8 +105,7 @@ def test_a_child_takes_the_next_item_while_another_is_still_busy(tmp_path):
 
     def work(n):
         if n == 0:
-            while not marker.exists():
-                time.sleep(0.005)
+            _wait_for_file(marker)
         elif n == 2:
             marker.touch()
         yield n, os.getpid()

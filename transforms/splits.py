@@ -3,6 +3,15 @@
 The hash must give the same split for the same key on every run, runner, machine and
 Python version, so it is a fixed function of the key's bytes (CRC32C), never Python's
 salted `hash()`. Beam-free.
+
+The keys tabular conversions hash: the UTF-8 text of the spec's `split_key` columns joined
+by the byte 0x1F (`transforms.tabular.read.KEY_SEPARATOR`): for CSV the cell text as
+written, for JSON and Parquet the value's text (strings as they are, numbers without a
+trailing `.0`, `true`/`false`, missing as empty), so an id written as `17` in CSV and `17` in
+JSON lands in the same split. Without `split_key` the key is the whole row: all cells joined
+by 0x1F (CSV), the line (JSON Lines), all columns' text (Parquet). Rows that become dead
+letters are assigned a split too (rows that cannot be parsed, by their raw text), so each
+split's counts reconcile. Images: the `split_key` columns of a manifest, else the image URI.
 """
 
 from __future__ import annotations

@@ -33,7 +33,8 @@ class ConversionPlan:
     Attributes:
       converter_label: the stable step label, e.g. "ConvertCsv".
       work_units: the input, split into independently readable pieces.
-      converter: the DoFn turning a WorkUnit into RecordBatches.
+      converter: the DoFn turning a WorkUnit into RecordBatches, or a PTransform from
+        work units to RecordBatches (the sequence conversion, which shuffles rows by group).
       splits: declared split names (empty shards are written for those without records).
       extra_files: files committed beside the shards ({relative path: bytes}).
       manifest_metadata: extra manifest keys ("options", "fingerprint", "labels", ...).
@@ -45,7 +46,7 @@ class ConversionPlan:
 
     converter_label: str
     work_units: Sequence[WorkUnit | WorkUnitGroup]
-    converter: beam.DoFn
+    converter: beam.DoFn | beam.PTransform
     splits: Sequence[str] = ()
     extra_files: Mapping[str, bytes] = dataclasses.field(default_factory=dict)
     manifest_metadata: Mapping[str, Any] = dataclasses.field(default_factory=dict)
@@ -69,6 +70,7 @@ def build_pipeline(pipeline: beam.Pipeline, plan: ConversionPlan, sink: WriteToS
     return (
         pipeline
         | "PlanWorkUnits" >> beam.Create(list(plan.work_units))
-        | plan.converter_label >> beam.ParDo(plan.converter)
+        | plan.converter_label >> (plan.converter if isinstance(plan.converter, beam.PTransform)
+                                   else beam.ParDo(plan.converter))
         | "WriteShards" >> sink
     )

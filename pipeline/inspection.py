@@ -1,6 +1,8 @@
 """`tfrecord-pipeline inspect`: print Examples as strict JSON lines plus a feature summary.
 
-Each line is `{"file": PATH, "record": INDEX, "features": {NAME: {KIND: [VALUES]}}}`, valid
+Each line is `{"file": PATH, "record": INDEX, "features": {NAME: {KIND: [VALUES]}}}` (for a
+SequenceExample `"context": {...}` like features and `"feature_lists": {NAME: {KIND: [[VALUES
+of one step], ...]}}` instead of "features"; its summary counts steps per feature list), valid
 JSON for any JSON parser: non-finite floats are the strings "NaN", "Infinity" and
 "-Infinity"; bytes are UTF-8 text when they decode, else {"base64": ...}; a bytes value
 longer than `max_bytes` is shown as {"length": N, "prefix": ...} (text) or
@@ -20,6 +22,7 @@ import numpy as np
 
 from pipeline.verify import resolve_tfrecord_paths
 from transforms.format.example_codec import decode_example
+from transforms.format.sequence_codec import decode_sequence_example, is_sequence_example
 from transforms.format.tfrecord_format import read_tfrecord_file
 from transforms.tfrecord_io import listed_shard_paths
 
@@ -88,19 +91,35 @@ def _bytes(value: bytes, max_bytes: int | None) -> str | dict[str, Any]:
     return {"length": len(value), "prefix": prefix.decode("utf-8", errors="ignore")}
 
 
+def _render_values(kind: str | None, values: list, max_bytes: int | None) -> list:
+    if kind == "bytes":
+        return [_bytes(v, max_bytes) for v in values]
+    if kind == "float":
+        return [_float(v) for v in values]
+    return list(values)
+
+
+def _render_features(decoded: dict, max_bytes: int | None) -> dict[str, Any]:
+    return {name: ({} if kind is None else {kind: _render_values(kind, values, max_bytes)})
+            for name, (kind, values) in sorted(decoded.items())}
+
+
 def render_example(payload: bytes, max_bytes: int | None = DEFAULT_MAX_BYTES) -> dict[str, Any]:
     """The strict-JSON view of one serialized Example (see the module docstring)."""
-    rendered: dict[str, Any] = {}
-    for name, (kind, values) in sorted(decode_example(payload).items()):
-        if kind is None:
-            rendered[name] = {}
-        elif kind == "bytes":
-            rendered[name] = {kind: [_bytes(v, max_bytes) for v in values]}
-        elif kind == "float":
-            rendered[name] = {kind: [_float(v) for v in values]}
-        else:
-            rendered[name] = {kind: list(values)}
-    return rendered
+    return _render_features(decode_example(payload), max_bytes)
+
+
+def render_sequence_example(payload: bytes, max_bytes: int | None = DEFAULT_MAX_BYTES) -> dict[str, Any]:
+    """{"context": ..., "feature_lists": ...} of one serialized SequenceExample."""
+    context, lists = decode_sequence_example(payload)
+    return {
+        "context": _render_features(context, max_bytes),
+        "feature_lists": {
+            name: ({} if kind is None else
+                   {kind: [_render_values(kind, step, max_bytes) for step in steps]})
+            for name, (kind, steps) in lists.items()
+        },
+    }
 
 
 def inspect_paths(
@@ -116,10 +135,17 @@ def inspect_paths(
         if limit is not None and printed >= limit:
             break
         printed += 1
-        line = {"file": path, "record": index, "features": render_example(payload, max_bytes)}
+        line: dict[str, Any] = {"file": path, "record": index}
+        if is_sequence_example(payload):
+            line.update(render_sequence_example(payload, max_bytes))
+            context, lists = decode_sequence_example(payload)
+            counted = {**context, **{name: (kind, steps) for name, (kind, steps) in lists.items()}}
+        else:
+            line["features"] = render_example(payload, max_bytes)
+            counted = decode_example(payload)
         out.write(json.dumps(line, ensure_ascii=False, sort_keys=True, allow_nan=False))
         out.write("\n")
-        for name, (kind, values) in decode_example(payload).items():
+        for name, (kind, values) in counted.items():
             summary.setdefault(name, FeatureSummary()).add(kind, len(values))
     return printed, summary
 

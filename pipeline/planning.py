@@ -115,10 +115,16 @@ def _plan_tabular(conv: ConvertOptions, input_path: str, output: str) -> Convers
         )
         summary["estimate"] = estimate.to_dict()
         summary["spec_yaml"] = spec_yaml
+    converter, processes = ConvertTabular(config), conv.converter_processes or default_threads()
+    if spec.sequence is not None:
+        from transforms.sequence.transform import ConvertToSequences
+
+        # One element per work unit: the rows are shuffled by group key after reading.
+        converter, processes = ConvertToSequences(config), 1
     return ConversionPlan(
         converter_label=f"Convert{conv.format.capitalize()}",
         work_units=units,
-        converter=ConvertTabular(config),
+        converter=converter,
         splits=spec.split_names or (DEFAULT_SPLIT,),
         extra_files={"spec.yaml": spec_yaml.encode("utf-8"),
                      "feature_spec.json": spec.feature_spec_json()},
@@ -129,7 +135,7 @@ def _plan_tabular(conv: ConvertOptions, input_path: str, output: str) -> Convers
         },
         summary=summary,
         input_bytes=sum(int((unit.extra or {}).get("size") or 0) for unit in units),
-        local_processes=conv.converter_processes or default_threads(),
+        local_processes=processes,
     )
 
 

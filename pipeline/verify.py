@@ -1,7 +1,8 @@
 """`tfrecord-pipeline verify`: prove that TFRecord output is intact.
 
 For every file: every record's length and data CRCs, and that every payload parses as a
-`tf.train.Example`. For an output folder with a manifest, also that the shards listed
+`tf.train.Example` or `tf.train.SequenceExample` (which `sequence:` specs write). For an
+output folder with a manifest, also that the shards listed
 exist with the recorded size, sha256 and record count, that dead-letter files match, that
 no stray shard sits beside them, and that the counts reconcile.
 """
@@ -142,7 +143,8 @@ def _verify_output_dir(output_dir: str, manifest: dict, problems: list[Problem])
             if relative not in listed and not relative.startswith("."):
                 problems.append(Problem(metadata.path, "shard not listed in the manifest"))
     counts = manifest["counts"]
-    if counts["input"] != counts["written"] + counts["dead_letter"]:
+    # SequenceExamples hold several input rows each: input rows reconcile with written_rows.
+    if counts["input"] != counts.get("written_rows", counts["written"]) + counts["dead_letter"]:
         problems.append(Problem(manifest_path, f"counts do not reconcile: {counts}"))
     for split, entry in counts.get("splits", {}).items():
         if entry["written"] != records_per_split.get(split, 0):

@@ -94,6 +94,14 @@ class RecordBatch:
         this chunk and split that could not be converted; see `dead_letter`.
       input_count: how many input records of this chunk and split the converter read.
         The sink checks that input == written + dead-lettered over the whole run.
+      record_rows: how many input records the `records` hold together when a record holds
+        several (a SequenceExample holds a group of rows); None: one each. Set on every
+        batch of grouped records (0 when it has none); the manifest then counts
+        `written_rows` beside `written` (records). Input is counted in rows: with sequences
+        the reading step yields batches with `input_count` and the dead letters of the rows
+        it read, the grouping step yields the sequences with `record_rows` (`input_count`
+        0), and per split input == `rows_written` + dead letters still proves that no row
+        was lost, across the shuffle too.
     """
 
     key: str
@@ -101,10 +109,16 @@ class RecordBatch:
     records: Sequence[bytes] = ()
     dead_letters: Sequence[bytes] = ()
     input_count: int = 0
+    record_rows: int | None = None
 
     def __post_init__(self):
         if not self.split or "/" in self.split or self.split.startswith("."):
             raise ValueError(f"invalid split name {self.split!r}")
+
+    @property
+    def rows_written(self) -> int:
+        """Input records held by `records` (see `record_rows`)."""
+        return len(self.records) if self.record_rows is None else self.record_rows
 
 
 def raw_text(raw: bytes | str | None) -> tuple[str | None, str]:

@@ -502,7 +502,8 @@ class _WriteGroupedShard(beam.DoFn):
 def _batch_counts(batch: RecordBatch):
     return (
         _COUNT,
-        (batch.key, batch.split, batch.input_count, len(batch.records), len(batch.dead_letters)),
+        (batch.key, batch.split, batch.input_count, len(batch.records), len(batch.dead_letters),
+         batch.record_rows),
     )
 
 
@@ -537,12 +538,19 @@ def _delete_quietly(paths: Iterable[str]) -> None:
 
 
 def _reconcile(sidecars: Sequence[Mapping[str, Any]], counts: Sequence[tuple]) -> dict[str, Any]:
-    """Checks the converters' counts against the files; returns the manifest `counts`."""
+    """Checks the converters' counts against the files; returns the manifest `counts`.
+
+    Input is counted in rows: input == rows written + dead letters. A record holds one row,
+    except a SequenceExample (`RecordBatch.record_rows`); the manifest then also counts
+    `written_rows` beside `written` (records).
+    """
     seen = set()
     per_split: dict[str, dict[str, int]] = defaultdict(
         lambda: {"input": 0, "written": 0, "dead_letter": 0}
     )
-    for key, split, input_count, written, dead in counts:
+    rows_per_split: dict[str, int] = defaultdict(int)
+    holds_sequences = False
+    for key, split, input_count, written, dead, record_rows in counts:
         if (key, split) in seen:
             raise AccountingError(f"batch {key!r} of split {split!r} reached the sink twice")
         seen.add((key, split))
@@ -550,6 +558,11 @@ def _reconcile(sidecars: Sequence[Mapping[str, Any]], counts: Sequence[tuple]) -
         entry["input"] += input_count
         entry["written"] += written
         entry["dead_letter"] += dead
+        rows_per_split[split] += written if record_rows is None else record_rows
+        holds_sequences |= record_rows is not None
+    if holds_sequences:
+        for split, entry in per_split.items():
+            entry["written_rows"] = rows_per_split[split]
     in_files: dict[str, int] = defaultdict(int)
     dead_in_files: dict[str, int] = defaultdict(int)
     for sidecar in sidecars:
@@ -561,9 +574,10 @@ def _reconcile(sidecars: Sequence[Mapping[str, Any]], counts: Sequence[tuple]) -
     problems = []
     for split in sorted(set(per_split) | set(in_files) | set(dead_in_files)):
         entry = per_split[split]
-        if entry["input"] != entry["written"] + entry["dead_letter"]:
+        written_rows = entry.get("written_rows", entry["written"])
+        if entry["input"] != written_rows + entry["dead_letter"]:
             problems.append(
-                f"split {split!r}: {entry['input']} input records but {entry['written']} "
+                f"split {split!r}: {entry['input']} input records but {written_rows} "
                 f"written + {entry['dead_letter']} dead-lettered"
             )
         if in_files[split] != entry["written"]:
@@ -582,6 +596,8 @@ def _reconcile(sidecars: Sequence[Mapping[str, Any]], counts: Sequence[tuple]) -
         name: sum(entry[name] for entry in per_split.values())
         for name in ("input", "written", "dead_letter")
     }
+    if any("written_rows" in entry for entry in per_split.values()):
+        totals["written_rows"] = sum(entry["written_rows"] for entry in per_split.values())
     return {**totals, "splits": {split: dict(per_split[split]) for split in sorted(per_split)}}
 
 

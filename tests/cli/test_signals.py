@@ -17,16 +17,17 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
     (signal.SIGINT, 130, "interrupted"),
 ])
 def test_a_signal_mid_run_is_one_line_and_a_conventional_code(tmp_path, signum, code, word):
-    fifo = tmp_path / "stalled.csv"
-    os.mkfifo(fifo)  # the run blocks reading it, with its handlers in place
+    (tmp_path / "in.csv").write_text("a,b\n1,2\n")
+    fifo = tmp_path / "stalled.spec.yaml"
+    os.mkfifo(fifo)  # the run blocks reading its spec (a plain Python read), handlers in place
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")])))
     process = subprocess.Popen(
-        [sys.executable, "-m", "pipeline", "convert", "--input", str(fifo), "--format", "csv",
-         "--output", str(tmp_path / "out")],
+        [sys.executable, "-m", "pipeline", "convert", "--input", str(tmp_path / "in.csv"),
+         "--format", "csv", "--spec", str(fifo), "--output", str(tmp_path / "out")],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
     try:
         with open(fifo, "w") as writer:  # returns once the run has opened the file to read it
-            writer.write("a,b\n")
+            writer.write("features:\n")
             writer.flush()
             process.send_signal(signum)
             _, err = process.communicate(timeout=120)

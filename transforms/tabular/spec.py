@@ -30,13 +30,15 @@ from __future__ import annotations
 
 import codecs
 import dataclasses
-import difflib
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 import yaml
+
+from transforms.tabular.sequence_spec import SequenceSpec
+from transforms.tabular.spec_errors import SpecError, check_bool, reject_unknown_keys
 
 __all__ = [
     "DEFAULT_MAX_BYTES_LENGTH",
@@ -63,20 +65,6 @@ _KIND = {"int64": "int64", "float": "float", "bytes": "bytes", "string": "bytes"
 _TF_DTYPE = {"int64": "int64", "float": "float32", "bytes": "string", "string": "string"}
 
 
-class SpecError(ValueError):
-    """A conversion spec is malformed; the message names the offending key."""
-
-
-def _unknown_keys(where: str, given: Mapping, allowed: Sequence[str]) -> None:
-    for key in given:
-        if key not in allowed:
-            close = difflib.get_close_matches(str(key), allowed, n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
-            raise SpecError(
-                f"{where}: unknown key {key!r}{hint}; allowed keys: {', '.join(allowed)}"
-            )
-
-
 def _single_char(where: str, key: str, value: Any, *, allow_none: bool = False) -> str | None:
     if value is None or value == "":
         if allow_none:
@@ -85,12 +73,6 @@ def _single_char(where: str, key: str, value: Any, *, allow_none: bool = False) 
     if not isinstance(value, str) or len(value) != 1 or value in "\r\n":
         raise SpecError(f"{where}: {key!r} must be a single character other than a newline, "
                         f"got {value!r}")
-    return value
-
-
-def _bool(where: str, key: str, value: Any) -> bool:
-    if not isinstance(value, bool):
-        raise SpecError(f"{where}: {key!r} must be true or false, got {value!r}")
     return value
 
 
@@ -124,7 +106,7 @@ class CsvOptions:
             object.__setattr__(self, "quotechar", None)
         if self.delimiter is not None and self.delimiter == self.quotechar:
             raise SpecError(f"{where}: delimiter and quotechar must differ")
-        _bool(where, "header", self.header)
+        check_bool(where, "header", self.header)
         if self.column_names is not None:
             names = self.column_names
             if isinstance(names, str) or not all(isinstance(n, str) and n for n in names):
@@ -151,7 +133,7 @@ class CsvOptions:
     def from_dict(cls, data: Any) -> CsvOptions:
         if not isinstance(data, Mapping):
             raise SpecError(f"spec: 'csv' must be a mapping, got {data!r}")
-        _unknown_keys("spec: csv", data, cls._KEYS)
+        reject_unknown_keys("spec: csv", data, cls._KEYS)
         kwargs = dict(data)
         if isinstance(kwargs.get("column_names"), list):
             kwargs["column_names"] = tuple(kwargs["column_names"])
@@ -227,8 +209,8 @@ class FeatureSpec:
             )
         if self.column is not None and (not isinstance(self.column, str) or not self.column):
             raise SpecError(f"{where}: 'column' must be a non-empty string")
-        _bool(where, "list", self.is_list)
-        _bool(where, "required", self.required)
+        check_bool(where, "list", self.is_list)
+        check_bool(where, "required", self.required)
         if self.separator is not None:
             if not self.is_list:
                 raise SpecError(f"{where}: 'separator' is only valid with 'list: true'")
@@ -265,7 +247,7 @@ class FeatureSpec:
         if not isinstance(data, Mapping):
             raise SpecError(f"spec: features[{position}] must be a mapping, got {data!r}")
         label = data.get("name", f"#{position}")
-        _unknown_keys(f"spec: feature {label!r}", data, cls._KEYS)
+        reject_unknown_keys(f"spec: feature {label!r}", data, cls._KEYS)
         for key in ("name", "type"):
             if key not in data:
                 raise SpecError(f"spec: feature {label!r} (features[{position}]): "
@@ -316,6 +298,8 @@ class ConversionSpec:
       split_key: source columns whose values decide a row's split; empty means the whole row.
       csv: CSV/TSV parsing options.
       max_bytes_length: longer bytes/string values are dead-lettered (`value_too_long`).
+      sequence: rows grouped into SequenceExamples instead of one Example per row (the
+        `sequence:` mapping, see `transforms.tabular.sequence_spec`); None: Examples.
     """
 
     features: tuple[FeatureSpec, ...] = ()
@@ -324,8 +308,10 @@ class ConversionSpec:
     split_key: tuple[str, ...] = ()
     csv: CsvOptions = dataclasses.field(default_factory=CsvOptions)
     max_bytes_length: int = DEFAULT_MAX_BYTES_LENGTH
+    sequence: SequenceSpec | None = None
 
-    _KEYS = ("features", "include_unlisted", "splits", "split_key", "csv", "max_bytes_length")
+    _KEYS = ("features", "include_unlisted", "splits", "split_key", "csv", "max_bytes_length",
+             "sequence")
 
     def __post_init__(self):
         object.__setattr__(self, "features", tuple(self.features))
@@ -336,7 +322,7 @@ class ConversionSpec:
         if not self.features and not self.include_unlisted:
             raise SpecError("spec: 'features' is empty and 'include_unlisted' is false: "
                             "nothing would be converted")
-        _bool("spec", "include_unlisted", self.include_unlisted)
+        check_bool("spec", "include_unlisted", self.include_unlisted)
         if isinstance(self.splits, Mapping):
             object.__setattr__(self, "splits", tuple(self.splits.items()))
         for name, weight in self.splits:
@@ -358,6 +344,11 @@ class ConversionSpec:
                 or self.max_bytes_length < 1:
             raise SpecError(f"spec: 'max_bytes_length' must be a positive integer, "
                             f"got {self.max_bytes_length!r}")
+        if self.sequence is not None:
+            if self.split_key:
+                raise SpecError("spec: 'split_key' does not apply with 'sequence': a sequence's "
+                                "split is decided by its 'group_by' key")
+            self.sequence.check_features(self.features, self.include_unlisted)
 
     @property
     def split_names(self) -> tuple[str, ...]:
@@ -384,7 +375,7 @@ class ConversionSpec:
         """Builds a spec from parsed YAML/JSON; raises SpecError naming what is wrong."""
         if not isinstance(data, Mapping):
             raise SpecError(f"spec: expected a mapping at the top level, got {type(data).__name__}")
-        _unknown_keys("spec", data, cls._KEYS)
+        reject_unknown_keys("spec", data, cls._KEYS)
         features = data.get("features") or []
         if not isinstance(features, list):
             raise SpecError("spec: 'features' must be a list of mappings")
@@ -410,6 +401,8 @@ class ConversionSpec:
             kwargs["csv"] = CsvOptions.from_dict(data["csv"])
         if "max_bytes_length" in data:
             kwargs["max_bytes_length"] = data["max_bytes_length"]
+        if data.get("sequence") is not None:
+            kwargs["sequence"] = SequenceSpec.from_dict(data["sequence"])
         return cls(**kwargs)
 
     def to_dict(self) -> dict[str, Any]:
@@ -423,6 +416,8 @@ class ConversionSpec:
             out["split_key"] = list(self.split_key)
         out["csv"] = self.csv.to_dict()
         out["max_bytes_length"] = self.max_bytes_length
+        if self.sequence is not None:
+            out["sequence"] = self.sequence.to_dict()
         return out
 
     def to_yaml(self) -> str:
@@ -438,7 +433,10 @@ class ConversionSpec:
           {"dtype": D, "kind": "var_len", "default": V-or-null}      # may be absent / a list
         D is "int64", "float32" or "string" (tf.as_dtype names). A fixed feature with
         "default": null is required (present in every Example).
+        With a `sequence:` section it is `SequenceSpec.feature_spec` instead.
         """
+        if self.sequence is not None:
+            return self.sequence.feature_spec(self.features, FEATURE_SPEC_VERSION)
         return {
             "version": FEATURE_SPEC_VERSION,
             "features": {f.name: f.to_feature_spec() for f in self.features},

@@ -19,8 +19,15 @@ from collections.abc import Sequence
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipeline.errors import UsageError
-from transforms.images.config import DEFAULT_MAX_IMAGE_BYTES, DEFAULT_MAX_PIXELS, VALIDATE_MODES
-from transforms.images.processing import CONVERT_MODES, DEFAULT_QUALITY, ENCODINGS, RESIZE_MODES
+from transforms.images.config import (
+    CONVERT_MODES,
+    DEFAULT_MAX_IMAGE_BYTES,
+    DEFAULT_MAX_PIXELS,
+    DEFAULT_QUALITY,
+    ENCODINGS,
+    RESIZE_MODES,
+    VALIDATE_MODES,
+)
 from transforms.input_formats import FORMATS, IMAGE_FORMATS, TABULAR_FORMATS
 
 __all__ = [

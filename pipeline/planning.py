@@ -140,8 +140,7 @@ def _plan_tabular(conv: ConvertOptions, input_path: str, output: str) -> Convers
 
 
 def _image_config(conv: ConvertOptions):
-    from transforms.images.config import ImageConfig
-    from transforms.images.processing import RenderOptions
+    from transforms.images.config import ImageConfig, RenderOptions
 
     render = RenderOptions(
         apply_exif_orientation=conv.exif_orientation,

@@ -17,29 +17,18 @@ import math
 import numpy as np
 from PIL import Image, ImageOps, ImageSequence, UnidentifiedImageError
 
+from transforms.images.config import RenderOptions
 from transforms.images.headers import HeaderError, ImageInfo, parse_header, sniff_format
 from transforms.records import DeadLetterError
 
 __all__ = [
-    "CONVERT_MODES",
-    "DEFAULT_QUALITY",
-    "ENCODINGS",
-    "RESIZE_MODES",
     "ImageError",
     "Rendered",
-    "RenderOptions",
     "decode_fully",
     "exif_orientation",
     "needs_render",
     "render",
 ]
-
-#: The choices of `RenderOptions.convert_mode`, `.resize_mode` and `.encode` (None: unchanged).
-CONVERT_MODES = ("RGB", "L")
-RESIZE_MODES = ("fit", "fill", "stretch")
-ENCODINGS = ("jpeg", "png")
-#: JPEG quality of re-encoded JPEGs unless `RenderOptions.quality` says otherwise.
-DEFAULT_QUALITY = 90
 
 #: Orientation values (EXIF tag 0x0112) that swap width and height.
 _SWAPPING_ORIENTATIONS = (5, 6, 7, 8)
@@ -56,59 +45,6 @@ class ImageError(DeadLetterError):
 
     def __init__(self, reason: str, message: str):
         super().__init__(reason, message)
-
-
-@dataclasses.dataclass(frozen=True)
-class RenderOptions:
-    """The pixel transforms asked for (all off by default); part of an `ImageConfig`.
-
-    Attributes:
-      apply_exif_orientation: rotate/flip pixels as the EXIF orientation says (only
-        images whose orientation is not 1 are re-encoded).
-      convert_mode: None, "RGB" or "L".
-      resize: (width, height) or None; `resize_mode` says how the aspect ratio is kept:
-        "fit" scales into the box and pads (black / transparent), "fill" scales to cover
-        and centre-crops, "stretch" ignores the aspect ratio. All give exactly w x h.
-      max_side: shrink (never enlarge) so the longer side is at most this; excludes `resize`.
-      encode: None (keep the format; TF-undecodable formats become PNG), "jpeg" or "png".
-      quality: JPEG quality (1-100) of re-encoded JPEGs.
-
-    Raises:
-      ValueError: for a value outside its choices or range.
-    """
-
-    apply_exif_orientation: bool = False
-    convert_mode: str | None = None
-    resize: tuple[int, int] | None = None
-    resize_mode: str = "fit"
-    max_side: int | None = None
-    encode: str | None = None
-    quality: int = DEFAULT_QUALITY
-
-    def __post_init__(self):
-        if self.convert_mode is not None and self.convert_mode not in CONVERT_MODES:
-            raise ValueError(f"convert_mode must be RGB, L or None, got {self.convert_mode!r}")
-        if self.resize_mode not in RESIZE_MODES:
-            raise ValueError(f"resize_mode must be one of {RESIZE_MODES}, got {self.resize_mode!r}")
-        if self.encode is not None and self.encode not in ENCODINGS:
-            raise ValueError(f"encode must be jpeg, png or None, got {self.encode!r}")
-        if self.resize is not None:
-            size = tuple(self.resize)
-            if len(size) != 2 or not all(isinstance(v, int) and v > 0 for v in size):
-                raise ValueError(f"resize must be (width, height) of positive ints, got {self.resize!r}")
-            object.__setattr__(self, "resize", size)
-            if self.max_side is not None:
-                raise ValueError("resize and max_side exclude each other")
-        if self.max_side is not None and (not isinstance(self.max_side, int) or self.max_side < 1):
-            raise ValueError(f"max_side must be a positive int, got {self.max_side!r}")
-        if not isinstance(self.quality, int) or not 1 <= self.quality <= 100:
-            raise ValueError(f"quality must be within 1..100, got {self.quality!r}")
-
-    @property
-    def transforms_requested(self) -> bool:
-        """True when some option asks for re-encoding (not just format conversion)."""
-        return bool(self.apply_exif_orientation or self.convert_mode or self.resize
-                    or self.max_side or self.encode)
 
 
 @dataclasses.dataclass(frozen=True)

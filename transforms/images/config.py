@@ -58,6 +58,8 @@ REASONS = {
     "no_label": "a file directly in the image-folder root, not in a label folder",
     "missing_image_path": "the manifest row's image column is empty",
     "invalid_split": "the manifest row's split column is empty or not a valid split name",
+    "unknown_split": "the manifest row's split is not a declared split (the spec's splits, "
+                     "else train, validation, test)",
     # Manifest rows that cannot be parsed (the tabular conversion's codes):
     "ragged_row": "a CSV/TSV manifest row with the wrong number of fields",
     "invalid_json": "a JSONL manifest line that is not a JSON object",

@@ -13,6 +13,7 @@ manifest's cells follow exactly the tabular conversion's rules.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import json
 import os
 import re
@@ -252,9 +253,11 @@ def plan_image_manifest(
       image_column: column holding a local path, a path relative to the manifest's
         folder, or a URI (gs://...).
       label_column: optional column holding the label text.
-      split_column: optional column naming each row's split; without it, the spec's
-        `splits` (hashing the spec's `split_key` columns, else the image URI) or one
-        split "data".
+      split_column: optional column naming each row's split. Its values must be declared:
+        the spec's `splits` names when the spec has them, else `SPLIT_DIRECTORIES`; any
+        other value (a typo, another case) is a dead letter (`unknown_split`). Without it,
+        the spec's `splits` (hashing the spec's `split_key` columns, else the image URI) or
+        one split "data".
       spec: a `transforms.tabular.spec.ConversionSpec` for the other columns, converted exactly as
         in the tabular conversion (its `csv:` options also parse the manifest). Without
         a spec every other column becomes a feature of an inferred type (int64, else
@@ -295,13 +298,15 @@ def plan_image_manifest(
         label_column=label_column, split_column=split_column,
         index={label: i for i, label in enumerate(label_map)}, converter=converter,
         assigner=assigner, split_key=split_key,
+        declared_splits=tuple(spec.split_names) if spec is not None and spec.splits else SPLIT_DIRECTORIES,
     )
     items = [_manifest_item(context, *row) for row in rows]
-    declared = spec.split_names if assigner is not None else ()
+    declared = spec.split_names if spec is not None and spec.splits else ()
     return ImagePlan(
         work_units=_units(manifest_path, items, roots, images_per_unit),
         labels=label_map,
-        splits=_split_order([*declared, *(item["split"] for item in items)]),
+        # A rejected row's split names no output: it is only where its dead letter counts.
+        splits=_split_order([*declared, *(item["split"] for item in items if item["reject"] is None)]),
         allowed_roots=roots,
         input_count=len(items),
         extra_features=(extra_spec.to_feature_spec()["features"] if extra_spec is not None else {}),
@@ -446,6 +451,7 @@ class _ManifestContext:
     converter: RowConverter | None
     assigner: SplitAssigner | None
     split_key: tuple[str, ...]
+    declared_splits: tuple[str, ...] = ()
 
 
 def _extra_spec(spec: ConversionSpec | None, manifest_path: str, fmt: str,
@@ -485,6 +491,12 @@ def _manifest_item(context: _ManifestContext, number: int, row: Mapping[str, Any
             check_split_name(split)
         except ValueError as error:
             return rejected("invalid_split", str(error), context.split_column)
+        if split not in context.declared_splits:
+            close = difflib.get_close_matches(split.lower(), context.declared_splits, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            return rejected("unknown_split", f"split {split!r} is not declared{hint}; declared: "
+                            f"{', '.join(context.declared_splits)} (declare others in the spec's "
+                            f"splits)", context.split_column)
     value = _text(row.get(context.image_column))
     if value is None:
         return rejected("missing_image_path", "the image column is empty", context.image_column,

@@ -114,7 +114,7 @@ def run(argv: Sequence[str] | None = None) -> int:
         return EXIT_OK
     except tuple(kind for kind, _ in EXIT_CODES) as error:
         _LOG.debug("%s failed", command or "command", exc_info=True)
-        if not isinstance(error, OutputProblems):  # verify printed its report already
+        if not (command == "verify" and isinstance(error, OutputProblems)):  # printed already
             label = "error: " if exit_code_for(error) == EXIT_USAGE else ""
             print(f"tfrecord-pipeline {command}: {label}{error}", file=sys.stderr)
             hint = getattr(error, "hint", None)
@@ -149,8 +149,10 @@ def _inspect(path: str, limit: int, full_values: bool) -> None:
     try:
         printed, summary = inspect_paths([path], None if limit < 0 else limit, sys.stdout,
                                          None if full_values else DEFAULT_MAX_BYTES)
-    except (FileNotFoundError, ValueError) as error:
-        raise CommandFailed(str(error)) from error
+    except FileNotFoundError as error:
+        raise UsageError(str(error)) from None
+    except ValueError as error:  # a corrupt record or a malformed manifest: as verify reports it
+        raise OutputProblems(str(error)) from None
     print(format_summary(summary, printed), file=sys.stderr)
 
 

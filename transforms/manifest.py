@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import posixpath
-from collections.abc import Mapping
 from importlib import metadata
 from typing import Any
 
@@ -19,6 +18,8 @@ __all__ = [
     "MANIFEST_NAME",
     "FORMAT_VERSION",
     "join_path",
+    "is_plain_relative",
+    "manifest_problems",
     "read_manifest",
     "write_bytes_atomically",
     "delete_tree",
@@ -28,6 +29,8 @@ __all__ = [
 ]
 
 MANIFEST_NAME = "manifest.json"
+#: A manifest lists one entry per shard: even a million shards stay far below this.
+MAX_MANIFEST_BYTES = 256 * 1024 * 1024
 FORMAT_VERSION = 1
 
 
@@ -104,21 +107,77 @@ def read_manifest(output_dir: str) -> dict[str, Any] | None:
     if not FileSystems.exists(path):
         return None
     with FileSystems.open(path) as handle:
-        raw = handle.read()
+        raw = handle.read(MAX_MANIFEST_BYTES + 1)
+    if len(raw) > MAX_MANIFEST_BYTES:
+        raise ValueError(f"{path}: manifest is larger than {MAX_MANIFEST_BYTES} bytes")
     try:
         manifest = json.loads(raw)
-    except json.JSONDecodeError as error:
-        raise ValueError(f"{path}: manifest is not valid JSON: {error}") from error
+    except (ValueError, RecursionError) as error:  # not JSON, not UTF-8, nested too deep
+        raise ValueError(f"{path}: manifest is not valid JSON: {error}") from None
     _check_shape(manifest, path)
     return manifest
 
 
-def _check_shape(manifest: Mapping[str, Any], path: str) -> None:
+def _is_count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def is_plain_relative(path: Any) -> bool:
+    """True for a path that stays inside the folder it is relative to: no absolute path, no
+    URI, no `..`, no empty part. Every file a manifest lists must be one."""
+    if not isinstance(path, str) or not path or "\\" in path or "://" in path or path.startswith("/"):
+        return False
+    return all(part not in ("", ".", "..") for part in path.split("/"))
+
+
+def manifest_problems(manifest: Any) -> list[str]:
+    """Everything wrong with the shape of a parsed manifest (empty when it is sound): the
+    one definition of what a manifest must hold, used by `read_manifest` and `verify`."""
+    if not isinstance(manifest, dict):
+        return [f"the manifest is a JSON {type(manifest).__name__}, not an object"]
+    problems = []
     required = ("shards", "counts", "compression", "created_at", "tool_version", "options")
     missing = [key for key in required if key not in manifest]
     if missing:
-        raise ValueError(f"{path}: manifest lacks required keys {missing}")
-    for shard in manifest["shards"]:
-        for key in ("path", "split", "records", "bytes", "sha256"):
-            if key not in shard:
-                raise ValueError(f"{path}: shard entry {shard!r} lacks {key!r}")
+        problems.append(f"lacks required keys {missing}")
+    if not isinstance(manifest.get("compression", ""), str):
+        problems.append(f"'compression' is {manifest['compression']!r}, not a codec name")
+    counts = manifest.get("counts", {})
+    if not isinstance(counts, dict) or not all(
+            _is_count(counts.get(key)) for key in ("input", "written", "dead_letter")):
+        problems.append(f"'counts' is {counts!r}, not input/written/dead_letter counts")
+    else:
+        splits = counts.get("splits", {})
+        if not isinstance(splits, dict) or not all(
+                isinstance(entry, dict) and all(_is_count(entry.get(key)) for key in
+                                                ("input", "written", "dead_letter"))
+                for entry in splits.values()):
+            problems.append(f"'counts.splits' is {splits!r}, not counts per split")
+        if "written_rows" in counts and not _is_count(counts["written_rows"]):
+            problems.append(f"'counts.written_rows' is {counts['written_rows']!r}, not a count")
+    for key, fields in (("shards", ("path", "split", "records", "bytes", "sha256")),
+                        ("dead_letter_files", ("path", "records", "bytes", "sha256"))):
+        entries = manifest.get(key, [])
+        if not isinstance(entries, list):
+            problems.append(f"{key!r} is {entries!r}, not a list")
+            continue
+        for entry in entries:
+            if not isinstance(entry, dict):
+                problems.append(f"{key!r} entry {entry!r} is not an object")
+                continue
+            lacking = [field for field in fields if field not in entry]
+            if lacking:
+                problems.append(f"{key!r} entry {entry!r} lacks {lacking}")
+            elif not is_plain_relative(entry["path"]):
+                problems.append(f"{key!r} entry names {entry['path']!r}, a path outside the folder")
+            elif not (_is_count(entry["records"]) and _is_count(entry["bytes"])
+                      and isinstance(entry["sha256"], str)
+                      and (key != "shards" or isinstance(entry["split"], str))):
+                problems.append(f"{key!r} entry {entry!r} has a value of the wrong type")
+    return problems
+
+
+def _check_shape(manifest: Any, path: str) -> None:
+    problems = manifest_problems(manifest)
+    if problems:
+        raise ValueError(f"{path}: manifest is malformed: " + "; ".join(problems[:5]))

@@ -66,6 +66,7 @@ except ImportError:  # pragma: no cover - isal is a declared dependency
     _isal_zlib = None
 
 __all__ = [
+    "MAX_RECORD_BYTES",
     "Compression",
     "FramedRecords",
     "RecordInfo",
@@ -106,6 +107,9 @@ _VECTOR_THRESHOLD = 128
 # Bytes read from the underlying file at a time, and the largest single read request
 # (so a huge declared length cannot make us allocate it before the data exists).
 _READ_CHUNK = 1 << 20
+#: The longest record payload the reader accepts (see `iter_records`): far above any record
+#: this tool writes (images are capped at 64 MiB by default), far below what exhausts memory.
+MAX_RECORD_BYTES = 256 << 20
 _MAX_READ = 64 << 20
 
 # Masked CRC of the 8 length bytes, per length, for the default CRC function.
@@ -776,6 +780,7 @@ def iter_records(
     path: str = "<stream>",
     crc_fn: CrcFn = _DEFAULT_CRC,
     verify: bool = True,
+    max_record_bytes: int = MAX_RECORD_BYTES,
 ) -> Iterator[RecordInfo]:
     """Reads the records of a TFRecord stream from a binary file object.
 
@@ -787,6 +792,9 @@ def iter_records(
       crc_fn: the CRC-32C function.
       verify: check the length and payload CRCs of every record. Truncation and bad
         compressed streams are detected either way.
+      max_record_bytes: a record claiming a longer payload is reported as corruption before
+        any of it is read, so a hostile length field (or a small gzip stream inflating to
+        gigabytes) cannot exhaust memory.
 
     Yields:
       `RecordInfo(index, offset, payload)`; `offset` is the byte offset of the record's
@@ -827,6 +835,9 @@ def iter_records(
                         f"length CRC mismatch (stored 0x{length_crc:08x}, computed "
                         f"0x{expected:08x} for length {length})"
                     )
+            if length > max_record_bytes:
+                raise _StreamError(f"record length {length} exceeds the reader's limit of "
+                                   f"{max_record_bytes} bytes")
             total = _HEADER_SIZE + length + _FOOTER_SIZE
             if len(buf) - pos < total:
                 have = source.fill(total)

@@ -123,8 +123,9 @@ def _worker_ceiling(cfg: dict) -> float:
     import pyarrow as pa
     import pyarrow.csv as pacsv
 
+    from transforms.format.compression import shard_suffix
     from transforms.format.example_encoder import column_from_arrow, encode_framed
-    from transforms.format.tfrecord_format import TFRecordWriter, shard_suffix
+    from transforms.format.tfrecord_format import TFRecordWriter
 
     arrow_types = {"int64": pa.int64(), "float": pa.float64(), "string": pa.string()}
     kinds = {"int64": "int64", "float": "float", "string": "bytes"}

@@ -117,8 +117,9 @@ def _tfrecord_files(output: str) -> list[str]:
 
 def check_output(output: str) -> dict[str, Any]:
     """Counts the records of every shard (CRCs checked) and reads the first one's features."""
+    from transforms.format.compression import compression_from_path
     from transforms.format.example_codec import decode_example
-    from transforms.format.tfrecord_format import compression_from_path, iter_records
+    from transforms.format.tfrecord_reader import iter_records
 
     files = _tfrecord_files(output)
     records = 0

@@ -44,7 +44,7 @@ from pipeline.runners import (
     runs_in_process,
 )
 from transforms import manifest as manifest_lib
-from transforms.format.tfrecord_format import parse_compression
+from transforms.format.compression import parse_compression
 from transforms.gcs import use_anonymous_credentials_for_emulator
 from transforms.sink import WriteToShardedTFRecord
 

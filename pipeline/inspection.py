@@ -23,8 +23,7 @@ import numpy as np
 from pipeline.verify import resolve_tfrecord_paths
 from transforms.format.example_codec import decode_example
 from transforms.format.sequence_codec import decode_sequence_example, is_sequence_example
-from transforms.format.tfrecord_format import read_tfrecord_file
-from transforms.tfrecord_io import listed_shard_paths
+from transforms.tfrecord_io import listed_shard_paths, read_tfrecord_file
 
 __all__ = ["FeatureSummary", "inspect_paths"]
 

@@ -19,12 +19,9 @@ from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
 from transforms import manifest as manifest_lib
+from transforms.format.compression import compression_from_path
 from transforms.format.example_codec import decode_example
-from transforms.format.tfrecord_format import (
-    TFRecordCorruptError,
-    compression_from_path,
-    iter_records,
-)
+from transforms.format.tfrecord_reader import TFRecordCorruptError, iter_records
 
 __all__ = ["Problem", "format_report", "resolve_tfrecord_paths", "verify_paths"]
 

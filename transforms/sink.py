@@ -65,14 +65,8 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 
 from transforms import manifest as manifest_lib
-from transforms.format.tfrecord_format import (
-    Compression,
-    FramedRecords,
-    TFRecordWriter,
-    frame_records,
-    parse_compression,
-    shard_suffix,
-)
+from transforms.format.compression import Compression, parse_compression, shard_suffix
+from transforms.format.tfrecord_format import FramedRecords, TFRecordWriter, frame_records
 from transforms.records import RecordBatch
 from transforms.worker import prepare_worker
 

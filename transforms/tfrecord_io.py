@@ -7,16 +7,18 @@ checked; a corrupt file fails the read with the file, offset and record index.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import apache_beam as beam
+from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
 from transforms import manifest as manifest_lib
+from transforms.format.compression import Compression, compression_from_path, parse_compression
 from transforms.format.example_codec import decode_example
-from transforms.format.tfrecord_format import parse_compression, read_tfrecord_file
+from transforms.format.tfrecord_reader import iter_records
 
-__all__ = ["ReadTFRecordFiles", "listed_shard_paths", "manifest_shard_paths"]
+__all__ = ["ReadTFRecordFiles", "listed_shard_paths", "manifest_shard_paths", "read_tfrecord_file"]
 
 
 def manifest_shard_paths(output_dir: str, split: str | None = None) -> list[str]:
@@ -38,6 +40,24 @@ def listed_shard_paths(output_dir: str, manifest: dict, split: str | None = None
         for shard in manifest["shards"]
         if split is None or shard["split"] == split
     ]
+
+
+def read_tfrecord_file(path: str, compression: str | Compression | None = None) -> Iterator[bytes]:
+    """Yields the payloads of one TFRecord file on any Beam filesystem.
+
+    Args:
+      path: file path or URI.
+      compression: the file's compression; None guesses it from the suffix
+        (see `compression_from_path`).
+
+    Raises:
+      TFRecordCorruptError: see `iter_records`.
+    """
+    resolved = compression_from_path(path) if compression is None else parse_compression(compression)
+    # Open raw: decompression is ours, so gzip errors get a record offset and index.
+    with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
+        for record in iter_records(f, resolved, path=path):
+            yield record.payload
 
 
 def _expand_patterns(patterns: Sequence[str]):

@@ -18,7 +18,8 @@ import pytest
 
 from pipeline.cli import run
 from tests.cli.test_verify_inspect import _write_output
-from transforms.format.tfrecord_format import MAX_RECORD_BYTES, masked_crc32c
+from transforms.format.tfrecord_format import masked_crc32c
+from transforms.format.tfrecord_reader import MAX_RECORD_BYTES
 
 
 def _maxrss_mb() -> float:

@@ -16,8 +16,8 @@ from apache_beam.io.filesystems import FileSystems
 
 from pipeline.cli import run
 from tests.helpers import free_port, in_memory_args
-from transforms.format.tfrecord_format import read_tfrecord_file
 from transforms.manifest import read_manifest
+from transforms.tfrecord_io import read_tfrecord_file
 
 pytestmark = pytest.mark.slow
 

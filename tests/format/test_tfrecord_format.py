@@ -16,26 +16,27 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from isal import isal_zlib
 
-from transforms.format import tfrecord_format as tff
-from transforms.format.tfrecord_format import (
+from transforms.format import compression as compression_module
+from transforms.format import tfrecord_reader
+from transforms.format.compression import (
     Compression,
-    FramedRecords,
-    RecordInfo,
-    TFRecordCorruptError,
-    TFRecordWriter,
     compression_from_path,
+    open_compressor,
+    parse_compression,
+    shard_suffix,
+)
+from transforms.format.tfrecord_format import (
+    FramedRecords,
+    TFRecordWriter,
     frame_parts,
     frame_record,
     frame_records,
     framed_size,
     framing_headers,
-    iter_records,
     masked_crc32c,
-    open_compressor,
-    parse_compression,
-    read_tfrecord_file,
-    shard_suffix,
 )
+from transforms.format.tfrecord_reader import RecordInfo, TFRecordCorruptError, iter_records
+from transforms.tfrecord_io import read_tfrecord_file
 
 # Golden framings, from the spec: uint64 LE length | masked crc32c(length bytes) LE |
 # payload | masked crc32c(payload) LE. crc32c(b"foo") = 0xcfc4ae1d, masked by hand:
@@ -309,7 +310,8 @@ def test_round_trip_property(payloads, compression, level, framed):
 @pytest.mark.parametrize("compression", ALL)
 def test_round_trip_with_tiny_read_chunks(monkeypatch, compression):
     # Forces every buffer refill / partial-inflate path on record boundaries.
-    monkeypatch.setattr(tff, "_READ_CHUNK", 7)
+    monkeypatch.setattr(compression_module, "READ_CHUNK", 7)
+    monkeypatch.setattr(tfrecord_reader, "READ_CHUNK", 7)
     payloads = _payloads(1)[:12]
     assert _read_all(_write(payloads, compression), compression) == payloads
 
@@ -331,7 +333,7 @@ def test_reader_streams_instead_of_reading_whole_file(compression):
     f = CountingReader(data)
     it = iter_records(f, compression)
     assert next(it).payload == payloads[0]
-    assert f.consumed <= 2 * tff._READ_CHUNK < len(data)
+    assert f.consumed <= 2 * compression_module.READ_CHUNK < len(data)
     assert [r.payload for r in it] == payloads[1:]
 
 
@@ -389,7 +391,7 @@ def test_compressed_output_is_deterministic_without_name_or_mtime(compression):
     ],
 )
 def test_backend_selection_and_exact_stream(monkeypatch, compression, level, have_isal, backend, effective):
-    monkeypatch.setattr(tff, "_HAVE_ISAL", have_isal)
+    monkeypatch.setattr(compression_module, "_HAVE_ISAL", have_isal)
     framed = frame_records(_payloads(2))
     raw = io.BytesIO()
     comp = open_compressor(raw, compression, level)
@@ -410,7 +412,7 @@ def test_backends_really_differ(monkeypatch):
     isal_out = io.BytesIO()
     with open_compressor(isal_out, "gzip", None) as c:
         c.write(framed)
-    monkeypatch.setattr(tff, "_HAVE_ISAL", False)
+    monkeypatch.setattr(compression_module, "_HAVE_ISAL", False)
     zlib_out = io.BytesIO()
     with open_compressor(zlib_out, "gzip", None) as c:
         c.write(framed)
@@ -513,7 +515,7 @@ def test_shard_suffix_round_trips_through_compression_from_path():
     ],
 )
 def test_tensorflow_reads_our_files(tf, tmp_path, monkeypatch, compression, level, have_isal):
-    monkeypatch.setattr(tff, "_HAVE_ISAL", have_isal)
+    monkeypatch.setattr(compression_module, "_HAVE_ISAL", have_isal)
     payloads = _payloads(4)
     path = tmp_path / ("ours" + shard_suffix(compression))
     with open(path, "wb") as raw:
@@ -543,7 +545,7 @@ def test_we_read_tensorflow_files(tf, tmp_path, monkeypatch, compression):
         records = list(iter_records(f, TF_NAMES[compression]))
     assert [r.payload for r in records] == payloads
     assert [r.offset for r in records] == _starts(payloads)[:-1]
-    monkeypatch.setattr(tff, "_HAVE_ISAL", False)  # the stdlib inflater too
+    monkeypatch.setattr(compression_module, "_HAVE_ISAL", False)  # the stdlib inflater too
     assert list(read_tfrecord_file(path, compression)) == payloads
 
 
@@ -687,7 +689,8 @@ def test_bad_compressed_streams(monkeypatch, compression):
     # Read in small pieces, the (intact, CRC-checked) records come out before the trailer
     # is reached, and the error points at the end of the record stream.
     with monkeypatch.context() as m:
-        m.setattr(tff, "_READ_CHUNK", 1)
+        m.setattr(compression_module, "READ_CHUNK", 1)
+        m.setattr(tfrecord_reader, "READ_CHUNK", 1)
         got, err = _read_until_error(bytes(bad), compression)
     assert err is not None and f"bad {name} stream" in err.reason
     assert got == SMALL

@@ -12,11 +12,11 @@ import pytest
 from pipeline.cli import run
 from tests.helpers import in_memory_args
 from transforms.format.sequence_codec import decode_sequence_example
-from transforms.format.tfrecord_format import read_tfrecord_file
 from transforms.manifest import read_manifest
 from transforms.sequence.assemble import assemble_sequences
 from transforms.sequence.rows import SequenceRows
 from transforms.tabular.spec import SpecError, parse_spec
+from transforms.tfrecord_io import read_tfrecord_file
 
 SPEC = """\
 features:

@@ -9,8 +9,8 @@ import apache_beam as beam
 import pytest
 from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 
+from transforms.format.compression import Compression
 from transforms.format.example_codec import decode_example, encode_example
-from transforms.format.tfrecord_format import Compression, read_tfrecord_file
 from transforms.records import RecordBatch, batch_key, dead_letter
 from transforms.sink import (
     AccountingError,
@@ -21,6 +21,7 @@ from transforms.sink import (
     _WriteRollingShards,
     finalize_output,
 )
+from transforms.tfrecord_io import read_tfrecord_file
 
 
 def _example(i: int) -> bytes:

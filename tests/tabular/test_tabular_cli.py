@@ -17,7 +17,7 @@ from tests.helpers import in_memory_args
 from tests.tabular import tabular_samples as samples
 from tests.tabular.tabular_samples import ISSUE_CSV, ISSUE_GOOD, load_split, reference, rows_from_tf
 from transforms.format.example_codec import decode_example
-from transforms.format.tfrecord_format import read_tfrecord_file
+from transforms.tfrecord_io import read_tfrecord_file
 
 SAMPLE = pathlib.Path(pipeline.__file__).parent / "sample_data" / "tabular"
 ISSUE_SPEC_YAML = samples.ISSUE_SPEC_YAML + "splits: {train: 50, test: 50}\nsplit_key: [id]\n"

@@ -35,12 +35,8 @@ import pyarrow.parquet as pq
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
-from transforms.format.tfrecord_format import (
-    frame_records,
-    framed_size,
-    open_compressor,
-    parse_compression,
-)
+from transforms.format.compression import open_compressor, parse_compression
+from transforms.format.tfrecord_format import frame_records, framed_size
 from transforms.records import WorkUnit
 from transforms.tabular.convert import convert_chunk, split_assigner
 from transforms.tabular.read import Chunk, open_input, read_chunks

@@ -1,0 +1,194 @@
+"""Reading TFRecord streams with every CRC checked and memory bounded: `iter_records`.
+
+Reading verifies both CRCs of every record and raises `TFRecordCorruptError` (naming the
+file, byte offset and record index) on any mismatch, truncation, bad compressed stream or a
+record longer than `MAX_RECORD_BYTES`; a corrupt payload is never returned. Decompression
+is streaming with bounded memory (`transforms.format.compression.Inflater`). Beam-free."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import BinaryIO, NamedTuple
+
+from transforms.format.compression import (
+    READ_CHUNK,
+    Compression,
+    Inflater,
+    StreamError,
+    parse_compression,
+)
+from transforms.format.tfrecord_format import (
+    DEFAULT_CRC,
+    FOOTER_SIZE,
+    HEADER,
+    HEADER_SIZE,
+    LENGTH_CRC_CACHE_MAX,
+    MASK_DELTA,
+    U32,
+    CrcFn,
+    length_crc_cache,
+    masked_crc32c,
+)
+
+__all__ = ['MAX_RECORD_BYTES', 'RecordInfo', 'TFRecordCorruptError', 'iter_records']
+
+
+#: The longest record payload the reader accepts (see `iter_records`): far above any record
+#: this tool writes (images are capped at 64 MiB by default), far below what exhausts memory.
+MAX_RECORD_BYTES = 256 << 20
+
+
+_MAX_READ = 64 << 20
+
+
+class TFRecordCorruptError(ValueError):
+    """A TFRecord stream is corrupt or truncated.
+
+    Attributes:
+      path: the file (or the `path` label given to `iter_records`).
+      offset: byte offset of the start of the failing record in the record stream, i.e.
+        in the file for NONE and in the decompressed stream for GZIP/ZLIB.
+      index: 0-based index of the failing record.
+      reason: what is wrong.
+    """
+
+    def __init__(self, path: str, offset: int, index: int, reason: str):
+        super().__init__(f"{path}: corrupt TFRecord at byte offset {offset} (record index {index}): {reason}")
+        self.path = path
+        self.offset = offset
+        self.index = index
+        self.reason = reason
+
+    def __reduce__(self):  # keep the attributes across pickling (Beam workers)
+        return (type(self), (self.path, self.offset, self.index, self.reason))
+
+
+class RecordInfo(NamedTuple):
+    """One record read back: its index, its byte offset in the record stream, its payload."""
+
+    index: int
+    offset: int
+    payload: bytes
+
+
+class _Source:
+    """A buffer over a read(n) callable that hands out exact byte counts."""
+
+    def __init__(self, read: Callable[[int], bytes]):
+        self._read = read
+        self.buf = b""
+        self.pos = 0
+        self.base = 0  # stream offset of buf[0]
+
+    def fill(self, need: int) -> int:
+        """Makes `need` bytes available from pos if the stream has them; returns how many are."""
+        have = len(self.buf) - self.pos
+        parts = [self.buf[self.pos :]]
+        self.base += self.pos
+        self.pos = 0
+        while have < need:
+            chunk = self._read(max(READ_CHUNK, min(need - have, _MAX_READ)))
+            if not chunk:
+                break
+            parts.append(chunk)
+            have += len(chunk)
+        self.buf = b"".join(parts)
+        return have
+
+
+def _open_stream(binary_file: BinaryIO, compression: Compression) -> Callable[[int], bytes]:
+    if compression is Compression.NONE:
+        return binary_file.read
+    return Inflater(binary_file, compression).read
+
+
+def iter_records(
+    binary_file: BinaryIO,
+    compression: str | Compression | None = Compression.NONE,
+    path: str = "<stream>",
+    crc_fn: CrcFn = DEFAULT_CRC,
+    verify: bool = True,
+    max_record_bytes: int = MAX_RECORD_BYTES,
+) -> Iterator[RecordInfo]:
+    """Reads the records of a TFRecord stream from a binary file object.
+
+    Args:
+      binary_file: raw (not auto-decompressing) binary file object, read from its
+        current position.
+      compression: how the stream is compressed (see `parse_compression`).
+      path: name used in errors.
+      crc_fn: the CRC-32C function.
+      verify: check the length and payload CRCs of every record. Truncation and bad
+        compressed streams are detected either way.
+      max_record_bytes: a record claiming a longer payload is reported as corruption before
+        any of it is read, so a hostile length field (or a small gzip stream inflating to
+        gigabytes) cannot exhaust memory.
+
+    Yields:
+      `RecordInfo(index, offset, payload)`; `offset` is the byte offset of the record's
+      start in the record stream: the file offset for NONE, the offset in the
+      decompressed stream for GZIP/ZLIB.
+
+    Raises:
+      TFRecordCorruptError: on a length or payload CRC mismatch, a truncated header,
+        payload or footer, or a bad/truncated gzip or zlib stream. Records before the
+        corruption have been yielded; the corrupt one never is.
+    """
+    compression = parse_compression(compression)
+    source = _Source(_open_stream(binary_file, compression))
+    cache = length_crc_cache(crc_fn) if verify else {}
+    unpack_header = HEADER.unpack_from
+    unpack_footer = U32.unpack_from
+    index = 0
+    while True:
+        buf, pos = source.buf, source.pos
+        offset = source.base + pos
+        try:
+            if len(buf) - pos < HEADER_SIZE:
+                have = source.fill(HEADER_SIZE)
+                if have == 0:
+                    return
+                if have < HEADER_SIZE:
+                    raise StreamError(f"truncated record header: {have} of {HEADER_SIZE} bytes")
+                buf, pos = source.buf, source.pos
+            length, length_crc = unpack_header(buf, pos)
+            if verify:
+                expected = cache.get(length)
+                if expected is None:
+                    expected = masked_crc32c(buf[pos : pos + 8], crc_fn)
+                    if len(cache) < LENGTH_CRC_CACHE_MAX:
+                        cache[length] = expected
+                if length_crc != expected:
+                    raise StreamError(
+                        f"length CRC mismatch (stored 0x{length_crc:08x}, computed "
+                        f"0x{expected:08x} for length {length})"
+                    )
+            if length > max_record_bytes:
+                raise StreamError(f"record length {length} exceeds the reader's limit of "
+                                   f"{max_record_bytes} bytes")
+            total = HEADER_SIZE + length + FOOTER_SIZE
+            if len(buf) - pos < total:
+                have = source.fill(total)
+                if have < total:
+                    if have < HEADER_SIZE + length:
+                        got = have - HEADER_SIZE
+                        raise StreamError(f"truncated payload: {got} of {length} bytes")
+                    got = have - HEADER_SIZE - length
+                    raise StreamError(f"truncated footer: {got} of {FOOTER_SIZE} bytes")
+                buf, pos = source.buf, source.pos
+            start = pos + HEADER_SIZE
+            payload = buf[start : start + length]
+            if verify:
+                (data_crc,) = unpack_footer(buf, start + length)
+                crc = crc_fn(payload)
+                expected = (((crc >> 15) | (crc << 17)) + MASK_DELTA) & 0xFFFFFFFF
+                if data_crc != expected:
+                    raise StreamError(
+                        f"data CRC mismatch (stored 0x{data_crc:08x}, computed 0x{expected:08x})"
+                    )
+        except StreamError as e:
+            raise TFRecordCorruptError(path, offset, index, str(e)) from e.__cause__
+        source.pos = pos + total
+        yield RecordInfo(index, offset, payload)
+        index += 1
+

@@ -124,7 +124,8 @@ def _worker_ceiling(cfg: dict) -> float:
     import pyarrow.csv as pacsv
 
     from transforms.format.compression import shard_suffix
-    from transforms.format.example_encoder import column_from_arrow, encode_framed
+    from transforms.format.example_columns import column_from_arrow
+    from transforms.format.example_encoder import encode_framed
     from transforms.format.tfrecord_format import TFRecordWriter
 
     arrow_types = {"int64": pa.int64(), "float": pa.float64(), "string": pa.string()}

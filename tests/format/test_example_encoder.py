@@ -15,14 +15,8 @@ from hypothesis import strategies as st
 
 from transforms.format import example_encoder
 from transforms.format.example_codec import decode_example, encode_example
-from transforms.format.example_encoder import (
-    Column,
-    NullElementError,
-    column_from_arrow,
-    column_from_values,
-    encode_columns,
-    encode_framed,
-)
+from transforms.format.example_columns import Column, NullElementError, column_from_arrow, column_from_values
+from transforms.format.example_encoder import encode_columns, encode_framed
 from transforms.format.tfrecord_format import frame_records
 
 KINDS = ("int64", "float", "bytes")
@@ -247,7 +241,7 @@ def test_features_sorted_by_name_like_reference_whatever_the_column_order():
 def test_outlier_row_uses_size_groups_and_stays_identical():
     rows = [b"x"] * 300 + [b"y" * 3_000_000] + [b"z" * 100] * 50
     data = {"blob": ("bytes", rows), "n": ("int64", list(range(len(rows))))}
-    with mock.patch.object(example_encoder, "_take_rows", wraps=example_encoder._take_rows) as take_rows:
+    with mock.patch.object(example_encoder, "take_rows", wraps=example_encoder.take_rows) as take_rows:
         got = encode_values(data, len(rows))
     assert take_rows.called  # split into groups rather than a 351 x 3 MB matrix
     assert got == reference(len(rows), data)

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from protos import example_pb2
 from transforms.format.example_codec import INT64_MAX, INT64_MIN
-from transforms.format.example_encoder import column_from_values
+from transforms.format.example_columns import column_from_values
 from transforms.format.sequence_codec import (
     decode_sequence_example,
     encode_sequence_batch,

@@ -1,5 +1,8 @@
 """Vectorised tf.train.Example encoder: a whole batch of rows per call, numpy only.
 
+Its input is one `transforms.format.example_columns.Column` per feature (built with
+`column_from_values` or `column_from_arrow`); varints come from `transforms.format.varints`.
+
 Building one protobuf message per row costs tens of microseconds; this module writes
 the wire bytes of every Example of a batch with array operations over the batch, so
 the cost per row is a few hundred nanoseconds. The output is byte-identical to
@@ -44,26 +47,18 @@ from __future__ import annotations
 import dataclasses
 import itertools
 from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
-from transforms.format.example_codec import KINDS, encode_varint, feature_sort_key
+from transforms.format.example_codec import encode_varint
+from transforms.format.example_columns import Column, NormalisedColumn, exclusive_cumsum, normalise, take_rows
 from transforms.format.tfrecord_format import CrcFn, FramedRecords, framing_headers
+from transforms.format.varints import varint_bytes, varint_sizes
 
-__all__ = [
-    "Column",
-    "NullElementError",
-    "column_from_arrow",
-    "column_from_values",
-    "encode_columns",
-    "encode_framed",
-]
+__all__ = ["encode_columns", "encode_framed"]
 
 _KIND_TAG = {"bytes": 0x0A, "float": 0x12, "int64": 0x1A}
-_INT64_MAX = np.iinfo(np.int64).max
-_VARINT_LIMITS = [np.uint64(1 << (7 * k)) for k in range(1, 10)]
 # A padded matrix may be this many times larger than the output it holds (plus a fixed
 # allowance) before rows are split into groups of similar size.
 _MAX_PADDING_FACTOR = 3
@@ -73,113 +68,19 @@ _FOOTER_SLOT = 4  # a TFRecord footer: the masked CRC of the payload
 _MASK_TABLE_MAX_WIDTH = 64
 
 
-@dataclasses.dataclass(frozen=True)
-class Column:
-    """One feature of a batch of rows, in columnar (Arrow-like) form.
-
-    Attributes:
-      name: feature name (non-empty).
-      kind: "int64", "float" or "bytes".
-      values: all values of all rows, flat: int64 for "int64", float32 for "float"
-        (other float dtypes are cast), for "bytes" the np.uint8 data buffer that
-        `value_offsets` index into.
-      value_offsets: "bytes" only: int64 offsets into `values`, one more than the number
-        of values; value i is values[value_offsets[i]:value_offsets[i+1]].
-      row_offsets: int64, num_rows + 1 entries; row r holds the values
-        values[row_offsets[r]:row_offsets[r+1]] (for "bytes": values with those indices).
-        A scalar column has row_offsets == arange(num_rows + 1).
-      present: optional bool per row; False leaves the feature out of that row's Example
-        (and ignores its values). None means present in every row. A present row with
-        no values gets the feature with an empty list.
-    """
-
-    name: str
-    kind: str
-    values: np.ndarray
-    value_offsets: np.ndarray | None
-    row_offsets: np.ndarray
-    present: np.ndarray | None = None
 
 
-class NullElementError(ValueError):
-    """An Arrow list column holds null elements, which an Example list cannot hold.
-
-    Attributes:
-      feature: the feature name.
-      rows: indices of the rows that hold a null element.
-    """
-
-    def __init__(self, feature: str, rows: np.ndarray):
-        self.feature = feature
-        self.rows = rows
-        super().__init__(
-            f"feature {feature!r}: {len(rows)} row(s) hold null list elements (first: row "
-            f"{int(rows[0])}); tf.train.Example lists cannot hold nulls"
-        )
 
 
 # --------------------------------------------------------------------------- varints
 
 
-def _as_u64(values: np.ndarray) -> np.ndarray:
-    # Varints encode int64 as its two's complement uint64 (negative -> 10 bytes).
-    if values.dtype == np.uint64:
-        return values
-    if values.dtype == np.int64:
-        return values.view(np.uint64)
-    return values.astype(np.uint64)
 
 
-def _varint_size(values: np.ndarray) -> np.ndarray:
-    """Bytes in the varint encoding of each value, int64 (a read-only view when all are 1).
-
-    int64 on purpose: with numpy's promotion rules `python_int + uint8_array` stays uint8
-    and would wrap for long names.
-    """
-    u = _as_u64(values)
-    if u.size == 0 or u.max() < _VARINT_LIMITS[0]:
-        # Lengths are nearly always < 128: skip allocating (and page-faulting) an array.
-        return np.broadcast_to(np.int64(1), u.shape)
-    top = u.max()
-    size = np.ones(u.shape, np.uint8)  # counted in uint8: 8x less memory traffic
-    for limit in _VARINT_LIMITS:
-        if top < limit:
-            break
-        size += u >= limit
-    return size.astype(np.int64)
 
 
-# Continuation bits (0x80) of bytes 0..7 of a varint of each size, as one little-endian word.
-_CONTINUATION = np.array(
-    [sum(0x80 << (8 * j) for j in range(min(size - 1, 8))) if size else 0 for size in range(11)],
-    np.uint64,
-)
 
 
-def _varint_bytes(values: np.ndarray, width: int, sizes: np.ndarray) -> np.ndarray:
-    """(len(values), width) uint8: each value's varint, left-aligned, garbage after it.
-
-    The 7-bit groups of each value are spread into the bytes of one uint64 with shifts
-    (the first 8 groups), which is several times faster than one pass per group.
-    """
-    u = _as_u64(values)
-    if width == 1:
-        return u.astype(np.uint8).reshape(-1, 1)
-    low = u & np.uint64(0x7F)
-    for group in range(1, min(width, 8)):
-        low |= (u & np.uint64(0x7F << (7 * group))) << np.uint64(group)
-    low |= _CONTINUATION[sizes]
-    low_bytes = low.astype("<u8", copy=False).view(np.uint8).reshape(-1, 8)
-    if width <= 8:
-        return low_bytes[:, :width]
-    out = np.empty((u.size, width), np.uint8)
-    out[:, :8] = low_bytes
-    high = u >> np.uint64(56)  # groups 8 and 9 (a 10-byte varint has 1 bit in group 9)
-    out[:, 8] = (high & np.uint64(0x7F)).astype(np.uint8)
-    out[:, 8] |= (sizes > 9).view(np.uint8) << np.uint8(7)
-    if width > 9:
-        out[:, 9] = (high >> np.uint64(7)).astype(np.uint8)
-    return out
 
 
 def _gather_rows(table: np.ndarray, index: np.ndarray | slice) -> np.ndarray:
@@ -234,148 +135,25 @@ def _segment_sums(per_value: np.ndarray, row_offsets: np.ndarray) -> np.ndarray:
     return cumulative[row_offsets[1:]] - cumulative[row_offsets[:-1]]
 
 
-def _exclusive_cumsum(a: np.ndarray) -> np.ndarray:
-    out = np.zeros(a.size + 1, np.int64)
-    np.cumsum(a, dtype=np.int64, out=out[1:])
-    return out
 
 
 # ---------------------------------------------------------------- normalised columns
 
 
-@dataclasses.dataclass
-class _Norm:
-    """A validated column with exactly the values of its present rows, from offset 0."""
-
-    name: bytes
-    kind: str
-    present: np.ndarray  # bool per row
-    all_present: bool
-    counts: np.ndarray  # values per row (0 for absent rows)
-    row_offsets: np.ndarray  # int64, starts at 0
-    one_each: bool  # every row holds exactly one value
-    values: np.ndarray  # int64 / '<f4' values; bytes: the data of the values, contiguous
-    value_lengths: np.ndarray | None = None  # bytes only
-    value_offsets: np.ndarray | None = None  # bytes only, starts at 0
-
-    @property
-    def num_values(self) -> int:
-        return int(self.row_offsets[-1])
 
 
-def _int_array(name: str, what: str, a: Any) -> np.ndarray:
-    a = np.asarray(a)
-    if a.ndim != 1 or a.dtype.kind not in "iu":
-        raise ValueError(f"feature {name!r}: {what} must be a 1-D integer array")
-    return a.astype(np.int64, copy=False)
 
 
-def _check_offsets(name: str, what: str, offsets: np.ndarray, limit: int) -> None:
-    if offsets.size and (offsets[0] < 0 or offsets[-1] > limit or np.any(offsets[1:] < offsets[:-1])):
-        raise ValueError(f"feature {name!r}: {what} must be non-decreasing offsets within [0, {limit}]")
 
 
-def _numeric_values(name: str, kind: str, values: Any) -> np.ndarray:
-    values = np.asarray(values)
-    if values.ndim != 1:
-        raise ValueError(f"feature {name!r}: values must be a 1-D array")
-    if kind == "int64":
-        if values.dtype.kind == "u" and values.size and values.max() > _INT64_MAX:
-            raise ValueError(f"feature {name!r}: value {values.max()} is out of the int64 range")
-        if values.dtype.kind not in "iub":
-            raise ValueError(f"feature {name!r}: int64 values must be integers, got {values.dtype}")
-        return np.ascontiguousarray(values, dtype=np.int64)
-    if values.dtype.kind not in "fiub":
-        raise ValueError(f"feature {name!r}: float values must be numbers, got {values.dtype}")
-    with np.errstate(over="ignore"):  # out of float32 range -> +-inf, as protobuf does
-        return np.ascontiguousarray(values, dtype="<f4")
 
 
-def _select(starts: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, slice | np.ndarray]:
-    """New row offsets and the index (slice when contiguous) of the selected values."""
-    new_offsets = _exclusive_cumsum(counts)
-    total = int(new_offsets[-1])
-    if total == 0:
-        return new_offsets, slice(0, 0)
-    first = int(starts[np.argmax(counts > 0)])
-    if np.all((starts == first + new_offsets[:-1]) | (counts == 0)):
-        return new_offsets, slice(first, first + total)
-    index = np.repeat(starts - new_offsets[:-1], counts)
-    index += np.arange(total)
-    return new_offsets, index
 
 
-def _take(
-    name: bytes,
-    kind: str,
-    starts: np.ndarray,
-    counts: np.ndarray,
-    present: np.ndarray,
-    values: np.ndarray,
-    value_offsets: np.ndarray | None,
-) -> _Norm:
-    counts = np.where(present, counts, 0)
-    row_offsets, index = _select(starts, counts)
-    n = counts.size
-    one_each = bool(n) and int(row_offsets[-1]) == n and bool(np.all(counts == 1))
-    all_present = bool(np.all(present))
-    if kind != "bytes":
-        return _Norm(name, kind, present, all_present, counts, row_offsets, one_each, values[index])
-    if isinstance(index, slice):
-        value_starts = value_offsets[index.start : index.stop]
-        value_ends = value_offsets[index.start + 1 : index.stop + 1]
-    else:
-        value_starts = value_offsets[index]
-        value_ends = value_offsets[index + 1]
-    lengths = value_ends - value_starts
-    data_offsets, data_index = _select(value_starts, lengths)
-    selected = values[data_index]
-    norm = _Norm(name, kind, present, all_present, counts, row_offsets, one_each, selected)
-    norm.value_lengths, norm.value_offsets = lengths, data_offsets
-    return norm
 
 
-def _normalise(column: Column, num_rows: int) -> _Norm:
-    name = column.name
-    key = feature_sort_key(name)
-    if column.kind not in KINDS:
-        raise ValueError(f"feature {name!r}: unknown kind {column.kind!r}; expected one of {KINDS}")
-    row_offsets = _int_array(name, "row_offsets", column.row_offsets)
-    if row_offsets.size != num_rows + 1:
-        raise ValueError(
-            f"feature {name!r}: row_offsets has {row_offsets.size} entries, "
-            f"expected num_rows + 1 = {num_rows + 1}"
-        )
-    if column.present is None:
-        present = np.ones(num_rows, bool)
-    else:
-        present = np.asarray(column.present)
-        if present.shape != (num_rows,) or present.dtype != bool:
-            raise ValueError(f"feature {name!r}: present must be a bool array of {num_rows} rows")
-    value_offsets = None
-    if column.kind == "bytes":
-        values = np.asarray(column.values)
-        if values.ndim != 1 or values.dtype not in (np.uint8, np.int8):
-            raise ValueError(f"feature {name!r}: bytes values must be a 1-D uint8 data buffer")
-        values = np.ascontiguousarray(values).view(np.uint8)
-        if column.value_offsets is None:
-            raise ValueError(f"feature {name!r}: bytes columns need value_offsets")
-        value_offsets = _int_array(name, "value_offsets", column.value_offsets)
-        _check_offsets(name, "value_offsets", value_offsets, values.size)
-        num_values = value_offsets.size - 1
-        if num_values < 0:
-            raise ValueError(f"feature {name!r}: value_offsets must not be empty")
-    else:
-        values = _numeric_values(name, column.kind, column.values)
-        num_values = values.size
-    _check_offsets(name, "row_offsets", row_offsets, num_values)
-    return _take(key, column.kind, row_offsets[:-1], np.diff(row_offsets), present, values, value_offsets)
 
 
-def _take_rows(norm: _Norm, rows: np.ndarray) -> _Norm:
-    starts = norm.row_offsets[:-1][rows]
-    counts = norm.counts[rows]
-    return _take(norm.name, norm.kind, starts, counts, norm.present[rows], norm.values, norm.value_offsets)
 
 
 # ------------------------------------------------------------------- padded matrix
@@ -411,12 +189,12 @@ class _RowMatrix:
         if low == high:
             self.const(encode_varint(low))
             return
-        sizes = _varint_size(values)
+        sizes = varint_sizes(values)
         width = len(encode_varint(high))
         start = self.reserve(width)
 
         def write(matrix, start=start, width=width):
-            _put_columns(matrix, start, _varint_bytes(values, width, sizes))
+            _put_columns(matrix, start, varint_bytes(values, width, sizes))
 
         self.writes.append(write)
         if len(encode_varint(low)) != width:
@@ -459,14 +237,14 @@ class _Body:
     value_sizes: np.ndarray | None  # int64: varint size per value; bytes: of each length
 
 
-def _body(norm: _Norm) -> _Body:
+def _body(norm: NormalisedColumn) -> _Body:
     if norm.kind == "float":
         return _Body(4 * norm.counts, None)
     if norm.kind == "int64":
-        sizes = _varint_size(norm.values)
+        sizes = varint_sizes(norm.values)
         per_value = sizes
     else:
-        sizes = _varint_size(norm.value_lengths)
+        sizes = varint_sizes(norm.value_lengths)
         per_value = 1 + sizes + norm.value_lengths
     if norm.one_each:
         return _Body(per_value.astype(np.int64), sizes)
@@ -488,11 +266,11 @@ def _head_table(name: bytes, kind: str, body: np.ndarray) -> tuple[np.ndarray, n
         list_len = body
     else:
         has_values = body > 0
-        list_len = np.where(has_values, 1 + _varint_size(body) + body, 0)
-    feature_len = 1 + _varint_size(list_len) + list_len
+        list_len = np.where(has_values, 1 + varint_sizes(body) + body, 0)
+    feature_len = 1 + varint_sizes(list_len) + list_len
     key = b"\n" + encode_varint(len(name)) + name + b"\x12"
-    entry_len = len(key) + _varint_size(feature_len) + feature_len
-    head_len = 1 + _varint_size(entry_len) + entry_len - body
+    entry_len = len(key) + varint_sizes(feature_len) + feature_len
+    head_len = 1 + varint_sizes(entry_len) + entry_len - body
     width = int(head_len.max())
     table = np.zeros((count, width), np.uint8)
     flat = table.reshape(-1)
@@ -508,9 +286,9 @@ def _head_table(name: bytes, kind: str, body: np.ndarray) -> tuple[np.ndarray, n
 
     def put_varint(values: np.ndarray, rows: np.ndarray | None = None) -> None:
         nonlocal cursor
-        sizes = _varint_size(values)
+        sizes = varint_sizes(values)
         size_max = int(sizes.max())
-        encoded = _varint_bytes(values, size_max, sizes)
+        encoded = varint_bytes(values, size_max, sizes)
         keep = np.arange(size_max) < sizes[:, None]
         if rows is not None:
             keep &= rows[:, None]
@@ -529,7 +307,7 @@ def _head_table(name: bytes, kind: str, body: np.ndarray) -> tuple[np.ndarray, n
     return table, head_len
 
 
-def _plan(norms: Sequence[_Norm], num_rows: int, framed: bool = False,
+def _plan(norms: Sequence[NormalisedColumn], num_rows: int, framed: bool = False,
           crc_args: tuple = ()) -> tuple[_RowMatrix, np.ndarray]:
     """The padded layout of the Examples and each Example's length.
 
@@ -558,7 +336,7 @@ def _plan(norms: Sequence[_Norm], num_rows: int, framed: bool = False,
         segment = row_head + body.lengths
         features += segment if norm.all_present else np.where(norm.present, segment, 0)
         heads.append((norm, body, table, row_head, index))
-    example_lengths = 1 + _varint_size(features) + features
+    example_lengths = 1 + varint_sizes(features) + features
     layout = _RowMatrix(num_rows)
     if framed:
         headers = framing_headers(example_lengths, *crc_args)
@@ -603,7 +381,7 @@ def _plan(norms: Sequence[_Norm], num_rows: int, framed: bool = False,
     return layout, example_lengths
 
 
-def _padded_index(norm: _Norm, max_count: int) -> tuple[np.ndarray, np.ndarray]:
+def _padded_index(norm: NormalisedColumn, max_count: int) -> tuple[np.ndarray, np.ndarray]:
     """(rows, max_count) indices of each row's values (0 past its end) and their validity."""
     slots = np.arange(max_count)
     in_row = slots < norm.counts[:, None]
@@ -611,20 +389,20 @@ def _padded_index(norm: _Norm, max_count: int) -> tuple[np.ndarray, np.ndarray]:
     return index, in_row
 
 
-def _use_padded(norm: _Norm, max_count: int, unit: int, body: np.ndarray) -> bool:
+def _use_padded(norm: NormalisedColumn, max_count: int, unit: int, body: np.ndarray) -> bool:
     # Lists padded to the longest row of the batch are cheap when rows are about as
     # long as each other (scalars, fixed-size lists); scatter ragged lists instead.
     return norm.counts.size * max_count * unit <= 2 * int(body.sum()) + 4 * norm.counts.size
 
 
-def _value_positions(norm: _Norm, width: int, start: int, sizes: np.ndarray) -> np.ndarray:
+def _value_positions(norm: NormalisedColumn, width: int, start: int, sizes: np.ndarray) -> np.ndarray:
     """Flat offset in the (rows, width) matrix where each value's bytes start."""
     rows = np.repeat(np.arange(norm.counts.size), norm.counts)
-    before = _exclusive_cumsum(sizes)
+    before = exclusive_cumsum(sizes)
     return rows * width + start + (before[:-1] - before[norm.row_offsets[:-1]][rows])
 
 
-def _plan_floats(layout: _RowMatrix, norm: _Norm) -> None:
+def _plan_floats(layout: _RowMatrix, norm: NormalisedColumn) -> None:
     max_count = int(norm.counts.max())
     body = 4 * norm.counts
     if _use_padded(norm, max_count, 4, body):
@@ -648,7 +426,7 @@ def _plan_floats(layout: _RowMatrix, norm: _Norm) -> None:
     layout.prefix_mask(start, 4 * max_count, body, norm.present)
 
 
-def _plan_int64s(layout: _RowMatrix, norm: _Norm, length: _Body) -> None:
+def _plan_int64s(layout: _RowMatrix, norm: NormalisedColumn, length: _Body) -> None:
     max_count = int(norm.counts.max())
     sizes = length.value_sizes
     width = int(sizes.max())
@@ -662,7 +440,7 @@ def _plan_int64s(layout: _RowMatrix, norm: _Norm, length: _Body) -> None:
             value_sizes = np.where(in_row, sizes[index], 0).reshape(-1)
 
         def write(matrix):
-            encoded = _varint_bytes(values, width, value_sizes)
+            encoded = varint_bytes(values, width, value_sizes)
             _put_columns(matrix, start, encoded.reshape(norm.counts.size, max_count * width))
 
         layout.writes.append(write)
@@ -679,7 +457,7 @@ def _plan_int64s(layout: _RowMatrix, norm: _Norm, length: _Body) -> None:
 
     def write(matrix):
         positions = _value_positions(norm, matrix.shape[1], start, sizes)
-        encoded = _varint_bytes(norm.values, width, sizes)
+        encoded = varint_bytes(norm.values, width, sizes)
         in_value = np.arange(width) < sizes[:, None]
         flat = matrix.reshape(-1)
         flat[(positions[:, None] + np.arange(width))[in_value]] = encoded[in_value]
@@ -688,7 +466,7 @@ def _plan_int64s(layout: _RowMatrix, norm: _Norm, length: _Body) -> None:
     layout.prefix_mask(start, body_width, length.lengths, norm.present)
 
 
-def _plan_bytes(layout: _RowMatrix, norm: _Norm, length: _Body) -> None:
+def _plan_bytes(layout: _RowMatrix, norm: NormalisedColumn, length: _Body) -> None:
     body_width = int(length.lengths.max())
     start = layout.reserve(body_width)
     len_sizes = length.value_sizes
@@ -700,7 +478,7 @@ def _plan_bytes(layout: _RowMatrix, norm: _Norm, length: _Body) -> None:
         flat = matrix.reshape(-1)
         flat[positions] = 0x0A  # BytesList.value tag
         width = int(len_sizes.max())
-        encoded = _varint_bytes(lengths, width, len_sizes)
+        encoded = varint_bytes(lengths, width, len_sizes)
         if width == 1:
             flat[positions + 1] = encoded[:, 0]
         else:
@@ -719,7 +497,7 @@ def _plan_bytes(layout: _RowMatrix, norm: _Norm, length: _Body) -> None:
 
 def _split(buffer: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     """Object array of one bytes object per row (pyarrow copies them out in C++)."""
-    offsets = _exclusive_cumsum(lengths)
+    offsets = exclusive_cumsum(lengths)
     if buffer.size != offsets[-1]:
         raise AssertionError(f"example_encoder: rendered {buffer.size} bytes, planned {int(offsets[-1])}")
     binary = pa.LargeBinaryArray.from_buffers(
@@ -733,7 +511,7 @@ def _mostly_padding(layout: _RowMatrix, example_lengths: np.ndarray) -> bool:
     return padded > _MAX_PADDING_FACTOR * int(example_lengths.sum()) + _PADDING_ALLOWANCE
 
 
-def _encode_group(norms: Sequence[_Norm], num_rows: int, may_split: bool) -> np.ndarray:
+def _encode_group(norms: Sequence[NormalisedColumn], num_rows: int, may_split: bool) -> np.ndarray:
     layout, example_lengths = _plan(norms, num_rows)
     if may_split and _mostly_padding(layout, example_lengths):
         # Group rows whose Examples are within a factor of two in size.
@@ -742,16 +520,16 @@ def _encode_group(norms: Sequence[_Norm], num_rows: int, may_split: bool) -> np.
             out = np.empty(num_rows, object)
             for group in np.unique(groups):
                 rows = np.flatnonzero(groups == group)
-                subset = [_take_rows(norm, rows) for norm in norms]
+                subset = [take_rows(norm, rows) for norm in norms]
                 out[rows] = _encode_group(subset, rows.size, may_split=False)
             return out
     return _split(layout.render(), example_lengths)
 
 
-def _normalised(num_rows: int, columns: Sequence[Column]) -> list[_Norm]:
+def _normalised(num_rows: int, columns: Sequence[Column]) -> list[NormalisedColumn]:
     if num_rows < 0:
         raise ValueError(f"num_rows must be >= 0, got {num_rows}")
-    norms = sorted((_normalise(column, num_rows) for column in columns), key=lambda n: n.name)
+    norms = sorted((normalise(column, num_rows) for column in columns), key=lambda n: n.name)
     for a, b in itertools.pairwise(norms):
         if a.name == b.name:
             raise ValueError(f"feature {a.name.decode()!r} is given more than once")
@@ -798,118 +576,7 @@ def encode_columns(num_rows: int, columns: Sequence[Column]) -> list[bytes]:
 # ---------------------------------------------------------------- building columns
 
 
-def column_from_values(name: str, kind: str, rows: Sequence[Any]) -> Column:
-    """A Column from Python values, one entry per row (convenience; loops in Python).
-
-    Each entry is None (feature absent), a sequence of values, or a single value (for
-    "bytes", a bytes-like or str is a single value; str is encoded as UTF-8).
-    """
-    if kind not in KINDS:
-        raise ValueError(f"feature {name!r}: unknown kind {kind!r}; expected one of {KINDS}")
-    present = np.array([row is not None for row in rows], bool)
-    flat: list = []
-    counts = np.zeros(len(rows), np.int64)
-    for i, row in enumerate(rows):
-        if row is None:
-            continue
-        if isinstance(row, (str, bytes, bytearray, memoryview)) or not isinstance(row, Sequence):
-            row = [row]
-        counts[i] = len(row)
-        flat.extend(row)
-    row_offsets = _exclusive_cumsum(counts)
-    if kind == "bytes":
-        data = [v.encode("utf-8") if isinstance(v, str) else bytes(v) for v in flat]
-        value_offsets = _exclusive_cumsum(np.fromiter(map(len, data), np.int64, len(data)))
-        values = np.frombuffer(b"".join(data), np.uint8)
-        return Column(name, kind, values, value_offsets, row_offsets, present)
-    dtype = np.int64 if kind == "int64" else np.float32
-    return Column(name, kind, np.array(flat, dtype=dtype), None, row_offsets, present)
 
 
-def _arrow_values(name: str, kind: str, values: pa.Array) -> tuple[np.ndarray, np.ndarray | None]:
-    """numpy values (and value offsets for bytes) of a flat Arrow array; nulls become 0/b""."""
-    value_type = values.type
-    if kind == "bytes":
-        if not (
-            pa.types.is_binary(value_type)
-            or pa.types.is_string(value_type)
-            or pa.types.is_large_binary(value_type)
-            or pa.types.is_large_string(value_type)
-            or pa.types.is_fixed_size_binary(value_type)
-            or pa.types.is_binary_view(value_type)
-            or pa.types.is_string_view(value_type)
-        ):
-            raise ValueError(f"feature {name!r}: a bytes feature cannot be built from {value_type}")
-        values = values.cast(pa.large_binary())
-        _, offsets_buffer, data_buffer = values.buffers()
-        offsets = np.frombuffer(offsets_buffer, np.int64)[values.offset : values.offset + len(values) + 1]
-        data = np.frombuffer(data_buffer, np.uint8) if data_buffer is not None else np.zeros(0, np.uint8)
-        return data, offsets
-    numeric = (
-        pa.types.is_integer(value_type)
-        or pa.types.is_boolean(value_type)
-        or (kind == "float" and pa.types.is_floating(value_type))
-    )
-    if not numeric:
-        raise ValueError(f"feature {name!r}: a {kind} feature cannot be built from {value_type}")
-    if values.null_count:
-        values = values.fill_null(False if pa.types.is_boolean(value_type) else 0)
-    if kind == "int64":
-        try:
-            values = values.cast(pa.int64())
-        except pa.ArrowInvalid as e:
-            raise ValueError(f"feature {name!r}: values do not fit in int64: {e}") from None
-        return values.to_numpy(zero_copy_only=False), None
-    with np.errstate(over="ignore"):  # out of float32 range -> +-inf, as protobuf does
-        return values.to_numpy(zero_copy_only=False).astype("<f4", copy=False), None
 
 
-def column_from_arrow(name: str, kind: str, array: pa.Array | pa.ChunkedArray) -> Column:
-    """A Column from an Arrow array of scalars or lists; null entries are absent features.
-
-    Supported: integer and boolean arrays for "int64"; floating (cast to float32, like
-    TensorFlow) and integer arrays for "float"; binary/string (also large, view and
-    fixed-size variants) for "bytes"; list, large_list and fixed_size_list of those;
-    dictionary-encoded arrays; and the null type (absent everywhere). Values are not
-    copied where Arrow's layout allows.
-
-    Raises:
-      NullElementError: a present list row holds a null element.
-      ValueError: naming the feature, for an unsupported type or kind.
-    """
-    if kind not in KINDS:
-        raise ValueError(f"feature {name!r}: unknown kind {kind!r}; expected one of {KINDS}")
-    if isinstance(array, pa.ChunkedArray):
-        array = array.combine_chunks() if array.num_chunks else pa.array([], array.type)
-    if pa.types.is_dictionary(array.type):
-        array = array.dictionary_decode()
-    num_rows = len(array)
-    present = None if array.null_count == 0 else array.is_valid().to_numpy(zero_copy_only=False)
-    array_type = array.type
-    if pa.types.is_null(array_type):
-        empty = np.zeros(0, np.uint8 if kind == "bytes" else np.int64)
-        offsets = np.zeros(1, np.int64) if kind == "bytes" else None
-        return Column(name, kind, empty, offsets, np.zeros(num_rows + 1, np.int64), np.zeros(num_rows, bool))
-    if pa.types.is_list(array_type) or pa.types.is_large_list(array_type):
-        row_offsets = np.asarray(array.offsets).astype(np.int64)
-        child = array.values
-    elif pa.types.is_fixed_size_list(array_type):
-        size = array_type.list_size
-        row_offsets = (np.arange(num_rows + 1, dtype=np.int64) + array.offset) * size
-        child = array.values
-    else:
-        row_offsets = np.arange(num_rows + 1, dtype=np.int64)
-        child = array
-    if child is not array:
-        if pa.types.is_dictionary(child.type):
-            child = child.dictionary_decode()
-        if child.null_count:
-            nulls = _exclusive_cumsum(~child.is_valid().to_numpy(zero_copy_only=False))
-            in_row = nulls[row_offsets[1:]] - nulls[row_offsets[:-1]]
-            bad = in_row > 0
-            if present is not None:
-                bad &= present
-            if bad.any():
-                raise NullElementError(name, np.flatnonzero(bad))
-    values, value_offsets = _arrow_values(name, kind, child)
-    return Column(name, kind, values, value_offsets, row_offsets, present)

@@ -39,7 +39,8 @@ from transforms.format.example_codec import (
     encode_varint,
     feature_sort_key,
 )
-from transforms.format.example_encoder import Column, encode_columns
+from transforms.format.example_columns import Column
+from transforms.format.example_encoder import encode_columns
 
 __all__ = [
     "decode_sequence_example",

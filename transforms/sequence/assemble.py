@@ -19,7 +19,7 @@ from collections.abc import Iterable, Iterator
 
 import numpy as np
 
-from transforms.format.example_encoder import column_from_values
+from transforms.format.example_columns import column_from_values
 from transforms.format.sequence_codec import encode_sequence_batch
 from transforms.records import RecordBatch, dead_letter
 from transforms.sequence.rows import SequenceRows

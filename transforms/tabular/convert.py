@@ -15,7 +15,8 @@ import numpy as np
 import pyarrow as pa
 from apache_beam.io.filesystems import FileSystems
 
-from transforms.format.example_encoder import column_from_arrow, encode_framed
+from transforms.format.example_columns import column_from_arrow
+from transforms.format.example_encoder import encode_framed
 from transforms.ordered_pool import ordered_map
 from transforms.records import DEFAULT_SPLIT, RecordBatch, WorkUnit, batch_key, dead_letter
 from transforms.splits import SplitAssigner

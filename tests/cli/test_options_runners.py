@@ -135,7 +135,7 @@ def test_progress_reports_inputs_records_and_rate(tmp_path):
     import io
 
     from pipeline.progress import Progress
-    from transforms.sink import SinkConfig, _Heartbeat
+    from transforms.shard_writers import SinkConfig, _Heartbeat
 
     config = SinkConfig(output_dir=str(tmp_path), run_id="progress", report_progress=True)
     beats = [_Heartbeat(config), _Heartbeat(config)]  # two writer instances

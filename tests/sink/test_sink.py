@@ -9,18 +9,12 @@ import apache_beam as beam
 import pytest
 from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 
+from transforms.commit import AccountingError, ErrorRateExceededError, finalize_output
 from transforms.format.compression import Compression
 from transforms.format.example_codec import decode_example, encode_example
 from transforms.records import RecordBatch, batch_key, dead_letter
-from transforms.sink import (
-    AccountingError,
-    ErrorRateExceededError,
-    SinkConfig,
-    WriteToShardedTFRecord,
-    _batch_counts,
-    _WriteRollingShards,
-    finalize_output,
-)
+from transforms.shard_writers import SinkConfig, WriteRollingShards, batch_counts
+from transforms.sink import WriteToShardedTFRecord
 from transforms.tfrecord_io import read_tfrecord_file
 
 
@@ -211,13 +205,13 @@ def test_failed_job_leaves_no_file_under_a_final_name(tmp_path):
 
 def _write_bundle(config, batches):
     """Runs the rolling writer over one bundle; returns the temp paths it emitted."""
-    writer = _WriteRollingShards(config)
+    writer = WriteRollingShards(config)
     writer.setup()
     writer.start_bundle()
     emitted = [item for batch in batches for item in writer.process(batch)]
     writer.finish_bundle()
     assert [value for kind, value in emitted if kind == "count"] == \
-           [_batch_counts(batch)[1] for batch in batches]  # one count per batch, in order
+           [batch_counts(batch)[1] for batch in batches]  # one count per batch, in order
     return [value for kind, value in emitted if kind == "file"]
 
 
@@ -225,7 +219,7 @@ def test_retried_bundle_and_retried_finalize_neither_lose_nor_duplicate(tmp_path
     config = SinkConfig(output_dir=str(tmp_path), compression=Compression.GZIP,
                         max_shard_bytes=2000, run_id="retry")
     batches = _batches(num_batches=4, per_batch=20)
-    counts = [_batch_counts(batch)[1] for batch in batches]
+    counts = [batch_counts(batch)[1] for batch in batches]
     # First attempt of the bundle "fails" after writing: the runner discards its outputs.
     _write_bundle(config, batches)
     # The retry's outputs are the ones the runner passes on.
@@ -246,13 +240,13 @@ def test_retried_bundle_and_retried_finalize_neither_lose_nor_duplicate(tmp_path
 
 
 def test_finalize_interrupted_after_some_renames_completes_on_retry(tmp_path, monkeypatch):
-    from transforms import sink as sink_module
+    from transforms import commit as commit_module
 
     config = SinkConfig(output_dir=str(tmp_path), max_shard_bytes=1500, run_id="crash")
     batches = _batches(num_batches=3, per_batch=20)
-    counts = [_batch_counts(batch)[1] for batch in batches]
+    counts = [batch_counts(batch)[1] for batch in batches]
     temp_paths = _write_bundle(config, batches)
-    real_commit = sink_module._commit_file
+    real_commit = commit_module._commit_file
     calls = {"n": 0}
 
     def crashing_commit(cfg, planned):
@@ -261,11 +255,11 @@ def test_finalize_interrupted_after_some_renames_completes_on_retry(tmp_path, mo
             raise OSError("worker lost")
         real_commit(cfg, planned)
 
-    monkeypatch.setattr(sink_module, "_commit_file", crashing_commit)
+    monkeypatch.setattr(commit_module, "_commit_file", crashing_commit)
     with pytest.raises(OSError, match="worker lost"):
         finalize_output(config, temp_paths, counts)
     assert not (tmp_path / "manifest.json").exists()  # nothing is committed yet
-    monkeypatch.setattr(sink_module, "_commit_file", real_commit)
+    monkeypatch.setattr(commit_module, "_commit_file", real_commit)
     finalize_output(config, temp_paths, counts)
     manifest = json.loads((tmp_path / "manifest.json").read_text())
     ids = [i for shard in manifest["shards"] for i in _ids(tmp_path / shard["path"])]
@@ -278,7 +272,7 @@ def test_finalize_detects_records_missing_from_files(tmp_path):
     config = SinkConfig(output_dir=str(tmp_path), run_id="acct")
     batches = _batches(num_batches=2, per_batch=5, splits=("data",))
     temp_paths = _write_bundle(config, batches[:1])  # the second batch never got written
-    counts = [_batch_counts(batch)[1] for batch in batches]
+    counts = [batch_counts(batch)[1] for batch in batches]
     with pytest.raises(AccountingError, match="found in the written files"):
         finalize_output(config, temp_paths, counts)
     assert not (tmp_path / "manifest.json").exists()
@@ -288,7 +282,7 @@ def test_finalize_detects_a_batch_counted_twice(tmp_path):
     config = SinkConfig(output_dir=str(tmp_path), run_id="dup")
     batches = _batches(num_batches=1, per_batch=5, splits=("data",))
     temp_paths = _write_bundle(config, batches + batches)
-    counts = [_batch_counts(batch)[1] for batch in batches + batches]
+    counts = [batch_counts(batch)[1] for batch in batches + batches]
     with pytest.raises(AccountingError, match="twice"):
         finalize_output(config, temp_paths, counts)
 

@@ -1,4 +1,4 @@
-"""Background shard writes (`transforms.sink._BackgroundIO`) and the RecordBatch coder.
+"""Background shard writes (`transforms.shard_writers._BackgroundIO`) and the RecordBatch coder.
 
 The rest of this file moved to the tests of each part (tests/workers/test_ordered_pool.py,
 test_worker_setup.py, tests/tabular/test_threads.py, tests/images/test_threads.py,
@@ -15,7 +15,7 @@ import pytest
 from transforms.coders import RecordBatchCoder
 from transforms.format.tfrecord_format import FramedRecords
 from transforms.records import RecordBatch
-from transforms.sink import _BackgroundIO
+from transforms.shard_writers import _BackgroundIO
 
 # ------------------------------------------------------------- background shard writes
 

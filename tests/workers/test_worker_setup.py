@@ -8,9 +8,10 @@ import sys
 
 import pytest
 
-from transforms import allocator, sink, worker
+from transforms import allocator, worker
 from transforms.images.config import ImageConfig
 from transforms.images.convert import ConvertImages
+from transforms.shard_writers import SinkConfig, WriteGroupedShard, WriteRollingShards
 from transforms.tabular.spec import ConversionSpec, FeatureSpec
 from transforms.tabular.transform import ConvertTabular, TabularConfig
 
@@ -26,8 +27,8 @@ def test_retain_freed_memory_is_applied_once_and_by_every_worker_setup(monkeypat
     monkeypatch.setattr(worker, "retain_freed_memory", lambda: calls.append(1) or True)
     ConvertTabular(TabularConfig(spec=SPEC, fmt="csv")).setup()
     ConvertImages(ImageConfig()).setup()
-    sink._WriteRollingShards(sink.SinkConfig(output_dir="/tmp/unused")).setup()
-    sink._WriteGroupedShard(sink.SinkConfig(output_dir="/tmp/unused")).setup()
+    WriteRollingShards(SinkConfig(output_dir="/tmp/unused")).setup()
+    WriteGroupedShard(SinkConfig(output_dir="/tmp/unused")).setup()
     assert len(calls) == 4
 
 

@@ -1,0 +1,320 @@
+"""Committing a run's temporary shards as one complete output: `finalize_output` and its DoFn.
+
+Finalize runs once, on one key, downstream of everything (it is the graph's single terminal
+step, which is all DaskRunner computes). It reconciles the converters' counts with the
+records physically in the temporary files (input = rows written + dead letters, per split),
+renames them to their final names (`<split>-SSSSS-of-NNNNN.tfrecord[.gz|.zz]`, ordered by
+the first batch key each holds, so naming does not depend on bundles or workers), writes one
+empty shard for every declared split without records (unless `skip_if_empty`), writes the
+extra files, writes `manifest.json` last as the commit marker, and deletes the temp folder.
+Every step is idempotent, so a retried finalize neither loses nor duplicates a shard. With
+`max_error_rate` exceeded only the dead letters are committed."""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import json
+import logging
+import re
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import apache_beam as beam
+from apache_beam.io.filesystem import CompressionTypes
+from apache_beam.io.filesystems import FileSystems
+
+from transforms import manifest as manifest_lib
+from transforms.shard_writers import (
+    COUNT_RESULT,
+    DEAD_LETTER_DIR,
+    DEAD_LETTER_KIND,
+    FILE_RESULT,
+    TFRECORD_KIND,
+    SinkConfig,
+    TempShard,
+)
+
+__all__ = [
+    "AccountingError",
+    "ErrorRateExceededError",
+    "Finalize",
+    "finalize_output",
+]
+
+
+_LOG = logging.getLogger(__name__)
+
+
+_SHARD_NAME = re.compile(r"^(?P<split>.+)-(?P<index>\d{5})-of-(?P<total>\d{5})(?P<suffix>\..+)$")
+
+
+class AccountingError(RuntimeError):
+    """The records in the written files do not reconcile with the converters' counts."""
+
+
+class ErrorRateExceededError(RuntimeError):
+    """More input records were dead-lettered than `max_error_rate` allows."""
+
+
+class Finalize(beam.DoFn):
+    def __init__(self, config: SinkConfig):
+        self._config = config
+
+    def process(self, keyed):
+        _, items = keyed
+        temp_paths, counts = [], []
+        for kind, value in items:
+            if kind == FILE_RESULT:
+                temp_paths.append(value)
+            elif kind == COUNT_RESULT:
+                counts.append(tuple(value))
+        yield finalize_output(self._config, temp_paths, counts)
+
+
+def _read_json(path: str) -> Any:
+    with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
+        return json.loads(handle.read())
+
+
+def _delete_quietly(paths: Iterable[str]) -> None:
+    paths = [path for path in paths if FileSystems.exists(path)]
+    if paths:
+        FileSystems.delete(paths)
+
+
+def _reconcile(sidecars: Sequence[Mapping[str, Any]], counts: Sequence[tuple]) -> dict[str, Any]:
+    """Checks the converters' counts against the files; returns the manifest `counts`.
+
+    Input is counted in rows: input == rows written + dead letters. A record holds one row,
+    except a SequenceExample (`RecordBatch.record_rows`); the manifest then also counts
+    `written_rows` beside `written` (records).
+    """
+    seen = set()
+    per_split: dict[str, dict[str, int]] = defaultdict(
+        lambda: {"input": 0, "written": 0, "dead_letter": 0}
+    )
+    rows_per_split: dict[str, int] = defaultdict(int)
+    holds_sequences = False
+    for key, split, input_count, written, dead, record_rows in counts:
+        if (key, split) in seen:
+            raise AccountingError(f"batch {key!r} of split {split!r} reached the sink twice")
+        seen.add((key, split))
+        entry = per_split[split]
+        entry["input"] += input_count
+        entry["written"] += written
+        entry["dead_letter"] += dead
+        rows_per_split[split] += written if record_rows is None else record_rows
+        holds_sequences |= record_rows is not None
+    if holds_sequences:
+        for split, entry in per_split.items():
+            entry["written_rows"] = rows_per_split[split]
+    in_files: dict[str, int] = defaultdict(int)
+    dead_in_files: dict[str, int] = defaultdict(int)
+    for sidecar in sidecars:
+        if sidecar["kind"] == TFRECORD_KIND:
+            in_files[sidecar["split"]] += sidecar["records"]
+        else:
+            for split, number in sidecar["dead_letters_by_split"].items():
+                dead_in_files[split] += number
+    problems = []
+    for split in sorted(set(per_split) | set(in_files) | set(dead_in_files)):
+        entry = per_split[split]
+        written_rows = entry.get("written_rows", entry["written"])
+        if entry["input"] != written_rows + entry["dead_letter"]:
+            problems.append(
+                f"split {split!r}: {entry['input']} input records but {written_rows} "
+                f"written + {entry['dead_letter']} dead-lettered"
+            )
+        if in_files[split] != entry["written"]:
+            problems.append(
+                f"split {split!r}: {entry['written']} records converted but "
+                f"{in_files[split]} found in the written files"
+            )
+        if dead_in_files[split] != entry["dead_letter"]:
+            problems.append(
+                f"split {split!r}: {entry['dead_letter']} dead letters produced but "
+                f"{dead_in_files[split]} found in the dead-letter files"
+            )
+    if problems:
+        raise AccountingError("output does not reconcile: " + "; ".join(problems))
+    totals = {
+        name: sum(entry[name] for entry in per_split.values())
+        for name in ("input", "written", "dead_letter")
+    }
+    if any("written_rows" in entry for entry in per_split.values()):
+        totals["written_rows"] = sum(entry["written_rows"] for entry in per_split.values())
+    return {**totals, "splits": {split: dict(per_split[split]) for split in sorted(per_split)}}
+
+
+def _final_names(config: SinkConfig, sidecars: Sequence[Mapping[str, Any]]) -> list[dict]:
+    """Assigns final names: per split, ordered by the first batch key each file holds."""
+    by_split: dict[tuple[str, str], list] = defaultdict(list)
+    for sidecar in sidecars:
+        by_split[(sidecar["kind"], sidecar["split"])].append(sidecar)
+    planned = []
+    for (kind, split), group in sorted(by_split.items()):
+        group.sort(key=lambda sidecar: (sidecar["first_key"], sidecar["temp_path"]))
+        for index, sidecar in enumerate(group):
+            if kind == TFRECORD_KIND:
+                relative = f"{split}-{index:05d}-of-{len(group):05d}{config.suffix}"
+            else:
+                relative = f"{DEAD_LETTER_DIR}/dead_letter-{index:05d}-of-{len(group):05d}.jsonl"
+            planned.append({**sidecar, "path": relative})
+    return planned
+
+
+def _empty_shards(config: SinkConfig, sidecars: Sequence[Mapping[str, Any]]) -> list[dict]:
+    """Creates one empty temp shard per declared split that got no records."""
+    if config.skip_if_empty:
+        return []
+    present = {s["split"] for s in sidecars if s["kind"] == TFRECORD_KIND}
+    created = []
+    for split in config.splits:
+        if split in present:
+            continue
+        path = manifest_lib.join_path(config.temp_dir, split, f"empty-{split}{config.suffix}")
+        sidecar_path = path + ".json"
+        if FileSystems.exists(sidecar_path):  # a retried finalize made it already
+            created.append(_read_json(sidecar_path))
+            continue
+        # A stable name, so that a retried finalize finds it instead of making another.
+        created.append(TempShard(config, TFRECORD_KIND, split, "", path=path).close())
+    return created
+
+
+def _stale_outputs(config: SinkConfig, keep: set[str]) -> list[str]:
+    """Files under final names left by an earlier, uncommitted or replaced run."""
+    patterns = [
+        manifest_lib.join_path(config.output_dir, "*-?????-of-?????.tfrecord*"),
+        manifest_lib.join_path(config.output_dir, DEAD_LETTER_DIR, "*"),
+    ]
+    stale = []
+    for result in FileSystems.match(patterns):
+        for metadata in result.metadata_list:
+            relative = metadata.path[len(config.output_dir) :].lstrip("/")
+            name = relative.rsplit("/", 1)[-1]
+            if relative not in keep and (
+                _SHARD_NAME.match(name) or relative.startswith(DEAD_LETTER_DIR + "/")
+            ):
+                stale.append(metadata.path)
+    return stale
+
+
+def _commit_file(config: SinkConfig, planned: Mapping[str, Any]) -> None:
+    """Moves one temp file to its final name; a no-op if a retry already did."""
+    final = manifest_lib.join_path(config.output_dir, planned["path"])
+    source = planned["temp_path"]
+    if FileSystems.exists(source):
+        if FileSystems.exists(final):
+            FileSystems.delete([final])
+        manifest_lib.ensure_parent(final)
+        FileSystems.rename([source], [final])
+        return
+    if not FileSystems.exists(final):
+        raise AccountingError(f"temporary file {source} vanished before it was committed")
+    size = FileSystems.match([final])[0].metadata_list[0].size_in_bytes
+    if size != planned["bytes"]:
+        raise AccountingError(
+            f"{final} has {size} bytes, expected {planned['bytes']}: it is not the file "
+            f"this run wrote"
+        )
+
+
+def finalize_output(
+    config: SinkConfig, temp_paths: Iterable[str], counts: Iterable[tuple]
+) -> str:
+    """Commits a run: reconcile, rename temp files, write extras and the manifest last.
+
+    Idempotent: calling it again with the same arguments after a failure at any point, or
+    after success, leaves exactly one complete output. Returns the manifest path.
+    """
+    manifest_path = manifest_lib.join_path(config.output_dir, manifest_lib.MANIFEST_NAME)
+    existing = manifest_lib.read_manifest(config.output_dir)
+    if existing is not None and existing.get("run_id") == config.run_id:
+        return manifest_path  # this run was committed by an earlier attempt
+
+    temp_paths = sorted(set(temp_paths))
+    missing = [path for path in temp_paths if not FileSystems.exists(path + ".json")]
+    if missing:
+        raise AccountingError(f"temporary shards were never closed: {missing[:5]}")
+    sidecars = [_read_json(path + ".json") for path in temp_paths]
+    totals = _reconcile(sidecars, list(counts))
+    sidecars += _empty_shards(config, sidecars)
+    planned = _final_names(config, sidecars)
+    dead_files = [entry for entry in planned if entry["kind"] == DEAD_LETTER_KIND]
+    shard_files = [entry for entry in planned if entry["kind"] == TFRECORD_KIND]
+
+    # The old manifest goes first, so no reader can trust it while files change under it.
+    _delete_quietly([manifest_path])
+    _delete_quietly(_stale_outputs(config, {entry["path"] for entry in planned}))
+
+    error_rate = totals["dead_letter"] / totals["input"] if totals["input"] else 0.0
+    if config.max_error_rate is not None and error_rate > config.max_error_rate:
+        for entry in dead_files:
+            _commit_file(config, entry)
+        _delete_temp_dir(config)
+        raise ErrorRateExceededError(
+            f"{totals['dead_letter']} of {totals['input']} input records "
+            f"({error_rate:.2%}) were dead-lettered, more than --max-error-rate "
+            f"{config.max_error_rate:.2%}; no shard was committed. The dead letters are in "
+            f"{manifest_lib.join_path(config.output_dir, DEAD_LETTER_DIR)}"
+        )
+
+    for entry in planned:
+        _commit_file(config, entry)
+    extra = {}
+    for relative, data in config.extra_files:
+        target = manifest_lib.join_path(config.output_dir, relative)
+        manifest_lib.write_bytes_atomically(target, data)
+        extra[relative] = {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+
+    def describe(entry, with_split=True):
+        described = {"path": entry["path"]}
+        if with_split:
+            described["split"] = entry["split"]
+        described.update(
+            records=entry["records"], bytes=entry["bytes"], sha256=entry["sha256"]
+        )
+        return described
+
+    manifest = {
+        "format_version": manifest_lib.FORMAT_VERSION,
+        "tool_version": manifest_lib.tool_version(),
+        "created_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "run_id": config.run_id,
+        "compression": config.compression.value,
+        "splits": sorted({entry["split"] for entry in shard_files} | set(config.splits)),
+        "shards": [describe(entry) for entry in shard_files],
+        "dead_letter_files": [describe(entry, with_split=False) for entry in dead_files],
+        "counts": totals,
+        "files": extra,
+        "sharding": {
+            "num_shards": config.num_shards,
+            "max_shard_bytes": config.max_shard_bytes,
+            "max_shard_records": config.max_shard_records,
+            "skip_if_empty": config.skip_if_empty,
+        },
+        "options": {},
+    }
+    manifest.update(dict(config.manifest_metadata))
+    manifest_lib.write_bytes_atomically(
+        manifest_path, json.dumps(manifest, indent=2, sort_keys=True).encode("utf-8") + b"\n"
+    )
+    _delete_temp_dir(config)
+    _LOG.info(
+        "committed %d shards (%d records, %d dead letters) to %s",
+        len(shard_files), totals["written"], totals["dead_letter"], config.output_dir,
+    )
+    return manifest_path
+
+
+def _delete_temp_dir(config: SinkConfig) -> None:
+    """Removes the run's temp folder (on object stores: every object under its prefix)."""
+    temp_dir = config.temp_dir
+    try:
+        manifest_lib.delete_tree(temp_dir)
+    except Exception:  # noqa: BLE001 - leftover temp files are harmless; never fail a commit
+        _LOG.warning("could not delete temporary folder %s", temp_dir, exc_info=True)
+

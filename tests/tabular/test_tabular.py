@@ -38,8 +38,10 @@ from tests.tabular.tabular_samples import (
 from transforms.format.example_codec import decode_example, encode_example
 from transforms.format.tfrecord_format import TFRecordWriter
 from transforms.records import WorkUnit
-from transforms.tabular import read as tabular_read
+from transforms.tabular import csv_reader, json_reader
+from transforms.tabular import plan as plan_module
 from transforms.tabular.columns import finish_feature, text_feature, typed_feature
+from transforms.tabular.read import read_chunks
 from transforms.tabular.spec import ConversionSpec, CsvOptions, SpecError, parse_spec
 from transforms.tabular.transform import (
     ConvertTabular,
@@ -462,23 +464,21 @@ def test_jsonl_lines(tmp_path):
 
 def count_json_chunk_modes(monkeypatch) -> collections.Counter:
     """Counts the chunks the JSON Lines reader builds per mode ("typed" = read by Arrow)."""
-    from transforms.tabular import read as tabular_read
 
     modes = collections.Counter()
-    chunk = tabular_read._JsonLinesReader._chunk
+    chunk = json_reader.JsonLinesReader._chunk
 
     def counting_chunk(self, *args):
         out = chunk(self, *args)
         modes[out.mode] += 1
         return out
 
-    monkeypatch.setattr(tabular_read._JsonLinesReader, "_chunk", counting_chunk)
+    monkeypatch.setattr(json_reader.JsonLinesReader, "_chunk", counting_chunk)
     return modes
 
 
 def test_jsonl_arrow_and_python_paths_agree(tmp_path, monkeypatch):
     """Chunks Arrow reads and chunks parsed line by line give identical output."""
-    from transforms.tabular import read as tabular_read
 
     rnd = random.Random(3)
     values = [None, 0, 1, -5, 2**62, 1.5, -0.0, 1e30, 1e-30, "x", "", "é", True, False,
@@ -509,7 +509,7 @@ split_key: [k]
     modes = count_json_chunk_modes(monkeypatch)
     with_arrow = convert(path, "jsonl", spec, batch_rows=50)
     assert modes["typed"] >= 3 and modes["python"] >= 2, modes
-    monkeypatch.setattr(tabular_read._JsonLinesReader, "_read_arrow", lambda self, body: None)
+    monkeypatch.setattr(json_reader.JsonLinesReader, "_read_arrow", lambda self, body: None)
     python_only = convert(path, "jsonl", spec, batch_rows=50)
     for split in ("p", "q"):
         assert records(with_arrow, split) == records(python_only, split)
@@ -521,7 +521,6 @@ split_key: [k]
 def test_jsonl_types_learned_from_odd_chunks_do_not_change_results(tmp_path, monkeypatch):
     """After a chunk read line by line, Arrow reads the next ones with types learned from
     it (bools for an int64 feature, ...), never with one that changes a value."""
-    from transforms.tabular import read as tabular_read
 
     spec = parse_spec("""
 features:
@@ -546,7 +545,7 @@ split_key: [k]
     modes = count_json_chunk_modes(monkeypatch)
     with_arrow = convert(path, "jsonl", spec, batch_rows=200)
     assert modes["typed"] >= 3, modes
-    monkeypatch.setattr(tabular_read._JsonLinesReader, "_read_arrow", lambda self, body: None)
+    monkeypatch.setattr(json_reader.JsonLinesReader, "_read_arrow", lambda self, body: None)
     python_only = convert(path, "jsonl", spec, batch_rows=200)
     for split in ("p", "q"):
         assert records(with_arrow, split) == records(python_only, split)
@@ -903,24 +902,24 @@ def _csv_of_blocks(tmp_path, rows: int):
     path = tmp_path / "blocks.csv"
     path.write_text("id,text\n" + "".join(f"{i},{'x' * 90}\n" for i in range(rows)))
     spec = parse_spec("features: [{name: id, type: int64}, {name: text, type: string}]")
-    return tabular_read.plan_tabular(str(path), "csv")[0], spec
+    return plan_module.plan_tabular(str(path), "csv")[0], spec
 
 
 def test_csv_reader_reads_a_few_blocks_ahead_of_the_batches_taken(tmp_path, monkeypatch):
     # Arrow alone reads up to 32 blocks ahead on its own thread: a whole file held by
     # a slow consumer. Paced, it stays _READAHEAD_BLOCKS ahead.
-    monkeypatch.setattr(tabular_read, "_READAHEAD_BLOCKS", 3)
+    monkeypatch.setattr(csv_reader, "_READAHEAD_BLOCKS", 3)
     unit, spec = _csv_of_blocks(tmp_path, 30_000)
     ahead = []
-    before_read = tabular_read._ReadAhead.before_read
+    before_read = csv_reader._ReadAhead.before_read
 
     def counting_before_read(self):
         before_read(self)
         ahead.append(self._reads - self._taken)
 
-    monkeypatch.setattr(tabular_read._ReadAhead, "before_read", counting_before_read)
+    monkeypatch.setattr(csv_reader._ReadAhead, "before_read", counting_before_read)
     ids = []
-    for chunk in tabular_read.read_chunks(unit, "csv", spec, batch_rows=300):
+    for chunk in read_chunks(unit, "csv", spec, batch_rows=300):
         ids.extend(chunk.columns["id"].to_pylist())
         time.sleep(0.003)  # a consumer slower than the reads
     assert ids == [str(i) for i in range(30_000)]
@@ -931,10 +930,10 @@ def test_csv_reader_reads_a_few_blocks_ahead_of_the_batches_taken(tmp_path, monk
 def test_csv_reader_paced_tighter_than_a_batch_needs_still_reads_everything(tmp_path, monkeypatch):
     # A batch needs up to two blocks past the batches taken; with room for one, every
     # such read waits out the stall timeout and goes through: slower, never stuck.
-    monkeypatch.setattr(tabular_read, "_READAHEAD_BLOCKS", 1)
+    monkeypatch.setattr(csv_reader, "_READAHEAD_BLOCKS", 1)
     unit, spec = _csv_of_blocks(tmp_path, 4_000)
     started = time.monotonic()
-    ids = [i for chunk in tabular_read.read_chunks(unit, "csv", spec, batch_rows=300)
+    ids = [i for chunk in read_chunks(unit, "csv", spec, batch_rows=300)
            for i in chunk.columns["id"].to_pylist()]
     assert ids == [str(i) for i in range(4_000)]
     assert time.monotonic() - started < 30
@@ -948,12 +947,12 @@ def test_escaping_reader_matches_one_whole_decode_at_any_block_boundary(seed):
     data = (b"\xef\xbb\xbf" if seed % 3 == 0 else b"") + _random_text_bytes(rng, rng.randint(0, 400))
     if seed % 4 == 1:  # mostly valid, so that the pass-through path is exercised
         data = data.decode("utf-8", "ignore").encode("utf-8")
-    expected = data.decode("utf-8-sig", errors=tabular_read._ESCAPE_ERRORS).encode("utf-8")
+    expected = data.decode("utf-8-sig", errors=csv_reader._ESCAPE_ERRORS).encode("utf-8")
     for read_size in (1, 2, 3, 5, 64, 1 << 20):
-        reader = tabular_read._EscapingReader(io.BytesIO(data), "utf-8", read_size=read_size)
+        reader = csv_reader._EscapingReader(io.BytesIO(data), "utf-8", read_size=read_size)
         pieces = []
         while piece := reader.read(rng.randint(1, 50)):
             pieces.append(piece)
         out = b"".join(pieces)
         assert out == expected, (seed, read_size)
-        assert reader.escapes == (tabular_read._ESCAPE_PREFIX in expected)
+        assert reader.escapes == (csv_reader._ESCAPE_PREFIX in expected)

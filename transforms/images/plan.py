@@ -35,8 +35,10 @@ from transforms.images.paths import (
 from transforms.input_formats import TABULAR_EXTENSIONS
 from transforms.records import DEFAULT_SPLIT, WorkUnit
 from transforms.splits import SplitAssigner, check_split_name
+from transforms.tabular.chunks import Chunk
 from transforms.tabular.infer import resolve_spec
-from transforms.tabular.read import Chunk, plan_tabular, read_chunks
+from transforms.tabular.plan import plan_tabular
+from transforms.tabular.read import read_chunks
 from transforms.tabular.spec import ConversionSpec, CsvOptions, FeatureSpec
 from transforms.tabular.values import RowConverter, has_escapes
 

@@ -26,9 +26,10 @@ from apache_beam.io.filesystems import FileSystems
 
 from transforms.records import DEFAULT_SPLIT, RecordBatch, WorkUnit, batch_key, dead_letter
 from transforms.splits import SplitAssigner
+from transforms.tabular.chunks import KEY_SEPARATOR, Chunk, join_keys
 from transforms.tabular.columns import key_text_array
 from transforms.tabular.convert import feature_columns
-from transforms.tabular.read import KEY_SEPARATOR, Chunk, join_keys, read_chunks
+from transforms.tabular.read import read_chunks
 from transforms.tabular.spec import ConversionSpec
 from transforms.tabular.values import canonical_text
 

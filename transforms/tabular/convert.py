@@ -20,6 +20,7 @@ from transforms.format.example_encoder import encode_framed
 from transforms.ordered_pool import ordered_map
 from transforms.records import DEFAULT_SPLIT, RecordBatch, WorkUnit, batch_key, dead_letter
 from transforms.splits import SplitAssigner
+from transforms.tabular.chunks import KEY_SEPARATOR, Chunk, join_keys
 from transforms.tabular.columns import (
     FeatureColumn,
     finish_feature,
@@ -28,7 +29,7 @@ from transforms.tabular.columns import (
     text_feature,
     typed_feature,
 )
-from transforms.tabular.read import KEY_SEPARATOR, Chunk, join_keys, read_chunks
+from transforms.tabular.read import read_chunks
 from transforms.tabular.spec import ConversionSpec, FeatureSpec
 from transforms.tabular.values import RowError, canonical_text
 

@@ -38,8 +38,9 @@ from apache_beam.io.filesystems import FileSystems
 from transforms.format.compression import open_compressor, parse_compression
 from transforms.format.tfrecord_format import frame_records, framed_size
 from transforms.records import WorkUnit
+from transforms.tabular.chunks import Chunk, open_input
 from transforms.tabular.convert import convert_chunk, split_assigner
-from transforms.tabular.read import Chunk, open_input, read_chunks
+from transforms.tabular.read import read_chunks
 from transforms.tabular.spec import ConversionSpec, CsvOptions, FeatureSpec, SpecError
 from transforms.tabular.values import RowError, has_escapes, text_to_float, text_to_int
 

@@ -28,6 +28,7 @@ from apache_beam.metrics import Metrics
 
 from transforms.coders import RecordBatchCoder  # noqa: F401 - registers the coder
 from transforms.forked_pool import forked_map
+from transforms.input_formats import check_tabular_format
 from transforms.ordered_pool import check_threads, default_threads
 from transforms.records import RecordBatch, WorkUnit, WorkUnitGroup
 from transforms.tabular.convert import convert_unit, split_assigner
@@ -38,7 +39,7 @@ from transforms.tabular.infer import (
     infer_spec,
     resolve_spec,
 )
-from transforms.tabular.read import FORMATS, plan_tabular
+from transforms.tabular.plan import plan_tabular
 from transforms.tabular.spec import ConversionSpec
 from transforms.tabular.values import REASONS, RowConverter, RowError
 from transforms.worker import prepare_worker
@@ -46,7 +47,6 @@ from transforms.worker import prepare_worker
 __all__ = [
     "DEFAULT_BATCH_ROWS",
     "DEFAULT_SAMPLE_ROWS",
-    "FORMATS",
     "METRICS_NAMESPACE",
     "REASONS",
     "ConvertTabular",
@@ -84,8 +84,7 @@ class TabularConfig:
     threads: int = 1
 
     def __post_init__(self):
-        if self.fmt not in FORMATS:
-            raise ValueError(f"unknown tabular format {self.fmt!r}; expected one of {FORMATS}")
+        check_tabular_format(self.fmt)
         if not isinstance(self.batch_rows, int) or self.batch_rows < 1:
             raise ValueError(f"batch_rows must be a positive integer, got {self.batch_rows!r}")
         check_threads(self.threads)

@@ -1,0 +1,132 @@
+"""What every tabular reader yields and shares: the `Chunk` of parsed rows with its `Failure`s
+(rows rejected while reading), opening an input file (decompressed by its suffix), how split
+keys of whole rows are joined (`KEY_SEPARATOR`, `join_keys`), the Arrow block size for a
+chunk's rows, and the JSON-compatible view of a value."""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import gzip
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import ExitStack
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from apache_beam.io.filesystem import CompressionTypes
+from apache_beam.io.filesystems import FileSystems
+
+from transforms.tabular.values import canonical_text
+
+try:  # isal decompresses gzip several times faster than the stdlib.
+    from isal import igzip as _gzip
+except ImportError:  # pragma: no cover - isal is a declared dependency
+    _gzip = gzip
+
+__all__ = [
+    "Chunk",
+    "Failure",
+    "KEY_SEPARATOR",
+    "MAX_BLOCK",
+    "MIN_BLOCK",
+    "block_size",
+    "join_keys",
+    "jsonable",
+    "open_input",
+]
+
+
+KEY_SEPARATOR = b"\x1f"  # ASCII unit separator: joins split-key values
+
+
+MIN_BLOCK = 1 << 16
+
+
+MAX_BLOCK = 64 << 20
+
+
+def open_input(path: str, stack: ExitStack) -> Any:
+    """Opens `path` for binary reading through Beam FileSystems; .gz is decompressed."""
+    if path.endswith(".gz"):
+        raw = stack.enter_context(
+            FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED))
+        return stack.enter_context(_gzip.GzipFile(fileobj=raw, mode="rb"))
+    return stack.enter_context(FileSystems.open(path, compression_type=CompressionTypes.AUTO))
+
+
+@dataclasses.dataclass
+class Failure:
+    """An input row rejected while reading (e.g. ragged_row, invalid_json)."""
+
+    row: int | None
+    reason: str
+    message: str
+    raw: str | bytes | None
+    key: bytes
+    details: dict = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass
+class Chunk:
+    """The rows of one chunk of input.
+
+    Attributes:
+      index: position of the chunk within its work unit.
+      mode: "text" (CSV cells as Arrow strings), "typed" (Arrow arrays) or "python"
+        (lists of parsed JSON values).
+      num_rows: number of parsed rows (failures excluded).
+      columns: column name -> values of the parsed rows; a column absent from the chunk
+        is missing in every row.
+      row_numbers: 1-based row number of each parsed row within its file.
+      raw: raw record of parsed row i, for dead letters.
+      whole_row_keys: split key bytes of every parsed row when the spec has no split_key.
+      failures: rows rejected while reading.
+      escapes: CSV only: the input held bytes invalid in its encoding.
+      details: extra dead-letter fields of parsed row i (e.g. the JSON line number).
+    """
+
+    index: int
+    mode: str
+    num_rows: int
+    columns: Mapping[str, Any]
+    row_numbers: np.ndarray
+    raw: Callable[[int], str | bytes | None]
+    whole_row_keys: Callable[[], list[bytes]]
+    failures: list[Failure] = dataclasses.field(default_factory=list)
+    escapes: bool = False
+    details: Callable[[int], dict] = lambda i: {}
+
+    @property
+    def input_count(self) -> int:
+        return self.num_rows + len(self.failures)
+
+
+def block_size(batch_rows: int, bytes_per_row: float) -> int:
+    return int(min(max(batch_rows * bytes_per_row, MIN_BLOCK), MAX_BLOCK))
+
+
+def jsonable(value: Any) -> Any:
+    if isinstance(value, bytes):
+        try:
+            return value.decode("utf-8")
+        except UnicodeDecodeError:
+            return {"base64": base64.b64encode(value).decode("ascii")}
+    if isinstance(value, float):
+        return value if np.isfinite(value) else canonical_text(value)
+    if isinstance(value, list):
+        return [jsonable(v) for v in value]
+    if isinstance(value, dict):
+        return {k: jsonable(v) for k, v in value.items()}
+    return value
+
+
+def join_keys(arrays: Sequence[pa.Array], num_rows: int) -> list[bytes]:
+    """Joins per-column key texts (binary arrays) with KEY_SEPARATOR, row by row."""
+    if not arrays:
+        return [b""] * num_rows
+    if len(arrays) == 1:
+        return arrays[0].to_pylist()
+    return pc.binary_join_element_wise(*arrays, pa.scalar(KEY_SEPARATOR)).to_pylist()
+

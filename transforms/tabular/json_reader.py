@@ -1,0 +1,225 @@
+"""Reading JSON Lines work units in chunks: `JsonLinesReader`. Each line is one JSON object;
+a line that is not (invalid JSON, not an object) is a `Failure` with its line number, and the
+rest of the file converts. Column types are learned from the values of each chunk (see
+`transforms.tabular.values` for the rules)."""
+
+from __future__ import annotations
+
+import collections
+import io
+import json
+from collections.abc import Iterator, Sequence
+from contextlib import ExitStack
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.json as pajson
+
+from transforms.records import WorkUnit
+from transforms.tabular.chunks import (
+    MIN_BLOCK,
+    Chunk,
+    Failure,
+    block_size,
+    open_input,
+)
+from transforms.tabular.spec import ConversionSpec
+
+__all__ = []
+
+
+def _arrow_type_for(feature_type: str, is_list: bool) -> pa.DataType:
+    scalar = {"int64": pa.int64(), "float": pa.float64()}.get(feature_type, pa.string())
+    return pa.list_(scalar) if is_list else scalar
+
+
+# Arrow's JSON reader converts a value to the declared type only in one case: an int to
+# a double. Every other mismatch fails the chunk (which then takes the line-by-line
+# path), so both paths see the same values. A double column is therefore declared only
+# for columns that nothing but float features read: an int64 feature would reject 1.0
+# where the line-by-line path takes 1, and text would lose the digits of a large int.
+_ARROW_TYPES = {"bool": pa.bool_(), "int": pa.int64(), "float": pa.float64(), "str": pa.string()}
+
+
+def _value_kinds(values: Sequence[Any]) -> set:
+    kinds: set = set()
+    for value in values:
+        if value is None:
+            continue
+        if isinstance(value, bool):
+            kinds.add("bool")
+        elif isinstance(value, int):
+            kinds.add("int" if -(2**63) <= value < 2**63 else "big")
+        elif isinstance(value, float):
+            kinds.add("float")
+        elif isinstance(value, str):
+            kinds.add("str")
+        elif isinstance(value, list):
+            kinds.add("list")
+        else:
+            kinds.add("other")
+    return kinds
+
+
+def _learned_type(values: Sequence[Any], uses: set[tuple[str, bool]]) -> pa.DataType | None:
+    """The Arrow type under which Arrow's JSON reader reads these parsed values as the
+    line-by-line path sees them, for the column's uses (feature type, is_list); None if
+    there is none."""
+    kinds = _value_kinds(values)
+    is_list = kinds == {"list"}
+    if is_list:
+        items = [item for value in values if value for item in value]
+        if None in items:
+            return None
+        kinds = _value_kinds(items)
+    if kinds == {"int", "float"}:
+        kinds = {"float"}
+    if len(kinds) > 1 or not kinds <= set(_ARROW_TYPES):
+        return None
+    kind = kinds.pop() if kinds else "str"
+    if kind == "float" and any(use != "float" for use, _ in uses):
+        return None
+    return pa.list_(_ARROW_TYPES[kind]) if is_list else _ARROW_TYPES[kind]
+
+
+class JsonLinesReader:
+    """Reads JSON Lines: Arrow's JSON reader for clean chunks, `json.loads` per line for
+    the others. The Arrow schema starts from the spec and adapts to what the lines hold
+    (e.g. booleans in an int64 feature), so one odd chunk does not slow the rest."""
+
+    def __init__(self, spec: ConversionSpec, batch_rows: int):
+        self.spec = spec
+        self.batch_rows = batch_rows
+        self.types: dict[str, pa.DataType] = {}
+        self.uses: dict[str, set[tuple[str, bool]]] = collections.defaultdict(set)
+        for feature in spec.features:
+            self.types.setdefault(feature.source_column,
+                                  _arrow_type_for(feature.type, feature.is_list))
+            self.uses[feature.source_column].add((feature.type, feature.is_list))
+        for column in spec.split_key:
+            self.types.setdefault(column, pa.string())
+            self.uses[column].add(("key", False))
+        for column, uses in self.uses.items():
+            if any(use != "float" for use, _ in uses) and pa.float64() in (
+                    self.types[column], getattr(self.types[column], "value_type", None)):
+                self.types[column] = pa.string()
+
+    def chunks(self, unit: WorkUnit) -> Iterator[Chunk]:
+        with ExitStack() as stack:
+            stream = open_input(unit.path, stack)
+            target = MIN_BLOCK  # adapted to batch_rows after the first chunk
+            pending: list[bytes] = []
+            rows_before = lines_before = index = 0
+            while True:
+                data = stream.read(target)
+                if data:
+                    cut = data.rfind(b"\n")
+                    if cut < 0:
+                        pending.append(data)
+                        continue
+                    body = b"".join([*pending, data[: cut + 1]])
+                    pending = [data[cut + 1:]] if cut + 1 < len(data) else []
+                else:
+                    body = b"".join(pending)
+                    pending = []
+                    if not body:
+                        return
+                chunk = self._chunk(unit, body, index, rows_before, lines_before)
+                if chunk.input_count:
+                    rows_before += chunk.input_count
+                    if index == 0:
+                        target = block_size(self.batch_rows, len(body) / chunk.input_count)
+                    yield chunk
+                    index += 1
+                lines_before += body.count(b"\n")
+                if not data:
+                    return
+
+    def _chunk(self, unit: WorkUnit, body: bytes, index: int, rows_before: int,
+               lines_before: int) -> Chunk:
+        lines: list[bytes] | None = None
+        records: list[int] | None = None  # index in `lines` of every non-blank line
+
+        def split_lines() -> tuple[list[bytes], list[int]]:
+            nonlocal lines, records
+            if lines is None:
+                lines = body.split(b"\n")
+                records = [k for k, line in enumerate(lines) if line.strip()]
+            return lines, records
+
+        table = self._read_arrow(body)
+        if table is not None and table.num_rows != len(split_lines()[1]):
+            table = None  # e.g. two objects on one line: the lines decide
+        if table is None:
+            return self._python_chunk(unit, index, *split_lines(), rows_before, lines_before)
+
+        n = table.num_rows
+
+        def raw(i: int) -> bytes:
+            all_lines, nonblank = split_lines()
+            return all_lines[nonblank[i]].strip()
+
+        def details(i: int) -> dict:
+            return {"line": lines_before + split_lines()[1][i] + 1}
+
+        return Chunk(
+            index=index, mode="typed", num_rows=n,
+            columns={name: table.column(name).combine_chunks() for name in table.column_names},
+            row_numbers=rows_before + np.arange(1, n + 1),
+            raw=raw,
+            whole_row_keys=lambda: [raw(i) for i in range(n)],
+            details=details,
+        )
+
+    def _read_arrow(self, body: bytes) -> pa.Table | None:
+        schema = pa.schema(list(self.types.items()))
+        try:
+            return pajson.read_json(
+                io.BytesIO(body),
+                read_options=pajson.ReadOptions(use_threads=False, block_size=len(body) + 1),
+                parse_options=pajson.ParseOptions(explicit_schema=schema,
+                                                  unexpected_field_behavior="ignore"),
+            )
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, UnicodeDecodeError, ValueError):
+            return None
+
+    def _python_chunk(self, unit: WorkUnit, index: int, lines: list[bytes], nonblank: list[int],
+                      rows_before: int, lines_before: int) -> Chunk:
+        objects: list[dict] = []
+        positions: list[int] = []  # index in `nonblank` of each parsed object
+        failures: list[Failure] = []
+        for position, k in enumerate(nonblank):
+            line = lines[k].strip()
+            row, where = rows_before + position + 1, {"line": lines_before + k + 1}
+            try:
+                obj = json.loads(line)
+            except UnicodeDecodeError as e:
+                failures.append(Failure(row, "invalid_encoding", f"line is not UTF-8: {e}",
+                                        line, line, where))
+                continue
+            except ValueError as e:
+                failures.append(Failure(row, "invalid_json", f"invalid JSON: {e}",
+                                        line, line, where))
+                continue
+            if not isinstance(obj, dict):
+                failures.append(Failure(row, "invalid_json",
+                                        f"a JSON {type(obj).__name__}, not an object",
+                                        line, line, where))
+                continue
+            objects.append(obj)
+            positions.append(position)
+        columns = {name: [obj.get(name) for obj in objects] for name in self.types}
+        for name, values in columns.items():
+            learned = _learned_type(values, self.uses[name])
+            if learned is not None:
+                self.types[name] = learned
+        return Chunk(
+            index=index, mode="python", num_rows=len(objects), columns=columns,
+            row_numbers=rows_before + np.asarray(positions, np.int64) + 1,
+            raw=lambda i: lines[nonblank[positions[i]]].strip(),
+            whole_row_keys=lambda: [lines[nonblank[p]].strip() for p in positions],
+            failures=failures,
+            details=lambda i: {"line": lines_before + nonblank[positions[i]] + 1},
+        )
+

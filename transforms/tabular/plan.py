@@ -1,0 +1,62 @@
+"""Planning a tabular conversion's input: `plan_tabular` lists the files matching the input
+patterns (any Beam filesystem) and cuts them into work units, one per file, or one per row
+group of a Parquet file, so the runner can spread them. Launcher side; the readers read the
+units in the workers."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pyarrow.parquet as pq
+from apache_beam.io.filesystem import CompressionTypes
+from apache_beam.io.filesystems import FileSystems
+
+from transforms.input_formats import check_tabular_format
+from transforms.records import WorkUnit
+
+__all__ = ['plan_tabular']
+
+
+def _expand(patterns: str | Sequence[str]) -> list:
+    patterns = [patterns] if isinstance(patterns, str) else list(patterns)
+    found = {}
+    for pattern, result in zip(patterns, FileSystems.match(patterns), strict=True):
+        if not result.metadata_list:
+            raise FileNotFoundError(f"no input file matches {pattern!r}")
+        for metadata in result.metadata_list:
+            found[metadata.path] = metadata
+    return [found[path] for path in sorted(found)]
+
+
+def plan_tabular(input_glob: str | Sequence[str], fmt: str) -> list[WorkUnit]:
+    """The work units of a tabular input, in a deterministic order.
+
+    One unit per file (sorted by path); for Parquet one unit per row group
+    (start/end = row group range, extra = {"size", "rows", "row_offset"}). CSV and JSON
+    units carry extra = {"size": bytes}. Raises FileNotFoundError when a pattern matches
+    nothing and ValueError for an unknown format.
+    """
+    check_tabular_format(fmt)
+    units: list[WorkUnit] = []
+    for metadata in _expand(input_glob):
+        if fmt != "parquet":
+            units.append(WorkUnit(metadata.path, len(units), extra={"size": metadata.size_in_bytes}))
+            continue
+        try:
+            with FileSystems.open(metadata.path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
+                meta = pq.ParquetFile(f).metadata
+        except Exception:  # noqa: BLE001 - the converter dead-letters the unreadable file
+            units.append(WorkUnit(metadata.path, len(units), extra={"size": metadata.size_in_bytes}))
+            continue
+        offset = 0
+        for group in range(meta.num_row_groups):
+            rows = meta.row_group(group).num_rows
+            size = meta.row_group(group).total_byte_size
+            units.append(WorkUnit(metadata.path, len(units), start=group, end=group + 1,
+                                  extra={"size": size, "rows": rows, "row_offset": offset}))
+            offset += rows
+        if meta.num_row_groups == 0:
+            units.append(WorkUnit(metadata.path, len(units), start=0, end=0,
+                                  extra={"size": 0, "rows": 0, "row_offset": 0}))
+    return units
+

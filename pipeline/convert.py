@@ -33,7 +33,7 @@ from pipeline.options import (
     normalize_argv,
 )
 from pipeline.output_lock import output_lock
-from pipeline.planning import plan_conversion, shard_byte_cap
+from pipeline.planning import plan_conversion, sharding_of
 from pipeline.progress import Progress
 from pipeline.runners import (
     LOCAL_PARALLEL_MIN_BYTES,
@@ -81,21 +81,13 @@ def _resolve_paths(conv: ConvertOptions) -> tuple[str, str]:
     )
 
 
-def _check_sharding(conv: ConvertOptions) -> None:
-    if conv.num_shards and (conv.max_shard_bytes or conv.max_shard_records):
-        raise UsageError("--num-shards cannot be combined with --max-shard-bytes/--max-shard-records")
-
-
 def _sink_for(conv: ConvertOptions, output: str, plan) -> WriteToShardedTFRecord:
     return WriteToShardedTFRecord(
         output,
         compression=parse_compression(conv.compression),
         compression_level=conv.compression_level,
-        num_shards=conv.num_shards,
-        max_shard_bytes=shard_byte_cap(conv),
-        max_shard_records=conv.max_shard_records,
+        sharding=sharding_of(conv),
         splits=plan.splits,
-        skip_if_empty=conv.skip_if_empty,
         max_error_rate=conv.max_error_rate,
         extra_files=plan.extra_files,
         manifest_metadata=plan.manifest_metadata,
@@ -182,7 +174,7 @@ def convert(argv: Sequence[str]) -> None:
     input_path, output = _resolve_paths(conv)
     if "://" not in output and os.path.exists(output) and not os.path.isdir(output):
         raise UsageError(f"--output {output} is a file, not a folder")
-    _check_sharding(conv)
+    sharding_of(conv)  # contradicting sharding flags: refused before anything is read
     plan = plan_conversion(conv, input_path, output)
     if conv.convert_dry_run:
         print(json.dumps(plan.summary, indent=2, sort_keys=True, default=str))

@@ -18,21 +18,21 @@ from pipeline.options import IMAGE_FORMATS, TABULAR_FORMATS, ConvertOptions, out
 from transforms import manifest as manifest_lib
 from transforms.ordered_pool import default_threads
 from transforms.records import DEFAULT_SPLIT
-from transforms.sink import DEFAULT_MAX_SHARD_BYTES
+from transforms.shard_writers import ShardingConfig
 from transforms.tabular.spec import ConversionSpec, load_spec
 
-__all__ = ["plan_conversion", "shard_byte_cap"]
+__all__ = ["plan_conversion", "sharding_of"]
 
-def shard_byte_cap(conv: ConvertOptions) -> int | None:
-    """The byte cap shards roll at: none with --num-shards, else the flag or the default."""
-    if conv.num_shards:
-        return None
-    return conv.max_shard_bytes or DEFAULT_MAX_SHARD_BYTES
+
+def sharding_of(conv: ConvertOptions) -> ShardingConfig:
+    """The run's sharding policy from its flags (ValueError when they contradict each other)."""
+    return ShardingConfig(num_shards=conv.num_shards, max_shard_bytes=conv.max_shard_bytes,
+                          max_shard_records=conv.max_shard_records, skip_if_empty=conv.skip_if_empty)
 
 
 def _options_record(conv: ConvertOptions, input_path: str, output: str) -> dict[str, Any]:
     record = {name: getattr(conv, name) for name in output_options()}
-    record["max_shard_bytes"] = shard_byte_cap(conv)
+    record["max_shard_bytes"] = sharding_of(conv).byte_cap
     record.update(input=input_path, output=output,
                   run_date=str(conv.run_date) if conv.run_date else None)
     return json.loads(json.dumps(record, default=str))
@@ -109,7 +109,7 @@ def _plan_tabular(conv: ConvertOptions, input_path: str, output: str) -> Convers
     if conv.convert_dry_run:
         estimate = estimate_output(
             units, spec, conv.format, conv.sample_rows,
-            max_shard_bytes=shard_byte_cap(conv),
+            max_shard_bytes=sharding_of(conv).byte_cap,
             num_shards=conv.num_shards, compression=conv.compression,
             compression_level=conv.compression_level,
         )

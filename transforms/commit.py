@@ -167,7 +167,7 @@ def _final_names(config: SinkConfig, sidecars: Sequence[Mapping[str, Any]]) -> l
 
 def _empty_shards(config: SinkConfig, sidecars: Sequence[Mapping[str, Any]]) -> list[dict]:
     """Creates one empty temp shard per declared split that got no records."""
-    if config.skip_if_empty:
+    if config.sharding.skip_if_empty:
         return []
     present = {s["split"] for s in sidecars if s["kind"] == TFRECORD_KIND}
     created = []
@@ -290,12 +290,7 @@ def finalize_output(
         "dead_letter_files": [describe(entry, with_split=False) for entry in dead_files],
         "counts": totals,
         "files": extra,
-        "sharding": {
-            "num_shards": config.num_shards,
-            "max_shard_bytes": config.max_shard_bytes,
-            "max_shard_records": config.max_shard_records,
-            "skip_if_empty": config.skip_if_empty,
-        },
+        "sharding": config.sharding.to_manifest(),
         "options": {},
     }
     manifest.update(dict(config.manifest_metadata))

@@ -46,6 +46,7 @@ from transforms.records import RecordBatch
 from transforms.worker import prepare_worker
 
 __all__ = [
+    "ShardingConfig",
     "COUNTERS",
     "COUNT_RESULT",
     "DEAD_LETTER_DIR",
@@ -89,17 +90,57 @@ COUNTERS = "tfrecord_pipeline"
 
 
 @dataclasses.dataclass(frozen=True)
+class ShardingConfig:
+    """The whole sharding policy of an output; the CLI, the writers and the manifest all take
+    it from here.
+
+    Either `num_shards`: exactly that many shards per split (records are dealt round-robin
+    and shuffled by shard, so the data goes through a GroupByKey), or the caps: a shard rolls
+    when the next record would push it past `max_shard_bytes` framed, uncompressed bytes
+    (default `DEFAULT_MAX_SHARD_BYTES`) or `max_shard_records` records. The two modes exclude
+    each other. `skip_if_empty`: write no shard for a declared split without records (by
+    default one empty shard, so consumers globbing a split always find a file).
+    """
+
+    num_shards: int | None = None
+    max_shard_bytes: int | None = None
+    max_shard_records: int | None = None
+    skip_if_empty: bool = False
+
+    def __post_init__(self):
+        for name in ("num_shards", "max_shard_bytes", "max_shard_records"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        if self.num_shards and (self.max_shard_bytes or self.max_shard_records):
+            raise ValueError("--num-shards (exactly N shards) cannot be combined with "
+                             "--max-shard-bytes or --max-shard-records (rolling shards)")
+
+    @property
+    def byte_cap(self) -> int | None:
+        """The byte size shards roll at; None with `num_shards`."""
+        return None if self.num_shards else (self.max_shard_bytes or DEFAULT_MAX_SHARD_BYTES)
+
+    @property
+    def record_cap(self) -> int | None:
+        """The record count shards roll at, if any; None with `num_shards`."""
+        return None if self.num_shards else self.max_shard_records
+
+    def to_manifest(self) -> dict[str, Any]:
+        """The manifest's "sharding" entry."""
+        return {"num_shards": self.num_shards, "max_shard_bytes": self.byte_cap,
+                "max_shard_records": self.record_cap, "skip_if_empty": self.skip_if_empty}
+
+
+@dataclasses.dataclass(frozen=True)
 class SinkConfig:
     """Configuration of `WriteToShardedTFRecord`; see its docstring."""
 
     output_dir: str
     compression: Compression = Compression.NONE
     compression_level: int | None = None
-    num_shards: int | None = None
-    max_shard_bytes: int | None = DEFAULT_MAX_SHARD_BYTES
-    max_shard_records: int | None = None
+    sharding: ShardingConfig = dataclasses.field(default_factory=lambda: ShardingConfig())
     splits: tuple[str, ...] = ()
-    skip_if_empty: bool = False
     max_error_rate: float | None = None
     extra_files: tuple[tuple[str, bytes], ...] = ()
     manifest_metadata: tuple[tuple[str, Any], ...] = ()
@@ -107,12 +148,6 @@ class SinkConfig:
     report_progress: bool = False
 
     def __post_init__(self):
-        if self.num_shards is not None and self.num_shards < 1:
-            raise ValueError(f"num_shards must be >= 1, got {self.num_shards}")
-        if self.max_shard_bytes is not None and self.max_shard_bytes < 1:
-            raise ValueError(f"max_shard_bytes must be >= 1, got {self.max_shard_bytes}")
-        if self.max_shard_records is not None and self.max_shard_records < 1:
-            raise ValueError(f"max_shard_records must be >= 1, got {self.max_shard_records}")
         if self.max_error_rate is not None and not 0 <= self.max_error_rate <= 1:
             raise ValueError(f"max_error_rate must be within [0, 1], got {self.max_error_rate}")
         for relative, _ in self.extra_files:
@@ -315,10 +350,11 @@ class WriteRollingShards(beam.DoFn):
         """How many items from `start` fit in `shard` under the record and byte caps."""
         remaining = len(totals) - 1 - start
         config = self._config
-        if config.max_shard_records is not None:
-            remaining = min(remaining, config.max_shard_records - shard.records)
-        if config.max_shard_bytes is not None and remaining > 0:
-            budget = config.max_shard_bytes - shard.logical_bytes
+        record_cap, byte_cap = config.sharding.record_cap, config.sharding.byte_cap
+        if record_cap is not None:
+            remaining = min(remaining, record_cap - shard.records)
+        if byte_cap is not None and remaining > 0:
+            budget = byte_cap - shard.logical_bytes
             # The last item index whose running total (from `start`) stays within budget.
             limit = int(np.searchsorted(totals, totals[start] + budget, side="right")) - 1
             remaining = min(remaining, limit - start)

@@ -26,8 +26,8 @@ import apache_beam as beam
 from transforms.commit import Finalize
 from transforms.format.compression import Compression, parse_compression
 from transforms.shard_writers import (
-    DEFAULT_MAX_SHARD_BYTES,
     TRIGGER_RESULT,
+    ShardingConfig,
     SinkConfig,
     WriteGroupedShard,
     WriteRollingShards,
@@ -53,17 +53,15 @@ class WriteToShardedTFRecord(beam.PTransform):
       output_dir: the output root, on any Beam filesystem.
       compression: "none" (default), "gzip" or "zlib"; anything else is refused.
       compression_level: codec level (see `transforms.format.tfrecord_format`).
-      num_shards: exactly this many shards per split (needs a shuffle of the data).
-      max_shard_bytes: roll shards at this many framed, uncompressed bytes (default
-        200 MiB); ignored when `num_shards` is set.
-      max_shard_records: also roll shards at this many records.
+      num_shards, max_shard_bytes, max_shard_records, skip_if_empty: build the
+        `ShardingConfig` (see there) when `sharding` is not given.
       splits: the declared split names; used to write empty shards (see module docs).
-      skip_if_empty: write no shard for a declared split without records.
       max_error_rate: fail the job, after committing the dead letters, when more than
         this fraction of input records was dead-lettered.
       extra_files: {relative path: bytes} written next to the shards before the manifest.
       manifest_metadata: extra top-level manifest keys (e.g. "options", "fingerprint").
       run_id: names the temp folder; a fresh one by default.
+      sharding: the whole sharding policy (`transforms.shard_writers.ShardingConfig`).
       report_progress: writers leave a small heartbeat file under the temp folder every
         few seconds (records so far), which the CLI reads to show progress.
 
@@ -77,7 +75,7 @@ class WriteToShardedTFRecord(beam.PTransform):
         compression: str | Compression = Compression.NONE,
         compression_level: int | None = None,
         num_shards: int | None = None,
-        max_shard_bytes: int | None = DEFAULT_MAX_SHARD_BYTES,
+        max_shard_bytes: int | None = None,
         max_shard_records: int | None = None,
         splits: Sequence[str] = (),
         skip_if_empty: bool = False,
@@ -86,17 +84,16 @@ class WriteToShardedTFRecord(beam.PTransform):
         manifest_metadata: Mapping[str, Any] | None = None,
         run_id: str | None = None,
         report_progress: bool = False,
+        sharding: ShardingConfig | None = None,
     ):
         super().__init__()
         self._config = SinkConfig(
             output_dir=output_dir.rstrip("/") or "/",
             compression=parse_compression(compression),
             compression_level=compression_level,
-            num_shards=num_shards,
-            max_shard_bytes=None if num_shards else max_shard_bytes,
-            max_shard_records=None if num_shards else max_shard_records,
+            sharding=sharding or ShardingConfig(num_shards, max_shard_bytes, max_shard_records,
+                                                skip_if_empty),
             splits=tuple(splits),
-            skip_if_empty=skip_if_empty,
             max_error_rate=max_error_rate,
             extra_files=tuple(sorted((extra_files or {}).items())),
             manifest_metadata=tuple(sorted((manifest_metadata or {}).items())),
@@ -110,10 +107,10 @@ class WriteToShardedTFRecord(beam.PTransform):
 
     def expand(self, batches):
         config = self._config
-        if config.num_shards:
+        if config.sharding.num_shards:
             temp_files = (
                 batches
-                | "DealRecordsToShards" >> beam.FlatMap(deal_to_shards, config.num_shards)
+                | "DealRecordsToShards" >> beam.FlatMap(deal_to_shards, config.sharding.num_shards)
                 | "GroupByShard" >> beam.GroupByKey()
                 | "WriteFixedShards" >> beam.ParDo(WriteGroupedShard(config))
             )

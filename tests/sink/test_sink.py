@@ -13,7 +13,13 @@ from transforms.commit import AccountingError, ErrorRateExceededError, finalize_
 from transforms.format.compression import Compression
 from transforms.format.example_codec import decode_example, encode_example
 from transforms.records import RecordBatch, batch_key, dead_letter
-from transforms.shard_writers import SinkConfig, WriteRollingShards, batch_counts
+from transforms.shard_writers import (
+    DEFAULT_MAX_SHARD_BYTES,
+    ShardingConfig,
+    SinkConfig,
+    WriteRollingShards,
+    batch_counts,
+)
 from transforms.sink import WriteToShardedTFRecord
 from transforms.tfrecord_io import read_tfrecord_file
 
@@ -217,7 +223,7 @@ def _write_bundle(config, batches):
 
 def test_retried_bundle_and_retried_finalize_neither_lose_nor_duplicate(tmp_path):
     config = SinkConfig(output_dir=str(tmp_path), compression=Compression.GZIP,
-                        max_shard_bytes=2000, run_id="retry")
+                        sharding=ShardingConfig(max_shard_bytes=2000), run_id="retry")
     batches = _batches(num_batches=4, per_batch=20)
     counts = [batch_counts(batch)[1] for batch in batches]
     # First attempt of the bundle "fails" after writing: the runner discards its outputs.
@@ -242,7 +248,8 @@ def test_retried_bundle_and_retried_finalize_neither_lose_nor_duplicate(tmp_path
 def test_finalize_interrupted_after_some_renames_completes_on_retry(tmp_path, monkeypatch):
     from transforms import commit as commit_module
 
-    config = SinkConfig(output_dir=str(tmp_path), max_shard_bytes=1500, run_id="crash")
+    config = SinkConfig(output_dir=str(tmp_path), sharding=ShardingConfig(max_shard_bytes=1500),
+                        run_id="crash")
     batches = _batches(num_batches=3, per_batch=20)
     counts = [batch_counts(batch)[1] for batch in batches]
     temp_paths = _write_bundle(config, batches)
@@ -306,7 +313,11 @@ def test_a_rerun_replaces_stale_shards_of_an_earlier_run(tmp_path):
 
 def test_config_validation():
     with pytest.raises(ValueError, match="num_shards"):
-        SinkConfig(output_dir="/x", num_shards=0)
+        ShardingConfig(num_shards=0)
+    with pytest.raises(ValueError, match="cannot be combined"):
+        ShardingConfig(num_shards=2, max_shard_records=10)
+    assert ShardingConfig().byte_cap == DEFAULT_MAX_SHARD_BYTES
+    assert ShardingConfig(num_shards=3).byte_cap is None
     with pytest.raises(ValueError, match="max_error_rate"):
         SinkConfig(output_dir="/x", max_error_rate=2)
     with pytest.raises(ValueError, match="relative"):

@@ -43,6 +43,7 @@ from pipeline.runners import (
     runner_for,
     runs_in_process,
 )
+from transforms import fs
 from transforms import manifest as manifest_lib
 from transforms.format.compression import parse_compression
 from transforms.gcs import use_anonymous_credentials_for_emulator
@@ -98,7 +99,7 @@ def _sink_for(conv: ConvertOptions, output: str, plan) -> WriteToShardedTFRecord
 def _clean_uncommitted(output: str) -> None:
     """Deletes the temp folders earlier runs left: killed or failed before they committed,
     or killed after writing their manifest but before deleting their temp folder."""
-    prefix = manifest_lib.join_path(output, ".tmp-")
+    prefix = fs.join_path(output, ".tmp-")
     if "://" in output:
         matched = FileSystems.match([prefix + "*/**"])[0].metadata_list
         leftovers = sorted({
@@ -108,7 +109,7 @@ def _clean_uncommitted(output: str) -> None:
         leftovers = sorted(glob.glob(glob.escape(prefix) + "*"))
     for leftover in leftovers:
         _LOG.warning("removing leftovers of an uncommitted run: %s", leftover)
-        manifest_lib.delete_tree(leftover)
+        fs.delete_tree(leftover)
 
 
 def _already_committed(output: str, fingerprint: str, overwrite: bool) -> bool:

@@ -15,7 +15,7 @@ from apache_beam.io.filesystems import FileSystems
 
 from pipeline.graph import ConversionPlan
 from pipeline.options import IMAGE_FORMATS, TABULAR_FORMATS, ConvertOptions, output_options
-from transforms import manifest as manifest_lib
+from transforms import fs
 from transforms.ordered_pool import default_threads
 from transforms.records import DEFAULT_SPLIT
 from transforms.shard_writers import ShardingConfig
@@ -47,7 +47,7 @@ def _input_listing(input_path: str, fmt: str) -> list[list]:
     """
     pattern = input_path
     if fmt == "image-folder":
-        pattern = manifest_lib.join_path(input_path.rstrip("/"), "**")
+        pattern = fs.join_path(input_path.rstrip("/"), "**")
     listing = []
     for result in FileSystems.match([pattern]):
         for metadata in result.metadata_list:

@@ -13,7 +13,7 @@ import time
 
 from apache_beam.io.filesystems import FileSystems
 
-from transforms import manifest as manifest_lib
+from transforms import fs
 
 __all__ = ["Progress"]
 
@@ -31,7 +31,7 @@ class Progress(threading.Thread):
         if interval is None:
             interval = 2.0 if self._terminal else self.LOG_INTERVAL
         self._total_units = total_units
-        self._pattern = manifest_lib.join_path(temp_dir, "_progress", "*.json")
+        self._pattern = fs.join_path(temp_dir, "_progress", "*.json")
         self._stream = stream
         self._interval = interval
         self._done = threading.Event()

@@ -18,6 +18,7 @@ from collections.abc import Iterable, Sequence
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
+from transforms import fs
 from transforms import manifest as manifest_lib
 from transforms.format.compression import compression_from_path
 from transforms.format.example_codec import decode_example
@@ -107,12 +108,12 @@ def _file_digest(path: str) -> tuple[int, str]:
 
 
 def _verify_output_dir(output_dir: str, manifest: dict, problems: list[Problem]) -> int:
-    manifest_path = manifest_lib.join_path(output_dir, manifest_lib.MANIFEST_NAME)
+    manifest_path = fs.join_path(output_dir, manifest_lib.MANIFEST_NAME)
     listed = set()
     records_per_split: dict[str, int] = {}
     checked = 0
     for shard in manifest["shards"]:
-        path = manifest_lib.join_path(output_dir, shard["path"])
+        path = fs.join_path(output_dir, shard["path"])
         listed.add(shard["path"])
         if not FileSystems.exists(path):
             problems.append(Problem(path, "listed in the manifest but missing"))
@@ -125,7 +126,7 @@ def _verify_output_dir(output_dir: str, manifest: dict, problems: list[Problem])
             if shard[key] != actual:
                 problems.append(Problem(path, f"{key} is {actual!r}, manifest says {shard[key]!r}"))
     for entry in manifest.get("dead_letter_files", []):
-        path = manifest_lib.join_path(output_dir, entry["path"])
+        path = fs.join_path(output_dir, entry["path"])
         listed.add(entry["path"])
         if not FileSystems.exists(path):
             problems.append(Problem(path, "listed in the manifest but missing"))
@@ -133,7 +134,7 @@ def _verify_output_dir(output_dir: str, manifest: dict, problems: list[Problem])
         size, digest = _file_digest(path)
         if (size, digest) != (entry["bytes"], entry["sha256"]):
             problems.append(Problem(path, "size or sha256 differs from the manifest"))
-    for result in FileSystems.match([manifest_lib.join_path(output_dir, "*.tfrecord*")]):
+    for result in FileSystems.match([fs.join_path(output_dir, "*.tfrecord*")]):
         for metadata in result.metadata_list:
             relative = metadata.path[len(output_dir):].lstrip("/")
             # No shard name starts with "." (split names cannot): hidden files are not shards.
@@ -172,7 +173,7 @@ def resolve_tfrecord_paths(path: str) -> tuple[list[str], dict | None]:
     elif _is_file(path):
         return [path], None
     else:
-        pattern = manifest_lib.join_path(path, "*.tfrecord*")
+        pattern = fs.join_path(path, "*.tfrecord*")
     matched = FileSystems.match([pattern])[0].metadata_list
     return sorted(metadata.path for metadata in matched), None
 

@@ -25,6 +25,7 @@ import apache_beam as beam
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
+from transforms import fs
 from transforms import manifest as manifest_lib
 from transforms.shard_writers import (
     COUNT_RESULT,
@@ -174,7 +175,7 @@ def _empty_shards(config: SinkConfig, sidecars: Sequence[Mapping[str, Any]]) -> 
     for split in config.splits:
         if split in present:
             continue
-        path = manifest_lib.join_path(config.temp_dir, split, f"empty-{split}{config.suffix}")
+        path = fs.join_path(config.temp_dir, split, f"empty-{split}{config.suffix}")
         sidecar_path = path + ".json"
         if FileSystems.exists(sidecar_path):  # a retried finalize made it already
             created.append(_read_json(sidecar_path))
@@ -187,8 +188,8 @@ def _empty_shards(config: SinkConfig, sidecars: Sequence[Mapping[str, Any]]) -> 
 def _stale_outputs(config: SinkConfig, keep: set[str]) -> list[str]:
     """Files under final names left by an earlier, uncommitted or replaced run."""
     patterns = [
-        manifest_lib.join_path(config.output_dir, "*-?????-of-?????.tfrecord*"),
-        manifest_lib.join_path(config.output_dir, DEAD_LETTER_DIR, "*"),
+        fs.join_path(config.output_dir, "*-?????-of-?????.tfrecord*"),
+        fs.join_path(config.output_dir, DEAD_LETTER_DIR, "*"),
     ]
     stale = []
     for result in FileSystems.match(patterns):
@@ -204,12 +205,12 @@ def _stale_outputs(config: SinkConfig, keep: set[str]) -> list[str]:
 
 def _commit_file(config: SinkConfig, planned: Mapping[str, Any]) -> None:
     """Moves one temp file to its final name; a no-op if a retry already did."""
-    final = manifest_lib.join_path(config.output_dir, planned["path"])
+    final = fs.join_path(config.output_dir, planned["path"])
     source = planned["temp_path"]
     if FileSystems.exists(source):
         if FileSystems.exists(final):
             FileSystems.delete([final])
-        manifest_lib.ensure_parent(final)
+        fs.ensure_parent(final)
         FileSystems.rename([source], [final])
         return
     if not FileSystems.exists(final):
@@ -230,7 +231,7 @@ def finalize_output(
     Idempotent: calling it again with the same arguments after a failure at any point, or
     after success, leaves exactly one complete output. Returns the manifest path.
     """
-    manifest_path = manifest_lib.join_path(config.output_dir, manifest_lib.MANIFEST_NAME)
+    manifest_path = fs.join_path(config.output_dir, manifest_lib.MANIFEST_NAME)
     existing = manifest_lib.read_manifest(config.output_dir)
     if existing is not None and existing.get("run_id") == config.run_id:
         return manifest_path  # this run was committed by an earlier attempt
@@ -259,15 +260,15 @@ def finalize_output(
             f"{totals['dead_letter']} of {totals['input']} input records "
             f"({error_rate:.2%}) were dead-lettered, more than --max-error-rate "
             f"{config.max_error_rate:.2%}; no shard was committed. The dead letters are in "
-            f"{manifest_lib.join_path(config.output_dir, DEAD_LETTER_DIR)}"
+            f"{fs.join_path(config.output_dir, DEAD_LETTER_DIR)}"
         )
 
     for entry in planned:
         _commit_file(config, entry)
     extra = {}
     for relative, data in config.extra_files:
-        target = manifest_lib.join_path(config.output_dir, relative)
-        manifest_lib.write_bytes_atomically(target, data)
+        target = fs.join_path(config.output_dir, relative)
+        fs.write_bytes_atomically(target, data)
         extra[relative] = {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
 
     def describe(entry, with_split=True):
@@ -294,7 +295,7 @@ def finalize_output(
         "options": {},
     }
     manifest.update(dict(config.manifest_metadata))
-    manifest_lib.write_bytes_atomically(
+    fs.write_bytes_atomically(
         manifest_path, json.dumps(manifest, indent=2, sort_keys=True).encode("utf-8") + b"\n"
     )
     _delete_temp_dir(config)
@@ -309,7 +310,7 @@ def _delete_temp_dir(config: SinkConfig) -> None:
     """Removes the run's temp folder (on object stores: every object under its prefix)."""
     temp_dir = config.temp_dir
     try:
-        manifest_lib.delete_tree(temp_dir)
+        fs.delete_tree(temp_dir)
     except Exception:  # noqa: BLE001 - leftover temp files are harmless; never fail a commit
         _LOG.warning("could not delete temporary folder %s", temp_dir, exc_info=True)
 

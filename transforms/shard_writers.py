@@ -39,7 +39,7 @@ from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 
-from transforms import manifest as manifest_lib
+from transforms import fs
 from transforms.format.compression import Compression, shard_suffix
 from transforms.format.tfrecord_format import FramedRecords, TFRecordWriter, frame_records
 from transforms.records import RecordBatch
@@ -156,7 +156,7 @@ class SinkConfig:
 
     @property
     def temp_dir(self) -> str:
-        return manifest_lib.join_path(self.output_dir, f".tmp-{self.run_id}")
+        return fs.join_path(self.output_dir, f".tmp-{self.run_id}")
 
     @property
     def suffix(self) -> str:
@@ -230,9 +230,9 @@ class TempShard:
         if path is None:
             name = uuid.uuid4().hex  # unique per attempt: a retried bundle never collides
             if kind == TFRECORD_KIND:
-                path = manifest_lib.join_path(config.temp_dir, split, name + config.suffix)
+                path = fs.join_path(config.temp_dir, split, name + config.suffix)
             else:
-                path = manifest_lib.join_path(config.temp_dir, DEAD_LETTER_DIR, name + ".jsonl")
+                path = fs.join_path(config.temp_dir, DEAD_LETTER_DIR, name + ".jsonl")
         self.path = path
         self._raw = FileSystems.create(self.path, compression_type=CompressionTypes.UNCOMPRESSED)
         self._hashing = _HashingWriter(self._raw)
@@ -376,7 +376,7 @@ class _Heartbeat:
     INTERVAL_SECONDS = 2.0
 
     def __init__(self, config: SinkConfig):
-        self._path = manifest_lib.join_path(config.temp_dir, "_progress", uuid.uuid4().hex + ".json")
+        self._path = fs.join_path(config.temp_dir, "_progress", uuid.uuid4().hex + ".json")
         self._records = self._dead_letters = 0
         self._units: set[str] = set()
         self._last = 0.0

@@ -13,6 +13,7 @@ import apache_beam as beam
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
+from transforms import fs
 from transforms import manifest as manifest_lib
 from transforms.format.compression import Compression, compression_from_path, parse_compression
 from transforms.format.example_codec import decode_example
@@ -36,7 +37,7 @@ def manifest_shard_paths(output_dir: str, split: str | None = None) -> list[str]
 def listed_shard_paths(output_dir: str, manifest: dict, split: str | None = None) -> list[str]:
     """The shard paths an already-read `manifest` of `output_dir` lists."""
     return [
-        manifest_lib.join_path(output_dir, shard["path"])
+        fs.join_path(output_dir, shard["path"])
         for shard in manifest["shards"]
         if split is None or shard["split"] == split
     ]

@@ -24,13 +24,16 @@ def test_a_signal_mid_run_is_one_line_and_a_conventional_code(tmp_path, signum, 
     process = subprocess.Popen(
         [sys.executable, "-m", "pipeline", "convert", "--input", str(tmp_path / "in.csv"),
          "--format", "csv", "--spec", str(fifo), "--output", str(tmp_path / "out")],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+        # A shell's background job inherits SIGINT ignored, and Python then keeps it ignored:
+        # the run gets the default disposition, as in a terminal.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         with open(fifo, "w") as writer:  # returns once the run has opened the file to read it
             writer.write("features:\n")
             writer.flush()
             process.send_signal(signum)
-            _, err = process.communicate(timeout=120)
+        _, err = process.communicate(timeout=120)
     finally:
         process.kill()
     lines = [line for line in err.decode().splitlines() if "WARNING" not in line]

@@ -20,6 +20,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from transforms.format.example_codec import INT64_MAX
 from transforms.tabular.spec import FeatureSpec
 from transforms.tabular.values import (
     ASCII_WHITESPACE,
@@ -44,7 +45,6 @@ __all__ = [
 
 TARGET_TYPES = {"int64": pa.int64(), "float": pa.float32(), "bytes": pa.binary(),
                 "string": pa.binary()}
-_INT64_MAX = 2**63 - 1
 # Up to 18 digits always fit in int64; longer numbers are checked one by one.
 _SHORT_INT = r"^[+-]?[0-9]{1,18}$"
 _FLOAT = f"^{FLOAT_PATTERN}$"
@@ -282,7 +282,7 @@ def _typed_scalars(feature: FeatureSpec, arr: pa.Array, ok: np.ndarray, max_leng
         return pa.nulls(len(arr), target)
     if kind == "int64" and (pa.types.is_integer(t) or pa.types.is_boolean(t)):
         if t == pa.uint64():
-            over = _mask(pc.greater(arr, pa.scalar(_INT64_MAX, pa.uint64()))) & ok
+            over = _mask(pc.greater(arr, pa.scalar(INT64_MAX, pa.uint64()))) & ok
             for i in np.flatnonzero(over).tolist():
                 errors[i] = RowError("int_out_of_range", column,
                                      f"column {column!r}: {arr[i].as_py()} is outside the "

@@ -36,7 +36,9 @@ from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
 from transforms.format.compression import open_compressor, parse_compression
+from transforms.format.example_codec import INT64_MAX, INT64_MIN
 from transforms.format.tfrecord_format import frame_records, framed_size
+from transforms.input_formats import TABULAR_FORMATS
 from transforms.records import WorkUnit
 from transforms.tabular.chunks import Chunk, open_input
 from transforms.tabular.convert import convert_chunk, split_assigner
@@ -55,7 +57,6 @@ __all__ = [
 _LOG = logging.getLogger("tfrecord_pipeline")
 DEFAULT_SAMPLE_ROWS = 10_000
 _DEFAULT_MAX_SHARD_BYTES = 200 * 2**20
-_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 _RANK = {"int64": 0, "float": 1, "bytes": 2, "string": 2}
 
 
@@ -98,7 +99,7 @@ def _python_type(value: Any) -> str | None:
     if isinstance(value, bool):
         return "int64"
     if isinstance(value, int):
-        return "int64" if _INT64_MIN <= value <= _INT64_MAX else "float"
+        return "int64" if INT64_MIN <= value <= INT64_MAX else "float"
     if isinstance(value, float):
         return "float"
     if isinstance(value, str):
@@ -174,7 +175,7 @@ def _reading_spec(csv: CsvOptions | None) -> ConversionSpec:
 
 def _sample(units: Sequence[WorkUnit], fmt: str, csv: CsvOptions | None,
             sample_rows: int) -> _Sample:
-    if fmt not in ("csv", "tsv", "jsonl", "parquet"):
+    if fmt not in TABULAR_FORMATS:
         raise ValueError(f"unknown tabular format {fmt!r}")
     sample = _Sample()
     for unit in units:

@@ -16,6 +16,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.json as pajson
 
+from transforms.format.example_codec import INT64_MAX, INT64_MIN
 from transforms.records import WorkUnit
 from transforms.tabular.chunks import (
     MIN_BLOCK,
@@ -50,7 +51,7 @@ def _value_kinds(values: Sequence[Any]) -> set:
         if isinstance(value, bool):
             kinds.add("bool")
         elif isinstance(value, int):
-            kinds.add("int" if -(2**63) <= value < 2**63 else "big")
+            kinds.add("int" if INT64_MIN <= value <= INT64_MAX else "big")
         elif isinstance(value, float):
             kinds.add("float")
         elif isinstance(value, str):

@@ -37,6 +37,8 @@ from typing import Any
 
 import yaml
 
+from transforms.format.example_codec import INT64_MAX, INT64_MIN
+from transforms.splits import check_split_name
 from transforms.tabular.sequence_spec import SequenceSpec
 from transforms.tabular.spec_errors import SpecError, check_bool, reject_unknown_keys
 
@@ -59,7 +61,6 @@ DEFAULT_MAX_BYTES_LENGTH = 10 * 1024 * 1024
 #: Version of the `feature_spec.json` layout written by `to_feature_spec`.
 FEATURE_SPEC_VERSION = 1
 
-_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 # Example kind (the tf.train.Feature oneof) and TensorFlow dtype of each spec type.
 _KIND = {"int64": "int64", "float": "float", "bytes": "bytes", "string": "bytes"}
 _TF_DTYPE = {"int64": "int64", "float": "float32", "bytes": "string", "string": "string"}
@@ -156,7 +157,7 @@ def _check_default(where: str, type_: str, value: Any, nan: str) -> Any:
     if type_ == "int64":
         if isinstance(value, bool) or not isinstance(value, int):
             raise SpecError(f"{where}: 'default' must be an integer, got {value!r}")
-        if not _INT64_MIN <= value <= _INT64_MAX:
+        if not INT64_MIN <= value <= INT64_MAX:
             raise SpecError(f"{where}: 'default' {value} is outside int64")
         return value
     if type_ == "float":
@@ -326,9 +327,10 @@ class ConversionSpec:
         if isinstance(self.splits, Mapping):
             object.__setattr__(self, "splits", tuple(self.splits.items()))
         for name, weight in self.splits:
-            if not isinstance(name, str) or not name or "/" in name or name.startswith(".") \
-                    or name == "dead_letter":
-                raise SpecError(f"spec: splits: invalid split name {name!r}")
+            try:
+                check_split_name(name)
+            except ValueError as error:
+                raise SpecError(f"spec: splits: {error}") from None
             if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not weight > 0:
                 raise SpecError(f"spec: splits: split {name!r} needs a positive weight, "
                                 f"got {weight!r}")

@@ -33,6 +33,9 @@ from typing import Any
 
 import numpy as np
 
+from transforms.format.example_codec import INT64_MAX, INT64_MIN
+from transforms.input_formats import TABULAR_FORMATS
+from transforms.records import DeadLetterError
 from transforms.tabular.spec import ConversionSpec, FeatureSpec
 
 __all__ = [
@@ -62,7 +65,6 @@ REASONS = {
     "missing_file": "a planned input file that no longer exists",
 }
 
-_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
 #: ASCII whitespace ignored around numbers (the same set as the vectorised path).
 ASCII_WHITESPACE = " \t\n\r\f\v"
@@ -104,14 +106,11 @@ def unescape(text: str, encoding: str) -> str | bytes:
     return bytes(out)
 
 
-class RowError(ValueError):
+class RowError(DeadLetterError):
     """A value that cannot be converted; `reason` is a stable dead-letter reason code."""
 
     def __init__(self, reason: str, column: str | None, message: str):
-        super().__init__(message)
-        self.reason = reason
-        self.column = column
-        self.message = message
+        super().__init__(reason, message, column)
 
 
 def _show(value: Any) -> str:
@@ -161,7 +160,7 @@ def text_to_int(text: str, column: str) -> int:
         digits = stripped.lstrip("+-").lstrip("0") or "0"
         if len(digits) <= 19:
             value = int(stripped)
-            if _INT64_MIN <= value <= _INT64_MAX:
+            if INT64_MIN <= value <= INT64_MAX:
                 return value
         raise RowError("int_out_of_range", column,
                        f"column {column!r}: {_show(text)} is outside the int64 range")
@@ -238,7 +237,7 @@ def _typed_scalar(feature: FeatureSpec, value: Any, column: str, max_length: int
             return int(value)
         if isinstance(value, (int, np.integer)):
             value = int(value)
-            if not _INT64_MIN <= value <= _INT64_MAX:
+            if not INT64_MIN <= value <= INT64_MAX:
                 raise RowError("int_out_of_range", column,
                                f"column {column!r}: {value} is outside the int64 range")
             return value
@@ -338,7 +337,7 @@ class RowConverter:
     """
 
     def __init__(self, spec: ConversionSpec, source_format: str = "csv"):
-        if source_format not in ("csv", "tsv", "jsonl", "parquet"):
+        if source_format not in TABULAR_FORMATS:
             raise ValueError(f"unknown source_format {source_format!r}")
         self.spec = spec
         self.text = source_format in ("csv", "tsv")

@@ -85,13 +85,9 @@ def _check_input_formats(units, fmt: str, spec: ConversionSpec | None) -> None:
 
 
 def _plan_tabular(conv: ConvertOptions, input_path: str, output: str) -> ConversionPlan:
-    from transforms.tabular.transform import (
-        ConvertTabular,
-        TabularConfig,
-        estimate_output,
-        plan_tabular,
-        resolve_spec,
-    )
+    from transforms.tabular.infer import estimate_output, resolve_spec
+    from transforms.tabular.plan import plan_tabular
+    from transforms.tabular.transform import ConvertTabular, TabularConfig
 
     if conv.labels_file:
         raise ValueError("--labels-file applies to --format image-folder and image-manifest only")

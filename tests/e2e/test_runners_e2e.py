@@ -217,21 +217,21 @@ def test_file_added_while_planning_is_not_skipped_by_the_next_run(reference, tmp
                                                                    capsys):
     # A file that lands between the fingerprint's listing and the planner's must not be
     # counted as converted: the next run may not call the output "nothing to do".
-    import transforms.tabular.transform
+    import transforms.tabular.plan
 
     root, _, _ = reference
     inputs = tmp_path / "in"
     shutil.copytree(root / "in", inputs)
-    plan = transforms.tabular.transform.plan_tabular
+    plan = transforms.tabular.plan.plan_tabular
 
     def plan_after_a_new_file(pattern, fmt):
         (inputs / "zz-late.csv").write_bytes((inputs / sorted(os.listdir(inputs))[0]).read_bytes())
         return plan(pattern, fmt)
 
-    monkeypatch.setattr(transforms.tabular.transform, "plan_tabular", plan_after_a_new_file)
+    monkeypatch.setattr(transforms.tabular.plan, "plan_tabular", plan_after_a_new_file)
     args = _convert_args(inputs, tmp_path / "out", *in_memory_args())
     assert run(args) == 0
-    monkeypatch.setattr(transforms.tabular.transform, "plan_tabular", plan)
+    monkeypatch.setattr(transforms.tabular.plan, "plan_tabular", plan)
     capsys.readouterr()
     assert run(args) == 2  # a different listing now: refused, not skipped
     assert "--overwrite" in capsys.readouterr().err

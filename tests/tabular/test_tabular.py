@@ -41,18 +41,12 @@ from transforms.records import WorkUnit
 from transforms.tabular import csv_reader, json_reader
 from transforms.tabular import plan as plan_module
 from transforms.tabular.columns import finish_feature, text_feature, typed_feature
+from transforms.tabular.infer import estimate_output, infer_spec, resolve_spec
+from transforms.tabular.plan import plan_tabular
 from transforms.tabular.read import read_chunks
 from transforms.tabular.spec import ConversionSpec, CsvOptions, SpecError, parse_spec
-from transforms.tabular.transform import (
-    ConvertTabular,
-    RowConverter,
-    RowError,
-    TabularConfig,
-    estimate_output,
-    infer_spec,
-    plan_tabular,
-    resolve_spec,
-)
+from transforms.tabular.transform import ConvertTabular, TabularConfig
+from transforms.tabular.values import RowConverter, RowError
 
 # ---------------------------------------------------------------------------------------
 # Helpers.

@@ -9,8 +9,9 @@ import json
 from protos import example_pb2
 from tests.helpers import batch_tuples
 from transforms.format.tfrecord_format import FramedRecords
+from transforms.tabular.plan import plan_tabular
 from transforms.tabular.spec import ConversionSpec, FeatureSpec
-from transforms.tabular.transform import ConvertTabular, TabularConfig, plan_tabular
+from transforms.tabular.transform import ConvertTabular, TabularConfig
 
 SPEC = ConversionSpec(features=(
     FeatureSpec(name="id", type="int64"),

@@ -27,8 +27,9 @@ from transforms.forked_pool import (
 from transforms.format.tfrecord_format import FramedRecords
 from transforms.records import WorkUnit, WorkUnitGroup
 from transforms.tabular import transform as tabular
+from transforms.tabular.plan import plan_tabular
 from transforms.tabular.spec import ConversionSpec, FeatureSpec
-from transforms.tabular.transform import ConvertTabular, TabularConfig, plan_tabular
+from transforms.tabular.transform import ConvertTabular, TabularConfig
 
 pytestmark = pytest.mark.skipif(not fork_available(), reason="forked_map forks on Linux only")
 

@@ -14,7 +14,13 @@ import signal
 import sys
 from collections.abc import Sequence
 
-from pipeline.errors import CommandFailed, ErrorRateExceeded, OutputProblems, UsageError
+from pipeline.errors import (
+    CommandFailed,
+    ErrorRateExceeded,
+    NothingConverted,
+    OutputProblems,
+    UsageError,
+)
 from pipeline.options import ConvertOptions, RaisingParser, command_line_path
 from pipeline.output_lock import OutputBusyError
 from pipeline.runners import RunnerError
@@ -26,12 +32,14 @@ EXIT_FAILED = 1
 EXIT_USAGE = 2
 EXIT_ERROR_RATE = 3
 EXIT_CORRUPT = 4
+EXIT_NOTHING_CONVERTED = 5
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report an interrupted command
 EXIT_TERMINATED = 143  # 128 + SIGTERM: what schedulers and Kubernetes send
 
 #: Outcome -> exit code (documented in the README); the first matching class wins.
 EXIT_CODES: tuple[tuple[type[BaseException], int], ...] = (
     (ErrorRateExceeded, EXIT_ERROR_RATE),
+    (NothingConverted, EXIT_NOTHING_CONVERTED),
     (OutputProblems, EXIT_CORRUPT),
     (CommandFailed, EXIT_FAILED),
     (UsageError, EXIT_USAGE),

@@ -14,6 +14,7 @@ import glob
 import json
 import logging
 import os
+import re
 import time
 from collections.abc import Sequence
 
@@ -21,7 +22,7 @@ import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOptions
 
-from pipeline.errors import CommandFailed, ErrorRateExceeded, UsageError
+from pipeline.errors import CommandFailed, ErrorRateExceeded, NothingConverted, UsageError
 from pipeline.graph import build_pipeline, in_process_plan
 from pipeline.options import (
     IMAGE_FORMATS,
@@ -150,16 +151,23 @@ def _summary(output: str, manifest: dict, elapsed: float) -> str:
     return "\n".join(lines)
 
 
-def _is_error_rate_failure(error: BaseException) -> bool:
-    return "ErrorRateExceededError" in repr(error) or "--max-error-rate" in str(error)
+#: The sink's outcomes that are not failures of the job itself, by exception name (Beam
+#: re-raises a worker's exception wrapped in its own, so the name is found in the text).
+_SINK_OUTCOMES = (("ErrorRateExceededError", ErrorRateExceeded), ("NothingConvertedError", NothingConverted))
 
 
-def _error_rate_message(error: BaseException) -> str:
-    text = str(error)
-    marker = text.find("ErrorRateExceededError")
-    if marker >= 0:
-        text = text[marker:].split("\n", 1)[0]
-    return text
+def _outcome_of(error: BaseException) -> Exception:
+    """The one-line outcome of a failed job run."""
+    text = f"{error!r}\n{error}"
+    for name, outcome in _SINK_OUTCOMES:
+        if name in text:
+            message = str(error)
+            marker = message.find(name)
+            if marker >= 0:  # the wrapped error's own text follows its name
+                message = message[marker + len(name):].lstrip(":'\" ")
+            message = message.split("\n", 1)[0]
+            return outcome(re.sub(r"['\"]?\)?\s*\[while running [^\]]*\]$", "", message))
+    return CommandFailed(f"conversion failed: {error}")
 
 
 def convert(argv: Sequence[str]) -> None:
@@ -214,9 +222,7 @@ def _convert_planned(options: PipelineOptions, argv: list[str], conv: ConvertOpt
                 return
             result.wait_until_finish()
         except Exception as error:  # noqa: BLE001 - any job failure becomes one outcome
-            if _is_error_rate_failure(error):
-                raise ErrorRateExceeded(_error_rate_message(error)) from error
-            raise CommandFailed(f"conversion failed: {error}") from error
+            raise _outcome_of(error) from error
         finally:
             if progress is not None:
                 progress.stop()

@@ -7,7 +7,14 @@ failure is reported by one line in one place.
 
 from __future__ import annotations
 
-__all__ = ["CommandError", "CommandFailed", "ErrorRateExceeded", "OutputProblems", "UsageError"]
+__all__ = [
+    "CommandError",
+    "CommandFailed",
+    "ErrorRateExceeded",
+    "NothingConverted",
+    "OutputProblems",
+    "UsageError",
+]
 
 
 class CommandError(Exception):
@@ -31,6 +38,10 @@ class CommandFailed(CommandError):
 
 class ErrorRateExceeded(CommandError):
     """More input records were dead-lettered than --max-error-rate allows."""
+
+
+class NothingConverted(CommandError):
+    """The input had records but the run converted none; only dead letters were committed."""
 
 
 class OutputProblems(CommandError):

@@ -40,6 +40,7 @@ from transforms.shard_writers import (
 __all__ = [
     "AccountingError",
     "ErrorRateExceededError",
+    "NothingConvertedError",
     "Finalize",
     "finalize_output",
 ]
@@ -57,6 +58,10 @@ class AccountingError(RuntimeError):
 
 class ErrorRateExceededError(RuntimeError):
     """More input records were dead-lettered than `max_error_rate` allows."""
+
+
+class NothingConvertedError(RuntimeError):
+    """The input had records but not one was converted (a wrong format, every row bad, ...)."""
 
 
 class Finalize(beam.DoFn):
@@ -251,16 +256,20 @@ def finalize_output(
     _delete_quietly([manifest_path])
     _delete_quietly(_stale_outputs(config, {entry["path"] for entry in planned}))
 
+    dead_letter_dir = fs.join_path(config.output_dir, DEAD_LETTER_DIR)
+    if totals["input"] and not totals["written"]:
+        _commit_dead_letters_only(config, dead_files)
+        raise NothingConvertedError(
+            f"none of the {totals['input']} input records was converted; no shard was "
+            f"committed. The dead letters (one per record, with the reason) are in {dead_letter_dir}")
     error_rate = totals["dead_letter"] / totals["input"] if totals["input"] else 0.0
     if config.max_error_rate is not None and error_rate > config.max_error_rate:
-        for entry in dead_files:
-            _commit_file(config, entry)
-        _delete_temp_dir(config)
+        _commit_dead_letters_only(config, dead_files)
         raise ErrorRateExceededError(
             f"{totals['dead_letter']} of {totals['input']} input records "
             f"({error_rate:.2%}) were dead-lettered, more than --max-error-rate "
             f"{config.max_error_rate:.2%}; no shard was committed. The dead letters are in "
-            f"{fs.join_path(config.output_dir, DEAD_LETTER_DIR)}"
+            f"{dead_letter_dir}"
         )
 
     for entry in planned:
@@ -304,6 +313,13 @@ def finalize_output(
         len(shard_files), totals["written"], totals["dead_letter"], config.output_dir,
     )
     return manifest_path
+
+
+def _commit_dead_letters_only(config: SinkConfig, dead_files: Sequence[Mapping[str, Any]]) -> None:
+    """A failed run's outcome: its dead letters committed for diagnosis, nothing else."""
+    for entry in dead_files:
+        _commit_file(config, entry)
+    _delete_temp_dir(config)
 
 
 def _delete_temp_dir(config: SinkConfig) -> None:

@@ -54,3 +54,43 @@ def test_a_glob_without_a_folder_part_matches_in_the_working_folder(tmp_path, mo
     assert run(["verify", "*.tfrecord"]) == 0
     assert '"files_checked": 1' in capsys.readouterr().out
     assert run(["inspect", "*.tfrecord", "--limit", "1"]) == 0
+
+
+def test_a_run_that_converts_no_record_fails_with_its_dead_letters(tmp_path, capsys):
+    data = tmp_path / "ids.csv"
+    data.write_text("id\n" + "".join(f"x{i}\n" for i in range(7)))  # every id is bad
+    spec = tmp_path / "spec.yaml"
+    spec.write_text("features:\n- {name: id, type: int64, required: true}\n")
+    out = tmp_path / "out"
+    code = run(["convert", "--input", str(data), "--format", "csv", "--spec", str(spec),
+                "--output", str(out), "--direct_running_mode=in_memory", "--quiet"])
+    assert code == 5
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1
+    assert lines[0].startswith("tfrecord-pipeline convert: none of the 7 input records was converted")
+    assert str(out / "dead_letter") in lines[0]
+    assert not (out / "manifest.json").exists() and not list(out.glob("*.tfrecord*"))
+    letters = [json.loads(line) for path in (out / "dead_letter").glob("*.jsonl")
+               for line in path.read_text().splitlines()]
+    assert sorted(letter["raw"] for letter in letters) == sorted(f"x{i}" for i in range(7))
+
+
+def test_an_empty_input_is_still_a_success(tmp_path):
+    data = tmp_path / "empty.csv"
+    data.write_text("id\n")
+    spec = tmp_path / "spec.yaml"
+    spec.write_text("features:\n- {name: id, type: int64}\n")
+    assert run(["convert", "--input", str(data), "--format", "csv", "--spec", str(spec),
+                "--output", str(tmp_path / "out"), "--direct_running_mode=in_memory", "--quiet"]) == 0
+
+
+def test_the_error_rate_failure_is_one_line(tmp_path, capsys):
+    data = tmp_path / "ids.csv"
+    data.write_text("id\n1\n2\nx\n")
+    spec = tmp_path / "spec.yaml"
+    spec.write_text("features:\n- {name: id, type: int64}\n")
+    assert run(["convert", "--input", str(data), "--format", "csv", "--spec", str(spec),
+                "--output", str(tmp_path / "out"), "--max-error-rate", "0.1",
+                "--direct_running_mode=in_memory", "--quiet"]) == 3
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("tfrecord-pipeline convert: 1 of 3 input records")

@@ -94,3 +94,20 @@ def test_the_error_rate_failure_is_one_line(tmp_path, capsys):
                 "--direct_running_mode=in_memory", "--quiet"]) == 3
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("tfrecord-pipeline convert: 1 of 3 input records")
+
+
+def test_a_folder_input_reads_only_files_named_like_the_format(tmp_path, capsys):
+    folder = tmp_path / "drop"
+    folder.mkdir()
+    (folder / "a.csv").write_text("id\n1\n2\n")
+    (folder / "b.csv.gz").write_bytes(__import__("gzip").compress(b"id\n3\n"))
+    (folder / "notes.txt").write_text("not, data\n")
+    (folder / "_SUCCESS").write_text("")
+    out = tmp_path / "out"
+    assert run(["convert", "--input", str(folder), "--format", "csv", "--output", str(out),
+                "--direct_running_mode=in_memory", "--quiet"]) == 0
+    assert json.loads((out / "manifest.json").read_text())["counts"]["input"] == 3
+    assert run(["convert", "--input", str(folder), "--format", "jsonl", "--output", str(tmp_path / "o2"),
+                "--direct_running_mode=in_memory", "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert f"the folder {folder} holds no jsonl file" in err and ".csv" in err

@@ -5,25 +5,46 @@ units in the workers."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 
 import pyarrow.parquet as pq
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
-from transforms.input_formats import check_tabular_format
+from transforms.input_formats import TABULAR_EXTENSIONS, check_tabular_format
 from transforms.records import WorkUnit
 
 __all__ = ['plan_tabular']
 
 
-def _expand(patterns: str | Sequence[str]) -> list:
+def _is_folder(pattern: str) -> bool:
+    if any(ch in pattern for ch in "*?["):
+        return False
+    return pattern.endswith("/") or ("://" not in pattern and os.path.isdir(pattern))
+
+
+def _expand(patterns: str | Sequence[str], fmt: str) -> list:
+    """The files the patterns match. A folder stands for its files named like `fmt`
+    (`TABULAR_EXTENSIONS`, optionally + .gz); a folder holding none of them is refused."""
     patterns = [patterns] if isinstance(patterns, str) else list(patterns)
+    endings = tuple(e + gz for e in TABULAR_EXTENSIONS[fmt] for gz in ("", ".gz"))
     found = {}
-    for pattern, result in zip(patterns, FileSystems.match(patterns), strict=True):
-        if not result.metadata_list:
+    queries = [p.rstrip("/") + "/*" if _is_folder(p) else p for p in patterns]
+    for pattern, result in zip(patterns, FileSystems.match(queries), strict=True):
+        matched = result.metadata_list
+        if _is_folder(pattern):
+            named = [m for m in matched if m.path.lower().endswith(endings)]
+            if not named:
+                held = sorted({os.path.splitext(m.path)[1] or "(no extension)" for m in matched})
+                raise FileNotFoundError(
+                    f"the folder {pattern} holds no {fmt} file (names ending in "
+                    f"{', '.join(TABULAR_EXTENSIONS[fmt])}, optionally .gz)"
+                    + (f"; it holds {', '.join(held)} files" if held else "; it is empty"))
+            matched = named
+        if not matched:
             raise FileNotFoundError(f"no input file matches {pattern!r}")
-        for metadata in result.metadata_list:
+        for metadata in matched:
             found[metadata.path] = metadata
     return [found[path] for path in sorted(found)]
 
@@ -31,14 +52,15 @@ def _expand(patterns: str | Sequence[str]) -> list:
 def plan_tabular(input_glob: str | Sequence[str], fmt: str) -> list[WorkUnit]:
     """The work units of a tabular input, in a deterministic order.
 
-    One unit per file (sorted by path); for Parquet one unit per row group
+    One unit per file (sorted by path; a folder stands for its files named like the format,
+    see `_expand`); for Parquet one unit per row group
     (start/end = row group range, extra = {"size", "rows", "row_offset"}). CSV and JSON
     units carry extra = {"size": bytes}. Raises FileNotFoundError when a pattern matches
     nothing and ValueError for an unknown format.
     """
     check_tabular_format(fmt)
     units: list[WorkUnit] = []
-    for metadata in _expand(input_glob):
+    for metadata in _expand(input_glob, fmt):
         if fmt != "parquet":
             units.append(WorkUnit(metadata.path, len(units), extra={"size": metadata.size_in_bytes}))
             continue

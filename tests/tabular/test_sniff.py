@@ -72,3 +72,19 @@ def test_a_one_column_csv_is_not_mistaken_for_another_delimiter(tmp_path):
     path.write_text("name\n" + "".join(f"person {i}\n" for i in range(20)))
     assert run(["convert", "--input", str(path), "--format", "csv", "--output", str(tmp_path / "out"),
                 "--direct_running_mode=in_memory", "--quiet"]) == 0
+
+
+def test_every_finite_text_beyond_float32_is_out_of_range(tmp_path):
+    path = tmp_path / "floats.csv"
+    values = ["1e39", "1e400", "-1e400", "3.5e38", "inf", "-Infinity", "nan", "2.5"]
+    path.write_text("id,x\n" + "".join(f"{i},{v}\n" for i, v in enumerate(values)))
+    spec = tmp_path / "spec.yaml"
+    spec.write_text("features:\n- {name: id, type: int64}\n- {name: x, type: float}\n")
+    out = tmp_path / "out"
+    assert run(["convert", "--input", str(path), "--format", "csv", "--spec", str(spec),
+                "--output", str(out), "--direct_running_mode=in_memory", "--quiet"]) == 0
+    letters = [json.loads(line) for p in (out / "dead_letter").glob("*.jsonl")
+               for line in p.read_text().splitlines()]
+    assert sorted((letter["row"], letter["reason"]) for letter in letters) == [
+        (1, "float_out_of_range"), (2, "float_out_of_range"), (3, "float_out_of_range"),
+        (4, "float_out_of_range")]

@@ -180,8 +180,10 @@ def _text_floats(feature: FeatureSpec, arr: pa.Array, ok: np.ndarray, errors) ->
     gate = _mask(pc.match_substring_regex(trimmed, _FLOAT)) & ok
     source = trimmed if gate.all() else pc.if_else(gate, trimmed, "0")
     f64 = pc.cast(source, pa.float64()).fill_null(0).to_numpy(zero_copy_only=False).copy()
-    rest = np.flatnonzero(ok & ~gate)
-    ok &= gate
+    # Non-numbers, and numbers written beyond float64 (1e400 casts to inf), are decided per value.
+    per_value = ok & (~gate | ~np.isfinite(f64))
+    rest = np.flatnonzero(per_value)
+    ok &= ~per_value
     _fallback(rest, lambda i: arr[i].as_py(), lambda s: text_to_float(s, column),
               f64, ok, errors)
     return _finish_floats(feature, f64, ok, errors)

@@ -174,7 +174,11 @@ def text_to_float(text: str, column: str) -> float:
     """A float64 from CSV text, before the float32 checks of `check_float`."""
     stripped = text.strip(ASCII_WHITESPACE)
     if _FLOAT_RE.fullmatch(stripped):
-        return float(stripped)
+        value = float(stripped)
+        if math.isinf(value):  # a finite number written beyond float64 (1e400): not infinity
+            raise RowError("float_out_of_range", column,
+                           f"column {column!r}: {_show(text)} is outside the float32 range")
+        return value
     lowered = stripped.lower()
     if lowered in NONFINITE_WORDS:
         return NONFINITE_WORDS[lowered]

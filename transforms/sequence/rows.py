@@ -22,13 +22,12 @@ from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
-from apache_beam.io.filesystems import FileSystems
 
 from transforms.records import DEFAULT_SPLIT, RecordBatch, WorkUnit, batch_key, dead_letter
 from transforms.splits import SplitAssigner
 from transforms.tabular.chunks import KEY_SEPARATOR, Chunk, join_keys
 from transforms.tabular.columns import key_text_array
-from transforms.tabular.convert import feature_columns
+from transforms.tabular.convert import feature_columns, file_failure_batch
 from transforms.tabular.read import read_chunks
 from transforms.tabular.spec import ConversionSpec
 from transforms.tabular.values import canonical_text
@@ -133,26 +132,10 @@ def read_sequence_rows(unit: WorkUnit, spec: ConversionSpec, fmt: str, batch_row
             return
         except Exception as error:  # noqa: BLE001 - any read failure is this file's failure
             yield READ_COUNTS + batch_key(unit.index, chunk_index).encode(), \
-                _file_failure(unit, error, assigner, chunk_index, rows_read)
+                file_failure_batch(unit, error, assigner, chunk_index, rows_read)[0]
             return
         yield from _chunk_outputs(chunk, spec, assigner, unit)
         chunk_index, rows_read = chunk.index + 1, rows_read + chunk.input_count
-
-
-def _file_failure(unit: WorkUnit, error: Exception, assigner: SplitAssigner, chunk_index: int,
-                  rows_read: int) -> RecordBatch:
-    try:
-        reason = "unreadable_file" if FileSystems.exists(unit.path) else "missing_file"
-    except Exception:  # noqa: BLE001 - the file system itself failed
-        reason = "unreadable_file"
-    split = assigner.assign(unit.path.encode("utf-8"))
-    message = f"{type(error).__name__}: {error}"
-    if rows_read:
-        message += f" (after {rows_read} rows of this work unit were read)"
-    letter = dead_letter(source=unit.path, reason=reason, message=message, split=split,
-                         rows_read=rows_read, work_unit=[unit.start, unit.end])
-    return RecordBatch(key=batch_key(unit.index, chunk_index), split=split,
-                       dead_letters=[letter], input_count=1)
 
 
 def _chunk_outputs(chunk: Chunk, spec: ConversionSpec, assigner: SplitAssigner,

@@ -33,7 +33,14 @@ from transforms.tabular.read import read_chunks
 from transforms.tabular.spec import ConversionSpec, FeatureSpec
 from transforms.tabular.values import RowError, canonical_text
 
-__all__ = ["ChunkResult", "convert_chunk", "convert_unit", "split_assigner"]
+__all__ = [
+    "ChunkResult",
+    "convert_chunk",
+    "convert_unit",
+    "feature_columns",
+    "file_failure_batch",
+    "split_assigner",
+]
 
 
 @dataclasses.dataclass
@@ -141,8 +148,10 @@ def convert_chunk(chunk: Chunk, spec: ConversionSpec, assigner: SplitAssigner,
     return result
 
 
-def _file_failure(unit: WorkUnit, error: Exception, assigner: SplitAssigner, chunk_index: int,
-                  rows_read: int) -> ChunkResult:
+def file_failure_batch(unit: WorkUnit, error: Exception, assigner: SplitAssigner, chunk_index: int,
+                       rows_read: int) -> tuple[RecordBatch, str]:
+    """The batch of the one dead letter (counting as one input row) of a work unit whose file
+    could not be opened or read to its end, and its reason (`missing_file`/`unreadable_file`)."""
     try:
         reason = "unreadable_file" if FileSystems.exists(unit.path) else "missing_file"
     except Exception:  # noqa: BLE001 - the file system itself failed
@@ -153,8 +162,13 @@ def _file_failure(unit: WorkUnit, error: Exception, assigner: SplitAssigner, chu
         message += f" (after {rows_read} rows of this work unit were read)"
     letter = dead_letter(source=unit.path, reason=reason, message=message, split=split,
                          rows_read=rows_read, work_unit=[unit.start, unit.end])
-    batch = RecordBatch(key=batch_key(unit.index, chunk_index), split=split,
-                        dead_letters=[letter], input_count=1)
+    return RecordBatch(key=batch_key(unit.index, chunk_index), split=split,
+                       dead_letters=[letter], input_count=1), reason
+
+
+def _file_failure(unit: WorkUnit, error: Exception, assigner: SplitAssigner, chunk_index: int,
+                  rows_read: int) -> ChunkResult:
+    batch, reason = file_failure_batch(unit, error, assigner, chunk_index, rows_read)
     return ChunkResult([batch], 1, 0, collections.Counter({reason: 1}))
 
 

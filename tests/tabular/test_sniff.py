@@ -10,6 +10,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from pipeline.cli import run
+from transforms.format.example_codec import decode_example
+from transforms.tfrecord_io import read_tfrecord_file
 
 ROWS = [{"id": i, "name": f"n{i}", "score": i / 4} for i in range(30)]
 
@@ -88,3 +90,23 @@ def test_every_finite_text_beyond_float32_is_out_of_range(tmp_path):
     assert sorted((letter["row"], letter["reason"]) for letter in letters) == [
         (1, "float_out_of_range"), (2, "float_out_of_range"), (3, "float_out_of_range"),
         (4, "float_out_of_range")]
+
+
+@pytest.mark.parametrize("fmt, name, body", [
+    ("csv", "ids.csv", "id,n\n9223372036854775808,1\n12,2\n-9223372036854775809,3\n"),
+    ("jsonl", "ids.jsonl", '{"id": 9223372036854775808, "n": 1}\n{"id": 12, "n": 2}\n'
+                           '{"id": -9223372036854775809, "n": 3}\n'),
+])
+def test_integers_beyond_int64_are_inferred_as_lossless_strings(tmp_path, fmt, name, body):
+    path = tmp_path / name
+    path.write_text(body)
+    out = tmp_path / "out"
+    assert run(["convert", "--input", str(path), "--format", fmt, "--output", str(out),
+                "--direct_running_mode=in_memory", "--quiet"]) == 0
+    spec = (out / "spec.yaml").read_text()
+    assert "name: id\n  type: string" in spec and "name: n\n  type: int64" in spec
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["counts"]["written"] == 3 and manifest["counts"]["dead_letter"] == 0
+    ids = {decode_example(payload)["id"][1][0] for shard in manifest["shards"]
+           for payload in read_tfrecord_file(str(out / shard["path"]))}
+    assert ids == {b"9223372036854775808", b"12", b"-9223372036854775809"}

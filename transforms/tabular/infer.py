@@ -86,8 +86,9 @@ def _text_type(value: str) -> str:
     try:
         text_to_int(value, "")
         return "int64"
-    except RowError:
-        pass
+    except RowError as error:
+        if error.reason == "int_out_of_range":  # an id beyond int64: text keeps every digit
+            return "string"
     try:
         text_to_float(value, "")
         return "float"
@@ -99,7 +100,8 @@ def _python_type(value: Any) -> str | None:
     if isinstance(value, bool):
         return "int64"
     if isinstance(value, int):
-        return "int64" if INT64_MIN <= value <= INT64_MAX else "float"
+        # Beyond int64 (ids such as 2**63): a string keeps every digit, as TFX infers.
+        return "int64" if INT64_MIN <= value <= INT64_MAX else "string"
     if isinstance(value, float):
         return "float"
     if isinstance(value, str):

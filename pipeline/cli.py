@@ -87,6 +87,14 @@ def build_parser() -> argparse.ArgumentParser:
     inspect.add_argument("--limit", type=int, default=10, help="examples to print (default 10; -1: all)")
     inspect.add_argument("--full-values", "--full_values", action="store_true", default=False,
                          help="print bytes values whole (default: length and a 64-byte prefix)")
+    index = commands.add_parser(
+        "index", help="write a <file>.tfindex sidecar (offset length per record) beside each file")
+    index.add_argument("paths", nargs="+", help="uncompressed TFRecord files, globs or output folders")
+    export = commands.add_parser("export", help="turn TFRecord files of Examples into Parquet")
+    export.add_argument("path", help="an output folder (its manifest), a file or a glob")
+    export.add_argument("--to", required=True, choices=["parquet"], help="the format to write")
+    export.add_argument("out", help="the Parquet file (or folder, one file per split) to write")
+    export.add_argument("--split", default=None, help="export only this split of an output folder")
     return parser
 
 
@@ -117,6 +125,15 @@ def run(argv: Sequence[str] | None = None) -> int:
             return int(exit_.code or 0)
         if args.command == "verify":
             _verify([command_line_path(path) for path in args.paths])
+        elif args.command == "index":
+            from pipeline.indexing import index_command
+
+            index_command([command_line_path(path) for path in args.paths])
+        elif args.command == "export":
+            from pipeline.export import export_command
+
+            export_command(command_line_path(args.path), args.to, command_line_path(args.out),
+                           split=args.split)
         else:
             _inspect(command_line_path(args.path), args.limit, args.full_values)
         return EXIT_OK

@@ -47,6 +47,7 @@ from pipeline.runners import (
 from transforms import fs
 from transforms import manifest as manifest_lib
 from transforms.format.compression import parse_compression
+from transforms.format.manifest_format import MANIFEST_NAME
 from transforms.gcs import use_anonymous_credentials_for_emulator
 from transforms.sink import WriteToShardedTFRecord
 
@@ -143,7 +144,7 @@ def _summary(output: str, manifest: dict, elapsed: float) -> str:
         ("bytes", sum(shard["bytes"] for shard in manifest["shards"])),
     ]
     width = max(len(name) for name, _ in rows)
-    lines = [f"Committed {output}/{manifest_lib.MANIFEST_NAME}"]
+    lines = [f"Committed {output}/{MANIFEST_NAME}"]
     lines += [f"  {name.ljust(width)}  {value:>14,}" for name, value in rows]
     lines.append(f"  {'elapsed'.ljust(width)}  {elapsed:>13.1f}s")
     if elapsed > 0:
@@ -217,7 +218,7 @@ def _convert_planned(options: PipelineOptions, argv: list[str], conv: ConvertOpt
             result = pipeline.run()
             if conv.no_wait and not is_local(options):
                 if not conv.quiet:
-                    print(f"Submitted; the job commits {output}/{manifest_lib.MANIFEST_NAME} "
+                    print(f"Submitted; the job commits {output}/{MANIFEST_NAME} "
                           f"when it finishes (state: {result.state}).")
                 return
             result.wait_until_finish()

@@ -22,6 +22,7 @@ from transforms import fs
 from transforms import manifest as manifest_lib
 from transforms.format.compression import compression_from_path
 from transforms.format.example_codec import decode_example
+from transforms.format.manifest_format import MANIFEST_NAME
 from transforms.format.tfrecord_reader import TFRecordCorruptError, iter_records
 
 __all__ = ["Problem", "format_report", "resolve_tfrecord_paths", "verify_paths"]
@@ -108,7 +109,7 @@ def _file_digest(path: str) -> tuple[int, str]:
 
 
 def _verify_output_dir(output_dir: str, manifest: dict, problems: list[Problem]) -> int:
-    manifest_path = fs.join_path(output_dir, manifest_lib.MANIFEST_NAME)
+    manifest_path = fs.join_path(output_dir, MANIFEST_NAME)
     listed = set()
     records_per_split: dict[str, int] = {}
     checked = 0

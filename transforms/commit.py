@@ -27,6 +27,7 @@ from apache_beam.io.filesystems import FileSystems
 
 from transforms import fs
 from transforms import manifest as manifest_lib
+from transforms.format.manifest_format import FORMAT_VERSION, MANIFEST_NAME
 from transforms.shard_writers import (
     COUNT_RESULT,
     DEAD_LETTER_DIR,
@@ -236,7 +237,7 @@ def finalize_output(
     Idempotent: calling it again with the same arguments after a failure at any point, or
     after success, leaves exactly one complete output. Returns the manifest path.
     """
-    manifest_path = fs.join_path(config.output_dir, manifest_lib.MANIFEST_NAME)
+    manifest_path = fs.join_path(config.output_dir, MANIFEST_NAME)
     existing = manifest_lib.read_manifest(config.output_dir)
     if existing is not None and existing.get("run_id") == config.run_id:
         return manifest_path  # this run was committed by an earlier attempt
@@ -290,7 +291,7 @@ def finalize_output(
         return described
 
     manifest = {
-        "format_version": manifest_lib.FORMAT_VERSION,
+        "format_version": FORMAT_VERSION,
         "tool_version": manifest_lib.tool_version(),
         "created_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "run_id": config.run_id,

@@ -17,6 +17,7 @@ from transforms import fs
 from transforms import manifest as manifest_lib
 from transforms.format.compression import Compression, compression_from_path, parse_compression
 from transforms.format.example_codec import decode_example
+from transforms.format.manifest_format import MANIFEST_NAME
 from transforms.format.tfrecord_reader import iter_records
 
 __all__ = ["ReadTFRecordFiles", "listed_shard_paths", "manifest_shard_paths", "read_tfrecord_file"]
@@ -30,7 +31,7 @@ def manifest_shard_paths(output_dir: str, split: str | None = None) -> list[str]
     """
     manifest = manifest_lib.read_manifest(output_dir)
     if manifest is None:
-        raise FileNotFoundError(f"{output_dir} has no {manifest_lib.MANIFEST_NAME}")
+        raise FileNotFoundError(f"{output_dir} has no {MANIFEST_NAME}")
     return listed_shard_paths(output_dir, manifest, split)
 
 

@@ -1,0 +1,1 @@
+"""Tests against the real consumers of the output: TensorFlow, the tfrecord package, TFDS, Grain, Beam."""

@@ -1,0 +1,99 @@
+"""The shape of `manifest.json`, Beam-free: its name, format version, size cap, the one
+definition of what a sound manifest holds, and parsing its bytes.
+
+`transforms.manifest` reads it from any Beam filesystem; the Beam-free readers
+(`transforms.reading`) and `verify` use the same rules.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+__all__ = [
+    "FORMAT_VERSION",
+    "MANIFEST_NAME",
+    "MAX_MANIFEST_BYTES",
+    "is_plain_relative",
+    "manifest_problems",
+    "parse_manifest",
+]
+
+MANIFEST_NAME = "manifest.json"
+#: A manifest lists one entry per shard: even a million shards stay far below this.
+MAX_MANIFEST_BYTES = 256 * 1024 * 1024
+FORMAT_VERSION = 1
+
+
+def parse_manifest(raw: bytes, path: str) -> dict[str, Any]:
+    """Parses the bytes of the manifest at `path` (read with at most `MAX_MANIFEST_BYTES`+1
+    bytes); raises ValueError naming `path` when it is too large, not JSON or malformed."""
+    if len(raw) > MAX_MANIFEST_BYTES:
+        raise ValueError(f"{path}: manifest is larger than {MAX_MANIFEST_BYTES} bytes")
+    try:
+        manifest = json.loads(raw)
+    except (ValueError, RecursionError) as error:  # not JSON, not UTF-8, nested too deep
+        raise ValueError(f"{path}: manifest is not valid JSON: {error}") from None
+    problems = manifest_problems(manifest)
+    if problems:
+        raise ValueError(f"{path}: manifest is malformed: " + "; ".join(problems[:5]))
+    return manifest
+
+
+def _is_count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def is_plain_relative(path: Any) -> bool:
+    """True for a path that stays inside the folder it is relative to: no absolute path, no
+    URI, no `..`, no empty part. Every file a manifest lists must be one."""
+    if not isinstance(path, str) or not path or "\\" in path or "://" in path or path.startswith("/"):
+        return False
+    return all(part not in ("", ".", "..") for part in path.split("/"))
+
+
+def manifest_problems(manifest: Any) -> list[str]:
+    """Everything wrong with the shape of a parsed manifest (empty when it is sound): the
+    one definition of what a manifest must hold, used by `read_manifest` and `verify`."""
+    if not isinstance(manifest, dict):
+        return [f"the manifest is a JSON {type(manifest).__name__}, not an object"]
+    problems = []
+    required = ("shards", "counts", "compression", "created_at", "tool_version", "options")
+    missing = [key for key in required if key not in manifest]
+    if missing:
+        problems.append(f"lacks required keys {missing}")
+    if not isinstance(manifest.get("compression", ""), str):
+        problems.append(f"'compression' is {manifest['compression']!r}, not a codec name")
+    counts = manifest.get("counts", {})
+    if not isinstance(counts, dict) or not all(
+            _is_count(counts.get(key)) for key in ("input", "written", "dead_letter")):
+        problems.append(f"'counts' is {counts!r}, not input/written/dead_letter counts")
+    else:
+        splits = counts.get("splits", {})
+        if not isinstance(splits, dict) or not all(
+                isinstance(entry, dict) and all(_is_count(entry.get(key)) for key in
+                                                ("input", "written", "dead_letter"))
+                for entry in splits.values()):
+            problems.append(f"'counts.splits' is {splits!r}, not counts per split")
+        if "written_rows" in counts and not _is_count(counts["written_rows"]):
+            problems.append(f"'counts.written_rows' is {counts['written_rows']!r}, not a count")
+    for key, fields in (("shards", ("path", "split", "records", "bytes", "sha256")),
+                        ("dead_letter_files", ("path", "records", "bytes", "sha256"))):
+        entries = manifest.get(key, [])
+        if not isinstance(entries, list):
+            problems.append(f"{key!r} is {entries!r}, not a list")
+            continue
+        for entry in entries:
+            if not isinstance(entry, dict):
+                problems.append(f"{key!r} entry {entry!r} is not an object")
+                continue
+            lacking = [field for field in fields if field not in entry]
+            if lacking:
+                problems.append(f"{key!r} entry {entry!r} lacks {lacking}")
+            elif not is_plain_relative(entry["path"]):
+                problems.append(f"{key!r} entry names {entry['path']!r}, a path outside the folder")
+            elif not (_is_count(entry["records"]) and _is_count(entry["bytes"])
+                      and isinstance(entry["sha256"], str)
+                      and (key != "shards" or isinstance(entry["split"], str))):
+                problems.append(f"{key!r} entry {entry!r} has a value of the wrong type")
+    return problems

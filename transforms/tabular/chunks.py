@@ -35,6 +35,7 @@ __all__ = [
     "join_keys",
     "jsonable",
     "open_input",
+    "valid_utf8",
 ]
 
 
@@ -130,3 +131,13 @@ def join_keys(arrays: Sequence[pa.Array], num_rows: int) -> list[bytes]:
         return arrays[0].to_pylist()
     return pc.binary_join_element_wise(*arrays, pa.scalar(KEY_SEPARATOR)).to_pylist()
 
+
+def valid_utf8(data: bytes | memoryview) -> bool:
+    """Whether `data` is valid UTF-8 (checked by Arrow, without decoding to `str`)."""
+    offsets = pa.py_buffer(np.array([0, len(data)], np.int64))
+    array = pa.Array.from_buffers(pa.large_string(), 1, [None, offsets, pa.py_buffer(data)])
+    try:
+        array.validate(full=True)
+    except pa.ArrowInvalid:
+        return False
+    return True

@@ -29,6 +29,7 @@ from transforms.tabular.values import (
     RowError,
     canonical_text,
     convert_value,
+    is_number_scalar,
     text_to_float,
     text_to_int,
 )
@@ -219,6 +220,8 @@ def text_feature(feature: FeatureSpec, arr: pa.Array, *, max_length: int,
     cells are checked for them.
     """
     errors: dict[int, RowError] = {}
+    if is_number_scalar(feature):  # a quoted "" is missing too
+        arr = pc.if_else(pc.equal(arr, ""), pa.scalar(None, pa.string()), arr)
     ok = _valid(arr)
     if escapes:
         _encoding_errors(arr, ok, feature.source_column, errors)
@@ -346,6 +349,45 @@ def _is_list_type(t: pa.DataType) -> bool:
     return pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t)
 
 
+def _durations(feature: FeatureSpec, arr: pa.Array, ok: np.ndarray,
+               errors: dict[int, RowError]) -> pa.Array:
+    """A duration array as int64 counts of the feature's `unit`; rows that cannot be (no
+    unit, not an int64 feature, not a whole number of the unit) fail."""
+    column = feature.source_column
+    flat = pc.list_flatten(arr) if _is_list_type(arr.type) else arr
+    if feature.type != "int64" or feature.unit is None:
+        for row in np.flatnonzero(ok).tolist():
+            errors[row] = RowError("wrong_type", column,
+                                   f"column {column!r}: {flat.type} values need an int64 feature "
+                                   f"with 'unit' (one of s, ms, us, ns) in the spec")
+        ok[:] = False
+        return arr
+    target = pa.duration(feature.unit)
+    counts = None
+    if _is_list_type(arr.type):
+        counts = pc.list_value_length(arr).fill_null(0).to_numpy(zero_copy_only=False)
+    try:
+        converted = pc.cast(flat, target).cast(pa.int64())
+    except pa.ArrowInvalid:  # some value is not a whole number of the unit: decide per value
+        values = []
+        for j, value in enumerate(flat.cast(pa.int64()).to_pylist()):
+            try:
+                values.append(None if value is None else
+                              pc.cast(flat.slice(j, 1), target)[0].cast(pa.int64()).as_py())
+            except pa.ArrowInvalid:
+                row = j if counts is None else int(np.searchsorted(np.cumsum(counts), j, side="right"))
+                errors[row] = RowError("wrong_type", column,
+                                       f"column {column!r}: {flat.slice(j, 1)[0]} is not a whole "
+                                       f"number of {feature.unit}")
+                ok[row] = False
+                values.append(None)
+        converted = pa.array(values, pa.int64())
+    if counts is None:
+        return converted
+    offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int32)
+    return pa.ListArray.from_arrays(pa.array(offsets), converted, mask=pa.array(~_valid(arr)))
+
+
 def typed_feature(feature: FeatureSpec, arr: pa.Array, *, max_length: int) -> FeatureColumn:
     """Converts a typed column (Parquet, or JSON read by Arrow); null = missing."""
     if isinstance(arr, pa.ChunkedArray):
@@ -354,6 +396,11 @@ def typed_feature(feature: FeatureSpec, arr: pa.Array, *, max_length: int) -> Fe
         arr = arr.dictionary_decode()
     errors: dict[int, RowError] = {}
     ok = _valid(arr)
+    element_type = arr.type.value_type if _is_list_type(arr.type) else arr.type
+    if pa.types.is_duration(element_type):
+        arr = _durations(feature, arr, ok, errors)
+        if not ok.any():
+            return FeatureColumn(pa.nulls(len(arr), _target(feature)), errors)
     if not feature.is_list:
         if _is_list_type(arr.type) or pa.types.is_struct(arr.type) or pa.types.is_map(arr.type):
             _wrong_type_rows(feature, arr, np.flatnonzero(ok), errors)

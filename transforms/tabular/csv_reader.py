@@ -31,6 +31,7 @@ from transforms.tabular.chunks import (
     block_size,
     join_keys,
     open_input,
+    valid_utf8,
 )
 from transforms.tabular.columns import key_text_array
 from transforms.tabular.spec import ConversionSpec
@@ -113,7 +114,7 @@ class _EscapingReader(io.RawIOBase):
                     self._buffer += data  # ASCII is UTF-8 as it is
                     continue
                 cut = len(data) if self._eof else _complete_utf8(data)
-                if _valid_utf8(memoryview(data)[:cut]):
+                if valid_utf8(memoryview(data)[:cut]):
                     self._buffer += memoryview(data)[:cut]
                     self._tail = data[cut:]
                     if not self.escapes and _holds_escape_prefix(data):
@@ -228,17 +229,6 @@ def _complete_utf8(data: bytes) -> int:
     return len(data)  # continuation bytes only: invalid, the validator decides
 
 
-def _valid_utf8(data: bytes | memoryview) -> bool:
-    """Whether `data` is valid UTF-8 (checked by Arrow, without decoding to `str`)."""
-    offsets = pa.py_buffer(np.array([0, len(data)], np.int64))
-    array = pa.Array.from_buffers(pa.large_string(), 1, [None, offsets, pa.py_buffer(data)])
-    try:
-        array.validate(full=True)
-    except pa.ArrowInvalid:
-        return False
-    return True
-
-
 def _parse_options(spec: ConversionSpec, fmt: str, handler) -> pacsv.ParseOptions:
     return pacsv.ParseOptions(
         delimiter=spec.csv.delimiter_for(fmt),
@@ -264,6 +254,14 @@ def _probe_csv(stream: _EscapingReader, spec: ConversionSpec, fmt: str,
         if not head.strip():
             return None, MIN_BLOCK
         complete = len(head) < size
+        if not complete:
+            # Whole lines only: a head cut inside a multi-byte character would hand Arrow's
+            # row callback bytes it cannot decode.
+            end = head.rfind(b"\n")
+            if end < 0:
+                size *= 4
+                continue
+            head = head[:end + 1]
         try:
             probe = pacsv.open_csv(
                 io.BytesIO(head),
@@ -387,6 +385,7 @@ def _csv_pass(unit: WorkUnit, fmt: str, spec: ConversionSpec, batch_rows: int,
                     check_utf8=False),  # `_EscapingReader` only ever yields valid UTF-8
             )
         skip = progress.good_rows  # good rows a previous pass emitted
+        held = None  # the latest chunk's rows: the file's last record may need a second look
         for batch in read_ahead.batches(reader):
             if skip >= batch.num_rows:
                 skip -= batch.num_rows
@@ -396,10 +395,109 @@ def _csv_pass(unit: WorkUnit, fmt: str, spec: ConversionSpec, batch_rows: int,
             rejected = failures()
             if not batch.num_rows and not rejected:
                 continue
-            yield _csv_chunk(batch, names, rejected, progress, stream.escapes, options, delimiter)
-        rejected = failures()
-        if rejected:
-            yield _csv_chunk(None, names, rejected, progress, stream.escapes, options, delimiter)
+            if held is not None:
+                yield _csv_chunk(*held, progress, stream.escapes, options, delimiter)
+            held = (batch, names, rejected)
+        trailing = failures()
+        record, swallowed = _unterminated_tail(unit, spec, fmt, names, held, trailing)
+        first_row = None
+        if swallowed:  # take the record that swallowed the lines out of the output
+            rejected = held[2] if held is not None else []
+            if trailing and trailing[-1].raw == record:
+                first_row = trailing.pop().row
+            elif rejected and rejected[-1].raw == record:
+                first_row = rejected.pop().row
+            else:
+                batch, _, rejected = held
+                held = (batch.slice(0, batch.num_rows - 1), names, rejected)
+        if held is not None:
+            yield _csv_chunk(*held, progress, stream.escapes, options, delimiter)
+        if trailing:
+            yield _csv_chunk(None, names, trailing, progress, stream.escapes, options, delimiter)
+        if swallowed:
+            if first_row is None:
+                first_row = progress.good_rows + len(progress.ragged_before) + 1
+            for offset, failure in enumerate(swallowed):
+                failure.row = first_row + offset
+            yield _csv_chunk(None, names, swallowed, progress, stream.escapes, options, delimiter)
+
+
+def _spans_lines(text: str | bytes | None) -> bool:
+    if isinstance(text, bytes):
+        return b"\n" in text or b"\r" in text
+    return text is not None and ("\n" in text or "\r" in text)
+
+
+def _last_record_spans_lines(held, trailing: list[Failure]) -> bool:
+    """Whether the file's last parsed record (a row, or a ragged row) may hold a line
+    break: the only way a quoted field left open can have swallowed the lines after it."""
+    if trailing:
+        return _spans_lines(trailing[-1].raw)
+    if held is None:
+        return False
+    batch, _, rejected = held
+    if rejected and _spans_lines(rejected[-1].raw):
+        return True
+    if batch is None or not batch.num_rows:
+        return False
+    last = batch.slice(batch.num_rows - 1)
+    return any(_spans_lines(column[0].as_py()) for column in last.columns)
+
+
+def _unterminated_tail(unit: WorkUnit, spec: ConversionSpec, fmt: str, names: list[str], held,
+                       trailing: list[Failure]) -> tuple[str | None, list[Failure]]:
+    """(the last record's text, dead letters) for a quoted field that is never closed, or
+    (None, []) when there is none.
+
+    Arrow reads an unclosed quote to the end of the file as one field, so every later line
+    would vanish into it. Only when the last record spans lines is the file read again,
+    with Python's csv module, whose strict mode alone tells "end of data inside a quoted
+    field" apart: then the line where the quote opened and every line after it become
+    `unterminated_quote` dead letters, one per line, so the counts still cover every row.
+    """
+    if not _last_record_spans_lines(held, trailing):
+        return None, []
+    options = spec.csv
+    delimiter = options.delimiter_for(fmt)
+    quotechar = options.quotechar or '"'
+    with ExitStack() as stack:
+        text = io.TextIOWrapper(open_input(unit.path, stack),
+                                encoding="utf-8-sig" if codecs.lookup(options.encoding).name == "utf-8"
+                                else options.encoding, errors="replace", newline="")
+        lines = text.read().splitlines(keepends=True)
+    reader = csv.reader(iter(lines), delimiter=delimiter, quotechar=quotechar)
+    before_last = consumed = 0  # lines before the last record; lines read so far
+    try:
+        for _ in reader:
+            before_last, consumed = consumed, reader.line_num
+    except csv.Error:
+        before_last = consumed
+    start = before_last
+    tail = lines[start:]
+    try:
+        list(csv.reader(iter(tail), delimiter=delimiter, quotechar=quotechar, strict=True))
+        return None, []
+    except csv.Error as error:
+        if "unexpected end of data" not in str(error):
+            return None, []
+    opened = start + 1
+    failures = []
+    for offset, line in enumerate(tail):
+        line = line.rstrip("\r\n")
+        where = (f"a quoted field opened on line {opened} is never closed" if offset == 0 else
+                 f"line {opened + offset} follows a quoted field opened on line {opened} that is "
+                 f"never closed")
+        cells = line.split(delimiter)
+        if spec.split_key:
+            by_name = dict(zip(names, cells, strict=False))
+            key = KEY_SEPARATOR.join(by_name.get(c, "").encode("utf-8") for c in spec.split_key)
+        else:
+            key = KEY_SEPARATOR.join(c.encode("utf-8") for c in cells)
+        failures.append(Failure(row=None, reason="unterminated_quote",
+                                message=f"{where} (quote character {quotechar!r})", raw=line,
+                                key=key, details={"line": opened + offset}))
+    record = "".join(tail)
+    return record[:-1] if record.endswith("\n") else record, failures
 
 
 def _csv_chunk(batch: pa.RecordBatch | None, names: list[str], rejected: list[Failure],

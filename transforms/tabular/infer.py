@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import difflib
 import io
-import json
 import logging
 import math
 import zlib
@@ -42,8 +42,15 @@ from transforms.input_formats import TABULAR_FORMATS
 from transforms.records import WorkUnit
 from transforms.tabular.chunks import Chunk, open_input
 from transforms.tabular.convert import convert_chunk, split_assigner
+from transforms.tabular.json_reader import JsonLineError, parse_json_line
 from transforms.tabular.read import read_chunks
-from transforms.tabular.spec import ConversionSpec, CsvOptions, FeatureSpec, SpecError
+from transforms.tabular.spec import (
+    DURATION_UNITS,
+    ConversionSpec,
+    CsvOptions,
+    FeatureSpec,
+    SpecError,
+)
 from transforms.tabular.values import RowError, has_escapes, text_to_float, text_to_int
 
 __all__ = [
@@ -72,6 +79,7 @@ class _Column:
     type: str | None = None  # None: no value seen yet
     is_list: bool = False
     unsupported: str | None = None  # why the column cannot be a feature
+    unit: str | None = None  # a duration column's finest unit: its counts keep every value
 
 
 def _widen(current: str | None, new: str) -> str:
@@ -131,6 +139,7 @@ class _Sample:
     def __init__(self):
         self.columns: dict[str, _Column] = {}
         self.rows = 0
+        self.complete = False  # every row of every unit was read
 
     def column(self, name: str) -> _Column:
         if name not in self.columns:
@@ -140,7 +149,8 @@ class _Sample:
     def add_text(self, name: str, values: Iterable[str | None]) -> None:
         column = self.column(name)
         for value in values:
-            if value is not None and not has_escapes(value):
+            # "" (a quoted empty cell) fits every type: missing in a number column.
+            if value and not has_escapes(value):
                 column.type = _widen(column.type, _text_type(value))
 
     def add_python(self, name: str, value: Any) -> None:
@@ -164,6 +174,11 @@ class _Sample:
         if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
             column.is_list = True
             t = t.value_type
+        if pa.types.is_duration(t):  # int64 counts in a named unit (recorded in the spec)
+            column.type = "int64"
+            units = [u for u in DURATION_UNITS if u in (column.unit, t.unit)]
+            column.unit = units[-1]
+            return
         kind = _arrow_type(t)
         if kind is None:
             column.unsupported = f"has Arrow type {field.type}"
@@ -180,13 +195,17 @@ def _sample(units: Sequence[WorkUnit], fmt: str, csv: CsvOptions | None,
     if fmt not in TABULAR_FORMATS:
         raise ValueError(f"unknown tabular format {fmt!r}")
     sample = _Sample()
+    unreadable = False
     for unit in units:
         if sample.rows >= sample_rows:
             break
         try:
             _sample_unit(sample, unit, fmt, csv, sample_rows)
         except Exception as error:  # noqa: BLE001 - the conversion dead-letters the file
+            unreadable = True
             _LOG.warning("not sampling %s: %s: %s", unit.path, type(error).__name__, error)
+    else:
+        sample.complete = not unreadable and sample.rows < sample_rows
     return sample
 
 
@@ -224,12 +243,11 @@ def _json_objects(path: str, limit: int) -> Iterator[dict]:
             if not line.strip():
                 continue
             try:
-                obj = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(obj, dict):
-                count += 1
-                yield obj
+                obj = parse_json_line(line.strip())
+            except JsonLineError:
+                continue  # the conversion dead-letters the line
+            count += 1
+            yield obj
 
 
 def _features(sample: _Sample, skip: Iterable[str] = ()) -> list[FeatureSpec]:
@@ -245,7 +263,7 @@ def _features(sample: _Sample, skip: Iterable[str] = ()) -> list[FeatureSpec]:
             _LOG.warning("skipping column %r: it %s", column.name, column.unsupported)
             continue
         features.append(FeatureSpec(name=column.name, type=column.type or "string",
-                                    is_list=column.is_list))
+                                    is_list=column.is_list, unit=column.unit))
     return features
 
 
@@ -263,7 +281,7 @@ def infer_spec(units: Sequence[WorkUnit], fmt: str, *, csv: CsvOptions | None = 
                         f"input; give a spec with --spec")
     spec = ConversionSpec(features=tuple(features), splits=tuple(splits),
                           split_key=tuple(split_key), csv=csv)
-    _check_columns(spec, sample)
+    _check_columns(spec, sample, fmt)
     return spec
 
 
@@ -292,22 +310,39 @@ def resolve_spec(units: Sequence[WorkUnit], fmt: str, spec: ConversionSpec | Non
         spec = dataclasses.replace(spec, features=spec.features + tuple(extra),
                                    include_unlisted=False)
     spec = dataclasses.replace(spec, csv=csv)
-    _check_columns(spec, sample)
+    _check_columns(spec, sample, fmt)
     return spec
 
 
-def _check_columns(spec: ConversionSpec, sample: _Sample) -> None:
+def _check_columns(spec: ConversionSpec, sample: _Sample, fmt: str) -> None:
+    """Refuses a spec naming a column the input does not have (with a did-you-mean), so a
+    misspelled column never turns into a feature that is silently absent everywhere.
+
+    CSV headers and Parquet schemas name every column of the files read; JSON Lines only
+    shows the keys of the lines sampled, so there a column is refused only when the whole
+    input was sampled, and otherwise named in a warning.
+    """
     if not sample.columns:
         return
     known = list(sample.columns)
+
+    def absent(column: str) -> str:
+        close = difflib.get_close_matches(column, known, n=1)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        return f"is not in the input ({hint}columns: {known})"
+
     for column in spec.split_key:
         if column not in sample.columns:
-            raise SpecError(f"spec: split_key column {column!r} is not in the input "
-                            f"(columns: {known})")
+            raise SpecError(f"spec: split_key column {column!r} {absent(column)}")
     for feature in spec.features:
-        if feature.required and feature.source_column not in sample.columns:
-            raise SpecError(f"spec: feature {feature.name!r}: required column "
-                            f"{feature.source_column!r} is not in the input (columns: {known})")
+        column = feature.source_column
+        if column in sample.columns:
+            continue
+        message = (f"spec: feature {feature.name!r}: {'required ' if feature.required else ''}"
+                   f"column {column!r} {absent(column)}")
+        if feature.required or fmt != "jsonl" or sample.complete:
+            raise SpecError(message)
+        _LOG.warning("%s in the %d lines sampled", message, sample.rows)
 
 
 # ---------------------------------------------------------------------------------------

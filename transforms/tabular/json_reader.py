@@ -8,12 +8,14 @@ from __future__ import annotations
 import collections
 import io
 import json
+import math
 from collections.abc import Iterator, Sequence
 from contextlib import ExitStack
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.json as pajson
 
 from transforms.format.example_codec import INT64_MAX, INT64_MIN
@@ -24,10 +26,49 @@ from transforms.tabular.chunks import (
     Failure,
     block_size,
     open_input,
+    valid_utf8,
 )
 from transforms.tabular.spec import ConversionSpec
+from transforms.tabular.values import NumberBeyondFloat64
 
-__all__ = []
+__all__ = ["JsonLineError", "parse_json_line"]
+
+
+class JsonLineError(ValueError):
+    """A JSON Lines line that is not one JSON object; `reason` is its dead-letter reason."""
+
+    def __init__(self, reason: str, message: str):
+        super().__init__(message)
+        self.reason = reason
+
+
+def _number(text: str) -> float:
+    number = float(text)
+    return NumberBeyondFloat64(text) if math.isinf(number) else number
+
+
+def parse_json_line(line: bytes) -> dict:
+    """The object on one JSON Lines line: the one rule for the reader and for inference.
+
+    Raises JsonLineError: `invalid_encoding` for bytes that are not UTF-8 (JSON Lines is
+    UTF-8), `invalid_json` for text that is not JSON, nests deeper than the parser can
+    follow, or holds something other than an object. A number beyond float64 (1e400) is a
+    `NumberBeyondFloat64`, never an infinity.
+    """
+    try:
+        text = line.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise JsonLineError("invalid_encoding", f"line is not UTF-8: {error}") from None
+    try:
+        obj = json.loads(text.lstrip("\ufeff"), parse_float=_number)
+    except RecursionError:
+        raise JsonLineError("invalid_json", "invalid JSON: nested deeper than the parser "
+                                            "follows") from None
+    except ValueError as error:
+        raise JsonLineError("invalid_json", f"invalid JSON: {error}") from None
+    if not isinstance(obj, dict):
+        raise JsonLineError("invalid_json", f"a JSON {type(obj).__name__}, not an object")
+    return obj
 
 
 def _arrow_type_for(feature_type: str, is_list: bool) -> pa.DataType:
@@ -82,6 +123,12 @@ def _learned_type(values: Sequence[Any], uses: set[tuple[str, bool]]) -> pa.Data
     if kind == "float" and any(use != "float" for use, _ in uses):
         return None
     return pa.list_(_ARROW_TYPES[kind]) if is_list else _ARROW_TYPES[kind]
+
+
+def _holds_infinity(column: pa.ChunkedArray) -> bool:
+    if pa.types.is_list(column.type):
+        column = pc.list_flatten(column)
+    return pc.any(pc.is_inf(column)).as_py() or False
 
 
 class JsonLinesReader:
@@ -174,9 +221,14 @@ class JsonLinesReader:
         )
 
     def _read_arrow(self, body: bytes) -> pa.Table | None:
+        """The chunk read by Arrow, or None where the lines must decide one by one: bytes
+        that are not UTF-8 (Arrow passes them through), an infinity (only a number beyond
+        float64 reads as one), or anything Arrow cannot read under the learned schema."""
+        if not body.isascii() and not valid_utf8(body):
+            return None
         schema = pa.schema(list(self.types.items()))
         try:
-            return pajson.read_json(
+            table = pajson.read_json(
                 io.BytesIO(body),
                 read_options=pajson.ReadOptions(use_threads=False, block_size=len(body) + 1),
                 parse_options=pajson.ParseOptions(explicit_schema=schema,
@@ -184,6 +236,11 @@ class JsonLinesReader:
             )
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError, UnicodeDecodeError, ValueError):
             return None
+        for column in table.columns:
+            values = column.type.value_type if pa.types.is_list(column.type) else column.type
+            if pa.types.is_floating(values) and _holds_infinity(column):
+                return None
+        return table
 
     def _python_chunk(self, unit: WorkUnit, index: int, lines: list[bytes], nonblank: list[int],
                       rows_before: int, lines_before: int) -> Chunk:
@@ -194,19 +251,9 @@ class JsonLinesReader:
             line = lines[k].strip()
             row, where = rows_before + position + 1, {"line": lines_before + k + 1}
             try:
-                obj = json.loads(line)
-            except UnicodeDecodeError as e:
-                failures.append(Failure(row, "invalid_encoding", f"line is not UTF-8: {e}",
-                                        line, line, where))
-                continue
-            except ValueError as e:
-                failures.append(Failure(row, "invalid_json", f"invalid JSON: {e}",
-                                        line, line, where))
-                continue
-            if not isinstance(obj, dict):
-                failures.append(Failure(row, "invalid_json",
-                                        f"a JSON {type(obj).__name__}, not an object",
-                                        line, line, where))
+                obj = parse_json_line(line)
+            except JsonLineError as error:
+                failures.append(Failure(row, error.reason, str(error), line, line, where))
                 continue
             objects.append(obj)
             positions.append(position)

@@ -44,6 +44,7 @@ from transforms.tabular.spec_errors import SpecError, check_bool, reject_unknown
 
 __all__ = [
     "DEFAULT_MAX_BYTES_LENGTH",
+    "DURATION_UNITS",
     "FEATURE_SPEC_VERSION",
     "FEATURE_TYPES",
     "ConversionSpec",
@@ -57,6 +58,8 @@ __all__ = [
 #: The feature types a spec may name. `string` is `bytes` holding UTF-8 text.
 FEATURE_TYPES = ("int64", "float", "bytes", "string")
 NAN_POLICIES = ("allow", "reject")
+#: Units of int64 features read from duration columns (Arrow's duration units).
+DURATION_UNITS = ("s", "ms", "us", "ns")
 DEFAULT_MAX_BYTES_LENGTH = 10 * 1024 * 1024
 #: Version of the `feature_spec.json` layout written by `to_feature_spec`.
 FEATURE_SPEC_VERSION = 1
@@ -187,6 +190,9 @@ class FeatureSpec:
       default: value written when the source value is missing (a list for list features);
         None means a missing value becomes an absent feature.
       nan: "allow" or "reject" NaN and infinities (float features only).
+      unit: for an int64 feature read from a duration column (Parquet `duration[...]`):
+        the unit its counts are in, one of `DURATION_UNITS`; a duration is never read
+        without one, so `duration[ms]` 1 and `duration[s]` 1 cannot both become 1.
     """
 
     name: str
@@ -197,8 +203,9 @@ class FeatureSpec:
     required: bool = False
     default: Any = None
     nan: str = "allow"
+    unit: str | None = None
 
-    _KEYS = ("name", "column", "type", "list", "separator", "required", "default", "nan")
+    _KEYS = ("name", "column", "type", "list", "separator", "required", "default", "nan", "unit")
 
     def __post_init__(self):
         if not isinstance(self.name, str) or not self.name:
@@ -221,6 +228,12 @@ class FeatureSpec:
             raise SpecError(f"{where}: 'nan' must be allow or reject, got {self.nan!r}")
         if self.nan != "allow" and self.type != "float":
             raise SpecError(f"{where}: 'nan' applies to float features only")
+        if self.unit is not None:
+            if self.unit not in DURATION_UNITS:
+                raise SpecError(f"{where}: 'unit' must be one of {', '.join(DURATION_UNITS)}, "
+                                f"got {self.unit!r}")
+            if self.type != "int64":
+                raise SpecError(f"{where}: 'unit' applies to int64 features only (durations)")
         if self.default is not None:
             if self.required:
                 raise SpecError(f"{where}: 'required' and 'default' exclude each other")
@@ -272,6 +285,8 @@ class FeatureSpec:
             out["default"] = list(self.default) if self.is_list else self.default
         if self.nan != "allow":
             out["nan"] = self.nan
+        if self.unit is not None:
+            out["unit"] = self.unit
         return out
 
     def to_feature_spec(self) -> dict[str, Any]:
@@ -280,10 +295,11 @@ class FeatureSpec:
         # tf.io.FixedLenFeature needs the feature in every Example unless it has a default:
         # only required scalars (missing -> dead letter) and scalars with a default (missing
         # -> default written) are always present; everything else may be absent.
+        unit = {"unit": self.unit} if self.unit is not None else {}
         if not self.is_list and (self.required or self.default is not None):
-            return {"dtype": dtype, "kind": "fixed", "shape": [], "default": self.default}
+            return {"dtype": dtype, "kind": "fixed", "shape": [], "default": self.default, **unit}
         default = list(self.default) if self.default is not None else None
-        return {"dtype": dtype, "kind": "var_len", "default": default}
+        return {"dtype": dtype, "kind": "var_len", "default": default, **unit}
 
 
 @dataclasses.dataclass(frozen=True)

@@ -106,6 +106,17 @@ def unescape(text: str, encoding: str) -> str | bytes:
     return bytes(out)
 
 
+class NumberBeyondFloat64(float):
+    """A number written finite in the source but beyond float64 (a JSON `1e400`): it reads
+    as infinity, yet it is `float_out_of_range` like `1e39`, never an infinity. `text` keeps
+    what was written, for bytes features and split keys."""
+
+    def __new__(cls, text: str):
+        number = super().__new__(cls, float(text))
+        number.text = text
+        return number
+
+
 class RowError(DeadLetterError):
     """A value that cannot be converted; `reason` is a stable dead-letter reason code."""
 
@@ -131,6 +142,8 @@ def canonical_text(value: Any) -> str | bytes:
         return "true" if value else "false"
     if isinstance(value, int):
         return str(value)
+    if isinstance(value, NumberBeyondFloat64):
+        return value.text
     if isinstance(value, float):
         if math.isnan(value):
             return "NaN"
@@ -256,6 +269,9 @@ def _typed_scalar(feature: FeatureSpec, value: Any, column: str, max_length: int
                 raise RowError("float_out_of_range", column,
                                f"column {column!r}: {value} is outside the float32 range"
                                ) from None
+        if isinstance(value, NumberBeyondFloat64):
+            raise RowError("float_out_of_range", column,
+                           f"column {column!r}: {value.text} is outside the float32 range")
         if isinstance(value, (float, np.floating, decimal.Decimal)):  # Parquet decimals
             return check_float(float(value), feature, column)
         raise _wrong_type(feature, value, column)
@@ -281,6 +297,13 @@ def _typed_scalar(feature: FeatureSpec, value: Any, column: str, max_length: int
 # Whole values.
 
 
+def is_number_scalar(feature: FeatureSpec) -> bool:
+    """Whether an empty CSV cell, quoted or not, is missing for `feature`: a scalar int64
+    or float feature, where `""` cannot be a number (for strings it is the empty string,
+    for lists the empty list)."""
+    return feature.type in ("int64", "float") and not feature.is_list
+
+
 def convert_value(feature: FeatureSpec, value: Any, *, text: bool, max_length: int) -> list | None:
     """The feature values for one source value, or None when the value is missing.
 
@@ -292,6 +315,8 @@ def convert_value(feature: FeatureSpec, value: Any, *, text: bool, max_length: i
     if text:
         if not isinstance(value, str):
             raise _wrong_type(feature, value, column)
+        if value == "" and is_number_scalar(feature):
+            return None  # a quoted "" holds no number: missing, as an empty cell
         if not feature.is_list:
             return [_text_scalar(feature, value, column, max_length)]
         if value == "":

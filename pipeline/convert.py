@@ -10,7 +10,6 @@ see `pipeline.output_lock`).
 from __future__ import annotations
 
 import datetime
-import glob
 import json
 import logging
 import os
@@ -19,7 +18,6 @@ import time
 from collections.abc import Sequence
 
 import apache_beam as beam
-from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOptions
 
 from pipeline.errors import CommandFailed, ErrorRateExceeded, NothingConverted, UsageError
@@ -44,12 +42,14 @@ from pipeline.runners import (
     runner_for,
     runs_in_process,
 )
-from transforms import fs
 from transforms import manifest as manifest_lib
-from transforms.format.compression import parse_compression
+from transforms import output_files
+from transforms.format.compression import Compression, parse_compression
 from transforms.format.manifest_format import MANIFEST_NAME
 from transforms.gcs import use_anonymous_credentials_for_emulator
+from transforms.shard_writers import DEAD_LETTER_DIR
 from transforms.sink import WriteToShardedTFRecord
+from transforms.tfds_metadata import TFDS_FILE_NAMES
 
 __all__ = ["convert"]
 
@@ -95,23 +95,17 @@ def _sink_for(conv: ConvertOptions, output: str, plan) -> WriteToShardedTFRecord
         extra_files=plan.extra_files,
         manifest_metadata=plan.manifest_metadata,
         report_progress=not conv.quiet,
+        index=conv.index,
     )
 
 
-def _clean_uncommitted(output: str) -> None:
-    """Deletes the temp folders earlier runs left: killed or failed before they committed,
-    or killed after writing their manifest but before deleting their temp folder."""
-    prefix = fs.join_path(output, ".tmp-")
-    if "://" in output:
-        matched = FileSystems.match([prefix + "*/**"])[0].metadata_list
-        leftovers = sorted({
-            prefix + metadata.path[len(prefix):].split("/", 1)[0] for metadata in matched
-        })
-    else:  # Beam's local match lists files only, never folders
-        leftovers = sorted(glob.glob(glob.escape(prefix) + "*"))
-    for leftover in leftovers:
-        _LOG.warning("removing leftovers of an uncommitted run: %s", leftover)
-        fs.delete_tree(leftover)
+def _check_index_flag(conv: ConvertOptions) -> None:
+    """Refuses --index with a compressed output before anything is read."""
+    compression = parse_compression(conv.compression)
+    if conv.index and compression is not Compression.NONE:
+        raise UsageError(
+            f"--index needs uncompressed shards, not --compression {compression.value}: record "
+            f"offsets in a {compression.value} stream are not seekable, so no reader can use them")
 
 
 def _already_committed(output: str, fingerprint: str, overwrite: bool) -> bool:
@@ -132,6 +126,18 @@ def _already_committed(output: str, fingerprint: str, overwrite: bool) -> bool:
     )
 
 
+def _refuse_foreign_files(output: str, side_files: Sequence[str]) -> None:
+    """Refuses to start over files under names this tool writes that it did not write."""
+    foreign = output_files.foreign_files(output, side_files)
+    if foreign:
+        shown = ", ".join(foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")
+        raise UsageError(
+            f"{output} holds {len(foreign)} files this tool did not write ({shown}): no committed "
+            f"manifest lists them, and they would be replaced",
+            hint="move them away or choose another --output; --overwrite replaces only what a "
+                 "committed manifest lists")
+
+
 def _summary(output: str, manifest: dict, elapsed: float) -> str:
     counts = manifest["counts"]
     rows = [("records read", counts["input"])]
@@ -143,12 +149,17 @@ def _summary(output: str, manifest: dict, elapsed: float) -> str:
         ("shards", len(manifest["shards"])),
         ("bytes", sum(shard["bytes"] for shard in manifest["shards"])),
     ]
+    reasons = sorted((counts.get("dead_letter_reasons") or {}).items(), key=lambda item: (-item[1], item[0]))
+    dead_at = next(i for i, (name, _) in enumerate(rows) if name == "dead-lettered")
+    rows[dead_at + 1:dead_at + 1] = [(f"  {reason}", number) for reason, number in reasons]
     width = max(len(name) for name, _ in rows)
     lines = [f"Committed {output}/{MANIFEST_NAME}"]
     lines += [f"  {name.ljust(width)}  {value:>14,}" for name, value in rows]
     lines.append(f"  {'elapsed'.ljust(width)}  {elapsed:>13.1f}s")
     if elapsed > 0:
         lines.append(f"  {'records/s'.ljust(width)}  {counts['input'] / elapsed:>14,.0f}")
+    if manifest.get("dead_letter_files"):
+        lines.append(f"  dead letters (one JSON line each, with the reason): {output}/{DEAD_LETTER_DIR}/")
     return "\n".join(lines)
 
 
@@ -185,6 +196,7 @@ def convert(argv: Sequence[str]) -> None:
     if "://" not in output and os.path.exists(output) and not os.path.isdir(output):
         raise UsageError(f"--output {output} is a file, not a folder")
     sharding_of(conv)  # contradicting sharding flags: refused before anything is read
+    _check_index_flag(conv)
     plan = plan_conversion(conv, input_path, output)
     if conv.convert_dry_run:
         print(json.dumps(plan.summary, indent=2, sort_keys=True, default=str))
@@ -196,12 +208,13 @@ def convert(argv: Sequence[str]) -> None:
 def _convert_planned(options: PipelineOptions, argv: list[str], conv: ConvertOptions, plan,
                      output: str, started: float) -> None:
     """Runs a planned conversion (under the output's lock)."""
-    _clean_uncommitted(output)
+    output_files.discard_interrupted_runs(output)
     if _already_committed(output, plan.manifest_metadata["fingerprint"], conv.overwrite):
         if not conv.quiet:
             print(f"{output} already holds this conversion (same inputs and options); "
                   f"nothing to do. Use --overwrite to redo it.")
         return
+    _refuse_foreign_files(output, [*plan.extra_files, *TFDS_FILE_NAMES])
     sink = _sink_for(conv, output, plan)
     progress = None
     min_bytes = (LOCAL_PARALLEL_MIN_IMAGE_BYTES if conv.format in IMAGE_FORMATS

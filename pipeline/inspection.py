@@ -20,7 +20,7 @@ from typing import Any, TextIO
 
 import numpy as np
 
-from pipeline.verify import resolve_tfrecord_paths
+from pipeline.verify import compression_of_file, resolve_tfrecord_paths
 from transforms.format.example_codec import decode_example
 from transforms.format.sequence_codec import decode_sequence_example, is_sequence_example
 from transforms.tfrecord_io import listed_shard_paths, read_tfrecord_file
@@ -60,7 +60,9 @@ DEFAULT_MAX_BYTES = 64
 def _records(paths: Sequence[str]) -> Iterator[tuple[str, int, bytes]]:
     for path in paths:
         for file_path in _files(path):
-            for index, payload in enumerate(read_tfrecord_file(file_path)):
+            # Sniffed when the name does not say (Beam's suffix-less shards), as verify does.
+            compression = compression_of_file(file_path)
+            for index, payload in enumerate(read_tfrecord_file(file_path, compression)):
                 yield file_path, index, payload
 
 

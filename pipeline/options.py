@@ -208,6 +208,9 @@ class ConvertOptions(PipelineOptions):
         _flag(group, "spec", help="conversion spec YAML (default: inferred, written to DIR/spec.yaml)")
         _flag(group, "compression", output=True, default="none", help="none (default), gzip or zlib")
         _flag(group, "compression-level", output=True, type=_integer, default=None, help="codec level")
+        _flag(group, "index", output=True, action="store_true", default=False,
+              help="write <shard>.tfindex beside every shard (offset and length per record, for "
+                   "the tfrecord package and NVIDIA DALI); uncompressed output only")
         _flag(group, "num-shards", output=True, type=_positive_int, default=None,
               help="exactly N shards per split (shuffles the data)")
         _flag(group, "max-shard-bytes", output=True, type=parse_size, default=None,

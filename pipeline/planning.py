@@ -61,8 +61,10 @@ def _fingerprint(options: dict[str, Any], listing: list, spec_text: str,
     """Identifies "the same inputs and options": a scheduler re-run of it is a no-op.
 
     `labels`: the label map of an image conversion (a --labels-file can change under the
-    same path)."""
-    fingerprinted = {k: v for k, v in options.items() if k not in ("output", "run_date")}
+    same path). Options left unset (None, or a switch left off) are not part of it, so a
+    flag added in a later version does not change the fingerprint of runs that do not use it."""
+    fingerprinted = {k: v for k, v in options.items()
+                     if k not in ("output", "run_date") and v is not None and v is not False}
     parts = [fingerprinted, listing, spec_text] + ([list(labels)] if labels else [])
     document = json.dumps(parts, sort_keys=True, default=str)
     return hashlib.sha256(document.encode("utf-8")).hexdigest()

@@ -24,8 +24,9 @@ class Progress(threading.Thread):
     #: Seconds between lines where the stream is not a terminal.
     LOG_INTERVAL = 15.0
 
-    def __init__(self, temp_dir: str, total_units: int, stream=sys.stderr, interval: float | None = None):
+    def __init__(self, temp_dir: str, total_units: int, stream=None, interval: float | None = None):
         super().__init__(daemon=True)
+        stream = sys.stderr if stream is None else stream  # the current one, not the one at import
         isatty = getattr(stream, "isatty", None)
         self._terminal = bool(isatty and isatty())
         if interval is None:

@@ -4,7 +4,14 @@ For every file: every record's length and data CRCs, and that every payload pars
 `tf.train.Example` or `tf.train.SequenceExample` (which `sequence:` specs write). For an
 output folder with a manifest, also that the shards listed
 exist with the recorded size, sha256 and record count, that dead-letter files match, that
-no stray shard sits beside them, and that the counts reconcile.
+no stray shard sits beside them, and that the counts reconcile. A shard's `.tfindex`
+sidecar (listed in the manifest, or beside a bare file) must match the shard's records
+(and the manifest's size and sha256).
+
+A file's compression comes from its name (`.gz`; `.zz`, `.zlib`, Beam's `.deflate`); a name
+that says nothing (Beam's suffix-less `prefix-00000-of-00001`) is sniffed from its first
+bytes. A folder without a manifest stands for its `*.tfrecord*` files and its files named
+like shards (`*-NNNNN-of-NNNNN`, optionally with a compression suffix), never its indexes.
 """
 
 from __future__ import annotations
@@ -13,6 +20,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import re
 from collections.abc import Iterable, Sequence
 
 from apache_beam.io.filesystem import CompressionTypes
@@ -20,14 +28,21 @@ from apache_beam.io.filesystems import FileSystems
 
 from transforms import fs
 from transforms import manifest as manifest_lib
-from transforms.format.compression import compression_from_path
+from transforms.format.compression import Compression, compression_from_path
+from transforms.format.compression_sniffing import SNIFF_BYTES, sniff_compression
 from transforms.format.example_codec import decode_example
-from transforms.format.manifest_format import MANIFEST_NAME
+from transforms.format.manifest_format import MANIFEST_NAME, is_plain_relative
+from transforms.format.tfrecord_format import framed_size
+from transforms.format.tfrecord_index import INDEX_SUFFIX, index_line
 from transforms.format.tfrecord_reader import TFRecordCorruptError, iter_records
 
-__all__ = ["Problem", "format_report", "resolve_tfrecord_paths", "verify_paths"]
+__all__ = ["Problem", "compression_of_file", "format_report", "resolve_tfrecord_paths", "verify_paths"]
 
 _READ_CHUNK = 8 * 1024 * 1024
+
+#: Files named like shards (ours, and Beam's `WriteToTFRecord` default template, which adds
+#: no suffix unless asked): the only suffix-less names a folder without manifest stands for.
+_SHARD_NAME = re.compile(r"^[^.].*-\d{5,}-of-\d{5,}(\.tfrecords?)?(\.(gz|zz|zlib|deflate))?$")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,6 +68,10 @@ class _FileResult:
     records: int = 0
     bytes: int = 0
     sha256: str = ""
+    compressed: bool = False
+    # sha256 and size of the index the records call for (uncompressed files, when asked).
+    index_sha256: str | None = None
+    index_bytes: int = 0
 
 
 class _HashingReader:
@@ -74,18 +93,36 @@ class _HashingReader:
             pass
 
 
-def _check_file(path: str, problems: list[Problem]) -> _FileResult:
+def compression_of_file(path: str) -> Compression:
+    """The file's compression: from its name, or sniffed when the name says nothing."""
+    compression = compression_from_path(path)
+    if compression is not Compression.NONE or path.lower().endswith(".tfrecord"):
+        return compression
+    with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as raw:
+        return sniff_compression(raw.read(SNIFF_BYTES))
+
+
+def _check_file(path: str, problems: list[Problem], with_index: bool = False) -> _FileResult:
+    """Checks every record of one file; with `with_index`, also computes the digest of the
+    index its records call for (see `_check_index`), in the same pass."""
     result = _FileResult()
     try:
+        compression = compression_of_file(path)
         raw = FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED)
     except Exception as error:  # noqa: BLE001 - report any I/O failure as a problem
         problems.append(Problem(path, f"cannot open: {error}"))
         return result
+    result.compressed = compression is not Compression.NONE
+    index_hash = hashlib.sha256() if with_index and not result.compressed else None
     with raw:
         reader = _HashingReader(raw)
         try:
-            for info in iter_records(reader, compression_from_path(path), path=path):
+            for info in iter_records(reader, compression, path=path):
                 result.records += 1
+                if index_hash is not None:
+                    line = index_line(info.offset, framed_size(len(info.payload)))
+                    index_hash.update(line)
+                    result.index_bytes += len(line)
                 try:
                     decode_example(info.payload)
                 except ValueError as error:
@@ -98,7 +135,29 @@ def _check_file(path: str, problems: list[Problem]) -> _FileResult:
         reader.drain()
     result.bytes = reader.bytes
     result.sha256 = reader.sha256.hexdigest()
+    if index_hash is not None:
+        result.index_sha256 = index_hash.hexdigest()
     return result
+
+
+def _check_index(index_path: str, shard_path: str, shard: _FileResult, problems: list[Problem],
+                 listed: dict | None = None) -> None:
+    """Checks a shard's index sidecar: present, as the manifest lists it (`listed`: its
+    entry), and equal to the index of the shard's records."""
+    if not FileSystems.exists(index_path):
+        problems.append(Problem(index_path, "index listed in the manifest but missing"))
+        return
+    size, digest = _file_digest(index_path)
+    if listed is not None:
+        for key, actual in (("bytes", size), ("sha256", digest)):
+            if listed.get(key) != actual:
+                problems.append(Problem(index_path, f"index {key} is {actual!r}, manifest says "
+                                                    f"{listed.get(key)!r}"))
+    if shard.compressed:
+        problems.append(Problem(index_path, f"an index beside {shard_path}, which is compressed: "
+                                            f"offsets in a compressed stream are not seekable"))
+    elif shard.index_sha256 is not None and (size, digest) != (shard.index_bytes, shard.index_sha256):
+        problems.append(Problem(index_path, f"index does not match the records of {shard_path}"))
 
 
 def _file_digest(path: str) -> tuple[int, str]:
@@ -119,8 +178,15 @@ def _verify_output_dir(output_dir: str, manifest: dict, problems: list[Problem])
         if not FileSystems.exists(path):
             problems.append(Problem(path, "listed in the manifest but missing"))
             continue
-        result = _check_file(path, problems)
+        index = shard.get("index")
+        result = _check_file(path, problems, with_index=bool(index))
         checked += 1
+        if isinstance(index, dict) and is_plain_relative(index.get("path")):
+            listed.add(index["path"])
+            _check_index(fs.join_path(output_dir, index["path"]), path, result, problems, index)
+        elif index is not None:
+            problems.append(Problem(manifest_path, f"shard {shard['path']!r} lists a malformed "
+                                                   f"index entry: {index!r}"))
         records_per_split[shard["split"]] = records_per_split.get(shard["split"], 0) + result.records
         for key, actual in (("records", result.records), ("bytes", result.bytes),
                             ("sha256", result.sha256)):
@@ -170,13 +236,21 @@ def resolve_tfrecord_paths(path: str) -> tuple[list[str], dict | None]:
     if manifest is not None:
         return [], manifest
     if any(ch in path for ch in "*?["):
-        pattern = path
-    elif _is_file(path):
+        matched = FileSystems.match([path])[0].metadata_list
+        # Index sidecars sit beside the shards a glob names, but are no TFRecord files.
+        return sorted(m.path for m in matched if not m.path.endswith(INDEX_SUFFIX)), None
+    if _is_file(path):
         return [path], None
-    else:
-        pattern = fs.join_path(path, "*.tfrecord*")
-    matched = FileSystems.match([pattern])[0].metadata_list
-    return sorted(metadata.path for metadata in matched), None
+    matched = FileSystems.match([fs.join_path(path, "*")])[0].metadata_list
+    names = [(m.path, m.path.rstrip("/").rsplit("/", 1)[-1]) for m in matched]
+    return sorted(full for full, name in names if _stands_for_tfrecord(name)), None
+
+
+def _stands_for_tfrecord(name: str) -> bool:
+    """Whether a file in a folder without manifest is one of its TFRecord files."""
+    if name.startswith(".") or name.endswith(INDEX_SUFFIX):
+        return False
+    return ".tfrecord" in name or bool(_SHARD_NAME.match(name))
 
 
 def verify_paths(paths: Sequence[str]) -> tuple[int, list[Problem]]:
@@ -195,7 +269,11 @@ def verify_paths(paths: Sequence[str]) -> tuple[int, list[Problem]]:
         if not files:
             problems.append(Problem(path, "no TFRecord file found"))
         for file_path in files:
-            _check_file(file_path, problems)
+            index_path = file_path + INDEX_SUFFIX
+            has_index = FileSystems.exists(index_path)
+            result = _check_file(file_path, problems, with_index=has_index)
+            if has_index:
+                _check_index(index_path, file_path, result, problems)
             checked += 1
     return checked, problems
 

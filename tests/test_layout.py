@@ -5,6 +5,9 @@ Data flows one way: `pipeline` -> `transforms` -> `transforms.format` -> `protos
 * no module under `transforms/` or `protos/` imports `pipeline`;
 * no module under `transforms/format/` imports `apache_beam` or a `transforms` module outside
   `transforms/format/`;
+* no module under `transforms/reading/` (the Beam-free readers) imports `apache_beam` or a
+  `transforms` module outside `transforms/reading/` and `transforms/format/` (those would
+  bring Beam in with them);
 * no import circle among the project's modules (imports inside functions count too: they run
   later, but a circle is a circle for whoever reads or splits the code);
 * a package `__init__.py` holds only its docstring;
@@ -178,6 +181,14 @@ def direction_problems(root: Path) -> list[str]:
                 elif _inside(edge.target, "transforms") and not _inside(edge.target, "transforms.format"):
                     problems.append(f"{edge.where(modules, root)}: transforms/format/ may import only "
                                     f"transforms.format and protos")
+            if _inside(module, "transforms.reading"):
+                if _inside(edge.target, "apache_beam"):
+                    problems.append(f"{edge.where(modules, root)}: transforms/reading/ must not import Beam")
+                elif _inside(edge.target, "transforms") and not any(
+                        _inside(edge.target, allowed) for allowed in ("transforms.reading",
+                                                                      "transforms.format")):
+                    problems.append(f"{edge.where(modules, root)}: transforms/reading/ may import only "
+                                    f"transforms.reading, transforms.format and protos")
     return problems
 
 
@@ -329,9 +340,16 @@ def test_imports_against_the_flow_are_named(tmp_path):
         "transforms/records.py": DOC,
         "transforms/format/codec.py": DOC + "import apache_beam.io\nfrom .. import records\n",
         "transforms/format/ok.py": DOC + "from . import codec\nfrom protos import extra\n",
+        "transforms/reading/__init__.py": DOC,
+        "transforms/reading/beam.py": DOC + "def f():\n    import apache_beam\n",
+        "transforms/reading/sink.py": DOC + "from transforms import records\n",
+        "transforms/reading/ok.py": DOC + "from . import sink\nfrom ..format import ok\nimport numpy\n",
     })
     problems = direction_problems(root)
-    assert len(problems) == 4, problems
+    assert len(problems) == 6, problems
+    assert any("transforms/reading/beam.py:3 imports apache_beam: transforms/reading/ must not "
+               "import Beam" in p for p in problems)
+    assert any("transforms/reading/sink.py:2 imports transforms.records" in p for p in problems)
     assert any("transforms/sink.py:3 imports pipeline.options" in p for p in problems)
     assert any("protos/extra.py:2 imports pipeline" in p for p in problems)
     assert any("transforms/format/codec.py:2 imports apache_beam.io" in p for p in problems)

@@ -3,7 +3,8 @@
 Finalize runs once, on one key, downstream of everything (it is the graph's single terminal
 step, which is all DaskRunner computes). It reconciles the converters' counts with the
 records physically in the temporary files (input = rows written + dead letters, per split),
-renames them to their final names (`<split>-SSSSS-of-NNNNN.tfrecord[.gz|.zz]`, ordered by
+renames them (with their `.tfindex` sidecars, if any) to their final names
+(`<split>-SSSSS-of-NNNNN.tfrecord[.gz|.zz]`, ordered by
 the first batch key each holds, so naming does not depend on bundles or workers), writes one
 empty shard for every declared split without records (unless `skip_if_empty`), writes the
 extra files, writes `manifest.json` last as the commit marker, and deletes the temp folder.
@@ -16,7 +17,6 @@ import datetime
 import hashlib
 import json
 import logging
-import re
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -25,9 +25,10 @@ import apache_beam as beam
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
-from transforms import fs
+from transforms import fs, output_files
 from transforms import manifest as manifest_lib
 from transforms.format.manifest_format import FORMAT_VERSION, MANIFEST_NAME
+from transforms.format.tfrecord_index import INDEX_SUFFIX
 from transforms.shard_writers import (
     COUNT_RESULT,
     DEAD_LETTER_DIR,
@@ -37,6 +38,7 @@ from transforms.shard_writers import (
     SinkConfig,
     TempShard,
 )
+from transforms.tfds_metadata import tfds_side_files
 
 __all__ = [
     "AccountingError",
@@ -50,7 +52,6 @@ __all__ = [
 _LOG = logging.getLogger(__name__)
 
 
-_SHARD_NAME = re.compile(r"^(?P<split>.+)-(?P<index>\d{5})-of-(?P<total>\d{5})(?P<suffix>\..+)$")
 
 
 class AccountingError(RuntimeError):
@@ -119,12 +120,15 @@ def _reconcile(sidecars: Sequence[Mapping[str, Any]], counts: Sequence[tuple]) -
             entry["written_rows"] = rows_per_split[split]
     in_files: dict[str, int] = defaultdict(int)
     dead_in_files: dict[str, int] = defaultdict(int)
+    reasons: dict[str, int] = defaultdict(int)
     for sidecar in sidecars:
         if sidecar["kind"] == TFRECORD_KIND:
             in_files[sidecar["split"]] += sidecar["records"]
         else:
             for split, number in sidecar["dead_letters_by_split"].items():
                 dead_in_files[split] += number
+            for reason, number in sidecar.get("dead_letters_by_reason", {}).items():
+                reasons[reason] += number
     problems = []
     for split in sorted(set(per_split) | set(in_files) | set(dead_in_files)):
         entry = per_split[split]
@@ -152,6 +156,7 @@ def _reconcile(sidecars: Sequence[Mapping[str, Any]], counts: Sequence[tuple]) -
     }
     if any("written_rows" in entry for entry in per_split.values()):
         totals["written_rows"] = sum(entry["written_rows"] for entry in per_split.values())
+    totals["dead_letter_reasons"] = dict(sorted(reasons.items()))
     return {**totals, "splits": {split: dict(per_split[split]) for split in sorted(per_split)}}
 
 
@@ -191,22 +196,30 @@ def _empty_shards(config: SinkConfig, sidecars: Sequence[Mapping[str, Any]]) -> 
     return created
 
 
-def _stale_outputs(config: SinkConfig, keep: set[str]) -> list[str]:
-    """Files under final names left by an earlier, uncommitted or replaced run."""
-    patterns = [
-        fs.join_path(config.output_dir, "*-?????-of-?????.tfrecord*"),
-        fs.join_path(config.output_dir, DEAD_LETTER_DIR, "*"),
-    ]
-    stale = []
-    for result in FileSystems.match(patterns):
-        for metadata in result.metadata_list:
-            relative = metadata.path[len(config.output_dir) :].lstrip("/")
-            name = relative.rsplit("/", 1)[-1]
-            if relative not in keep and (
-                _SHARD_NAME.match(name) or relative.startswith(DEAD_LETTER_DIR + "/")
-            ):
-                stale.append(metadata.path)
-    return stale
+def _write_journal(config: SinkConfig, writes: set[str], replaces: set[str]) -> None:
+    """Records, before the commit changes anything, every final file it may create or
+    replace, so that the next run can remove a half-done commit (see `output_files`)."""
+    journal = {"run_id": config.run_id, "writes": sorted(writes), "replaces": sorted(replaces)}
+    fs.write_bytes_atomically(fs.join_path(config.temp_dir, output_files.JOURNAL_NAME),
+                              json.dumps(journal, sort_keys=True).encode("utf-8"))
+
+
+def _side_files(config: SinkConfig, shard_files: Sequence[Mapping[str, Any]],
+                owned: set[str]) -> list[tuple[str, bytes]]:
+    """The extra files, plus TFDS's `dataset_info.json` and `features.json` for an output
+    TFDS can read (see `tfds_metadata`); those are left out rather than replace a file of
+    the same name that no record of this tool names (a TFDS dataset's own, say)."""
+    tfds_files = tfds_side_files(config.output_dir, config.compression.value, shard_files,
+                                 config.extra_files)
+    taken = {name for name, _ in config.extra_files} | {
+        name for name in tfds_files if name not in owned
+        and FileSystems.exists(fs.join_path(config.output_dir, name))}
+    if taken & set(tfds_files):
+        _LOG.warning("no TFDS metadata written to %s: %s taken by an extra file or a file "
+                     "this tool did not write", config.output_dir,
+                     ", ".join(sorted(taken & set(tfds_files))))
+        tfds_files = {}
+    return list(config.extra_files) + sorted(tfds_files.items())
 
 
 def _commit_file(config: SinkConfig, planned: Mapping[str, Any]) -> None:
@@ -227,6 +240,13 @@ def _commit_file(config: SinkConfig, planned: Mapping[str, Any]) -> None:
             f"{final} has {size} bytes, expected {planned['bytes']}: it is not the file "
             f"this run wrote"
         )
+
+
+def _index_files(shard_files: Sequence[Mapping[str, Any]]) -> list[dict]:
+    """The `.tfindex` sidecars written with the shards (`SinkConfig.index`), planned like
+    files of their own: each is renamed with its shard, to the shard's name + suffix."""
+    return [{**entry["index"], "path": entry["path"] + INDEX_SUFFIX}
+            for entry in shard_files if entry.get("index")]
 
 
 def finalize_output(
@@ -252,31 +272,42 @@ def finalize_output(
     planned = _final_names(config, sidecars)
     dead_files = [entry for entry in planned if entry["kind"] == DEAD_LETTER_KIND]
     shard_files = [entry for entry in planned if entry["kind"] == TFRECORD_KIND]
+    index_files = _index_files(shard_files)
 
+    # Only files a record of this tool names are ever replaced or deleted (the CLI refuses
+    # to start over foreign ones); the journal names them before anything changes.
+    owned = output_files.owned_paths(config.output_dir, existing)
+    writes = {entry["path"] for entry in planned + index_files}
+    side_files = _side_files(config, shard_files, owned)
+    writes |= {name for name, _ in side_files}
+    writes |= {MANIFEST_NAME, output_files.FAILED_RUN_NAME}
+    _write_journal(config, writes, owned)
     # The old manifest goes first, so no reader can trust it while files change under it.
     _delete_quietly([manifest_path])
-    _delete_quietly(_stale_outputs(config, {entry["path"] for entry in planned}))
+    _delete_quietly([fs.join_path(config.output_dir, name) for name in sorted(owned - writes)]
+                    + [fs.join_path(config.output_dir, output_files.FAILED_RUN_NAME)])
 
     dead_letter_dir = fs.join_path(config.output_dir, DEAD_LETTER_DIR)
+    reasons = _reasons_text(totals)
     if totals["input"] and not totals["written"]:
-        _commit_dead_letters_only(config, dead_files)
-        raise NothingConvertedError(
-            f"none of the {totals['input']} input records was converted; no shard was "
-            f"committed. The dead letters (one per record, with the reason) are in {dead_letter_dir}")
+        message = (f"none of the {totals['input']} input records was converted{reasons}; no "
+                   f"shard was committed. The dead letters (one per record, with the reason) "
+                   f"are in {dead_letter_dir}")
+        _commit_dead_letters_only(config, dead_files, totals, "nothing_converted", message)
+        raise NothingConvertedError(message)
     error_rate = totals["dead_letter"] / totals["input"] if totals["input"] else 0.0
     if config.max_error_rate is not None and error_rate > config.max_error_rate:
-        _commit_dead_letters_only(config, dead_files)
-        raise ErrorRateExceededError(
-            f"{totals['dead_letter']} of {totals['input']} input records "
-            f"({error_rate:.2%}) were dead-lettered, more than --max-error-rate "
-            f"{config.max_error_rate:.2%}; no shard was committed. The dead letters are in "
-            f"{dead_letter_dir}"
-        )
+        message = (f"{totals['dead_letter']} of {totals['input']} input records "
+                   f"({error_rate:.2%}) were dead-lettered{reasons}, more than --max-error-rate "
+                   f"{config.max_error_rate:.2%}; no shard was committed. The dead letters are "
+                   f"in {dead_letter_dir}")
+        _commit_dead_letters_only(config, dead_files, totals, "max_error_rate_exceeded", message)
+        raise ErrorRateExceededError(message)
 
-    for entry in planned:
+    for entry in planned + index_files:
         _commit_file(config, entry)
     extra = {}
-    for relative, data in config.extra_files:
+    for relative, data in side_files:
         target = fs.join_path(config.output_dir, relative)
         fs.write_bytes_atomically(target, data)
         extra[relative] = {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
@@ -288,6 +319,10 @@ def finalize_output(
         described.update(
             records=entry["records"], bytes=entry["bytes"], sha256=entry["sha256"]
         )
+        if entry.get("index"):
+            described["index"] = {"path": entry["path"] + INDEX_SUFFIX,
+                                  "bytes": entry["index"]["bytes"],
+                                  "sha256": entry["index"]["sha256"]}
         return described
 
     manifest = {
@@ -305,6 +340,10 @@ def finalize_output(
         "options": {},
     }
     manifest.update(dict(config.manifest_metadata))
+    # Durable before it is visible: every file the manifest names, and the folder entries
+    # of their new names, reach the disk before the manifest is renamed into place.
+    fs.sync_files([fs.join_path(config.output_dir, entry["path"]) for entry in planned + index_files]
+                  + [fs.join_path(config.output_dir, name) for name in extra])
     fs.write_bytes_atomically(
         manifest_path, json.dumps(manifest, indent=2, sort_keys=True).encode("utf-8") + b"\n"
     )
@@ -316,10 +355,35 @@ def finalize_output(
     return manifest_path
 
 
-def _commit_dead_letters_only(config: SinkConfig, dead_files: Sequence[Mapping[str, Any]]) -> None:
-    """A failed run's outcome: its dead letters committed for diagnosis, nothing else."""
+def _reasons_text(totals: Mapping[str, Any]) -> str:
+    """" (dead letters: 3 invalid_int, 1 ragged_row)", most frequent first; "" when none."""
+    reasons = totals.get("dead_letter_reasons") or {}
+    if not reasons:
+        return ""
+    ordered = sorted(reasons.items(), key=lambda item: (-item[1], item[0]))
+    shown = ", ".join(f"{count} {reason}" for reason, count in ordered[:5])
+    more = f", {len(ordered) - 5} more reasons" if len(ordered) > 5 else ""
+    return f" (dead letters: {shown}{more})"
+
+
+def _commit_dead_letters_only(config: SinkConfig, dead_files: Sequence[Mapping[str, Any]],
+                              totals: Mapping[str, Any], outcome: str, message: str) -> None:
+    """A failed run's outcome: its dead letters committed for diagnosis, with a record of
+    the run beside them (`output_files.FAILED_RUN_NAME`), and nothing else."""
     for entry in dead_files:
         _commit_file(config, entry)
+    paths = [fs.join_path(config.output_dir, entry["path"]) for entry in dead_files]
+    fs.sync_files(paths)
+    record = {
+        "run_id": config.run_id,
+        "outcome": outcome,
+        "message": message,
+        "counts": dict(totals),
+        "files": [entry["path"] for entry in dead_files],
+        "created_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+    }
+    fs.write_bytes_atomically(fs.join_path(config.output_dir, output_files.FAILED_RUN_NAME),
+                              json.dumps(record, indent=2, sort_keys=True).encode("utf-8") + b"\n")
     _delete_temp_dir(config)
 
 

@@ -1,9 +1,12 @@
 """Path and file helpers for any Beam filesystem (local, gs://, ...): joining, existence,
-deleting a folder tree, creating parent folders, writing a small file atomically."""
+deleting a folder tree, creating parent folders, writing a small file atomically and durably,
+syncing local files to disk."""
 
 from __future__ import annotations
 
+import os
 import posixpath
+from collections.abc import Iterable
 
 from apache_beam.io.filesystems import FileSystems
 
@@ -12,6 +15,7 @@ __all__ = [
     "ensure_parent",
     "join_path",
     "path_exists",
+    "sync_files",
     "write_bytes_atomically",
 ]
 
@@ -53,11 +57,34 @@ def ensure_parent(path: str) -> None:
                 raise
 
 
-def write_bytes_atomically(path: str, data: bytes) -> None:
-    """Writes `data` so that `path` is either absent, old, or complete.
+def _fsync_path(path: str, directory: bool = False) -> None:
+    descriptor = os.open(path, os.O_RDONLY | (getattr(os, "O_DIRECTORY", 0) if directory else 0))
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
 
-    Object stores (gs://) publish an object only when its upload completes; on local and
-    other filesystems the bytes go to a sibling temporary name that is then renamed.
+
+def sync_files(paths: Iterable[str]) -> None:
+    """Makes local files durable: their bytes and the folder entries naming them reach the
+    disk (fsync of each file, then of each folder holding one). Object stores and other
+    remote filesystems are durable when a write returns: their paths are skipped."""
+    folders = set()
+    for path in paths:
+        if "://" in path:
+            continue
+        _fsync_path(path)
+        folders.add(os.path.dirname(os.path.abspath(path)))
+    for folder in sorted(folders):
+        _fsync_path(folder, directory=True)
+
+
+def write_bytes_atomically(path: str, data: bytes) -> None:
+    """Writes `data` so that `path` is either absent, old, or complete, and durable.
+
+    Object stores (gs://) publish an object only when its upload completes; on local disk
+    the bytes go to a sibling temporary name, are synced, and are renamed into place (then
+    the folder entry is synced too); other filesystems write a temporary name and rename.
     """
     if path.startswith("gs://"):
         with FileSystems.create(path) as handle:
@@ -65,9 +92,16 @@ def write_bytes_atomically(path: str, data: bytes) -> None:
         return
     ensure_parent(path)
     temporary = f"{path}.partial"
+    if "://" not in path:
+        with open(temporary, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temporary, path)
+        _fsync_path(os.path.dirname(os.path.abspath(path)), directory=True)
+        return
     with FileSystems.create(temporary) as handle:
         handle.write(data)
     if FileSystems.exists(path):
         FileSystems.delete([path])
     FileSystems.rename([temporary], [path])
-

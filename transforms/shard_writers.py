@@ -41,7 +41,13 @@ from apache_beam.metrics import Metrics
 
 from transforms import fs
 from transforms.format.compression import Compression, shard_suffix
-from transforms.format.tfrecord_format import FramedRecords, TFRecordWriter, frame_records
+from transforms.format.tfrecord_format import (
+    FramedRecords,
+    TFRecordWriter,
+    frame_records,
+    framed_size,
+)
+from transforms.format.tfrecord_index import INDEX_SUFFIX, IndexWriter
 from transforms.records import RecordBatch
 from transforms.worker import prepare_worker
 
@@ -55,6 +61,7 @@ __all__ = [
     "FILE_RESULT",
     "SinkConfig",
     "TFRECORD_KIND",
+    "TEMP_PREFIX",
     "TRIGGER_RESULT",
     "TempShard",
     "WriteGroupedShard",
@@ -69,6 +76,10 @@ DEFAULT_MAX_SHARD_BYTES = 200 * 1024 * 1024
 
 
 DEAD_LETTER_DIR = "dead_letter"
+
+
+#: A run's temporary files live under `DIR/.tmp-<run id>/`.
+TEMP_PREFIX = ".tmp-"
 
 
 DEAD_LETTER_KIND = "dead_letter"
@@ -146,8 +157,13 @@ class SinkConfig:
     manifest_metadata: tuple[tuple[str, Any], ...] = ()
     run_id: str = ""
     report_progress: bool = False
+    # Write `<shard>.tfindex` beside every shard (uncompressed output only).
+    index: bool = False
 
     def __post_init__(self):
+        if self.index and self.compression is not Compression.NONE:
+            raise ValueError("index files need uncompressed shards: offsets in a "
+                             f"{self.compression.value} stream are not seekable")
         if self.max_error_rate is not None and not 0 <= self.max_error_rate <= 1:
             raise ValueError(f"max_error_rate must be within [0, 1], got {self.max_error_rate}")
         for relative, _ in self.extra_files:
@@ -156,7 +172,7 @@ class SinkConfig:
 
     @property
     def temp_dir(self) -> str:
-        return fs.join_path(self.output_dir, f".tmp-{self.run_id}")
+        return fs.join_path(self.output_dir, f"{TEMP_PREFIX}{self.run_id}")
 
     @property
     def suffix(self) -> str:
@@ -181,6 +197,9 @@ class _HashingWriter:
         flush = getattr(self._raw, "flush", None)
         if flush:
             flush()
+
+    def close(self) -> None:
+        self._raw.close()
 
 
 class _BackgroundIO:
@@ -244,15 +263,27 @@ class TempShard:
         self.records = 0
         self.logical_bytes = 0
         self.dead_letters_by_split: dict[str, int] = defaultdict(int)
+        self.dead_letters_by_reason: dict[str, int] = defaultdict(int)
         self._io = _BackgroundIO() if self._writer is not None else None
+        self._index_file = self._index = None
+        if self._writer is not None and config.index:
+            # Indexed as the records are written: no second pass over the shard.
+            self._index_file = _HashingWriter(FileSystems.create(
+                self.path + INDEX_SUFFIX, compression_type=CompressionTypes.UNCOMPRESSED))
+            self._index = IndexWriter(self._index_file)
 
     def write(self, payloads: Sequence[bytes], logical_bytes: int, split: str) -> None:
         if self._writer is not None:
             framed = payloads.data if isinstance(payloads, FramedRecords) else frame_records(payloads)
             self._io.submit(self._writer.write_framed, framed, len(payloads))
+            if self._index is not None:
+                self._index.add(payloads.framed_sizes() if isinstance(payloads, FramedRecords)
+                                else [framed_size(len(payload)) for payload in payloads])
         else:
             self._hashing.write(b"".join(doc + b"\n" for doc in payloads))
             self.dead_letters_by_split[split] += len(payloads)
+            for doc in payloads:
+                self.dead_letters_by_reason[_reason_of(doc)] += 1
         self.records += len(payloads)
         self.logical_bytes += logical_bytes
 
@@ -265,6 +296,11 @@ class TempShard:
                 self._io.shutdown()
             self._writer.close()
         self._raw.close()
+        index = None
+        if self._index_file is not None:
+            self._index_file.close()
+            index = {"temp_path": self.path + INDEX_SUFFIX, "bytes": self._index_file.bytes,
+                     "sha256": self._index_file.sha256.hexdigest()}
         sidecar = {
             "temp_path": self.path,
             "kind": self.kind,
@@ -275,10 +311,22 @@ class TempShard:
             "logical_bytes": self.logical_bytes,
             "sha256": self._hashing.sha256.hexdigest(),
             "dead_letters_by_split": dict(self.dead_letters_by_split),
+            "dead_letters_by_reason": dict(self.dead_letters_by_reason),
         }
+        if index is not None:
+            sidecar["index"] = index
         with FileSystems.create(self.path + ".json") as handle:
             handle.write(json.dumps(sidecar, sort_keys=True).encode("utf-8"))
         return sidecar
+
+
+def _reason_of(doc: bytes) -> str:
+    """The `reason` of one dead-letter document (see `transforms.records.dead_letter`)."""
+    try:
+        reason = json.loads(doc).get("reason")
+    except (ValueError, AttributeError):
+        reason = None
+    return reason if isinstance(reason, str) and reason else "unknown"
 
 
 def _cumulative_sizes(kind: str, payloads: Sequence[bytes]) -> np.ndarray:

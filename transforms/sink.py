@@ -64,6 +64,9 @@ class WriteToShardedTFRecord(beam.PTransform):
       sharding: the whole sharding policy (`transforms.shard_writers.ShardingConfig`).
       report_progress: writers leave a small heartbeat file under the temp folder every
         few seconds (records so far), which the CLI reads to show progress.
+      index: write `<shard>.tfindex` (the `tfrecord` package's and DALI's index: offset
+        and length per record) beside every shard, computed while writing, listed in the
+        manifest; uncompressed output only (ValueError otherwise).
 
     Returns a PCollection with one element: the path of the committed manifest.
     """
@@ -85,6 +88,7 @@ class WriteToShardedTFRecord(beam.PTransform):
         run_id: str | None = None,
         report_progress: bool = False,
         sharding: ShardingConfig | None = None,
+        index: bool = False,
     ):
         super().__init__()
         self._config = SinkConfig(
@@ -99,6 +103,7 @@ class WriteToShardedTFRecord(beam.PTransform):
             manifest_metadata=tuple(sorted((manifest_metadata or {}).items())),
             run_id=run_id or uuid.uuid4().hex[:16],
             report_progress=report_progress,
+            index=index,
         )
 
     @property

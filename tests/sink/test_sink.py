@@ -299,8 +299,14 @@ def test_error_rate_exceeded_commits_dead_letters_only(tmp_path):
         _run(_batches(num_batches=2, per_batch=10, dead_every=2), tmp_path, max_error_rate=0.1)
     assert not (tmp_path / "manifest.json").exists()
     assert not [p for p in os.listdir(tmp_path) if p.endswith(".tfrecord")]
-    dead = os.listdir(tmp_path / "dead_letter")
+    dead = sorted(os.listdir(tmp_path / "dead_letter"))
+    assert "failed_run.json" in dead
+    dead.remove("failed_run.json")
     assert dead and all(name.endswith(".jsonl") for name in dead)
+    record = json.loads((tmp_path / "dead_letter" / "failed_run.json").read_text())
+    assert record["outcome"] == "max_error_rate_exceeded"
+    assert record["files"] == [f"dead_letter/{name}" for name in dead]
+    assert record["counts"]["dead_letter"] == 20 and record["counts"]["input"] == 40
     assert ErrorRateExceededError.__name__ == "ErrorRateExceededError"
 
 

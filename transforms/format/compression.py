@@ -115,11 +115,13 @@ def parse_compression(value: str | Compression | None) -> Compression:
 
 
 def compression_from_path(path: str) -> Compression:
-    """Guesses the compression from the file name: .gz -> GZIP, .zz/.zlib -> ZLIB, else NONE."""
+    """Guesses the compression from the file name: .gz -> GZIP, .zz/.zlib/.deflate -> ZLIB
+    (Beam's `CompressionTypes.DEFLATE` writes the same RFC 1950 stream and names it
+    `.deflate`), else NONE."""
     lower = str(path).lower()
     if lower.endswith(".gz"):
         return Compression.GZIP
-    if lower.endswith((".zz", ".zlib")):
+    if lower.endswith((".zz", ".zlib", ".deflate")):
         return Compression.ZLIB
     return Compression.NONE
 

@@ -1,0 +1,156 @@
+"""Nothing destroyed: a run never deletes or replaces a file the tool did not write; a commit
+killed half-way is undone by the next run from its journal; a failed run's dead letters are
+replaced by the next run; files are synced before the manifest names them; the summary shows
+dead letters by reason and where they are."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+
+import pipeline
+from pipeline.cli import run
+from transforms import fs
+from transforms.output_files import FAILED_RUN_NAME, JOURNAL_NAME, listed_paths
+
+SAMPLE = pathlib.Path(pipeline.__file__).parent / "sample_data" / "tabular"
+
+
+def _convert(output, *extra: str, source: str | None = None) -> list[str]:
+    spec = [] if source else ["--spec", str(SAMPLE / "customers.spec.yaml")]
+    return ["convert", "--input", source or str(SAMPLE / "*.csv"), "--format", "csv", *spec,
+            "--output", str(output), "--direct_running_mode=in_memory", "--quiet", *extra]
+
+
+def _manifest(out: pathlib.Path) -> dict:
+    return json.loads((out / "manifest.json").read_text())
+
+
+def test_foreign_tfrecord_files_are_refused_and_kept_even_with_overwrite(tmp_path, capsys):
+    out = tmp_path / "out"
+    out.mkdir()
+    foreign = out / "train-00000-of-00001.tfrecord"
+    foreign.write_bytes(b"somebody else's shard")
+    other = out / "dead_letter" / "notes.jsonl"
+    other.parent.mkdir()
+    other.write_bytes(b"{}\n")
+    for extra in ((), ("--overwrite",)):
+        assert run(_convert(out, *extra)) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert err[0].startswith(f"tfrecord-pipeline convert: error: {out} holds 2 files this tool "
+                                 f"did not write (dead_letter/notes.jsonl, train-00000-of-00001.tfrecord)")
+        assert err[1].startswith("hint: move them away or choose another --output")
+    assert foreign.read_bytes() == b"somebody else's shard"
+    assert other.read_bytes() == b"{}\n"
+    assert not (out / "manifest.json").exists()
+
+
+def test_a_foreign_side_file_is_refused(tmp_path, capsys):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "feature_spec.json").write_text("{mine}")
+    assert run(_convert(out)) == 2
+    assert "feature_spec.json" in capsys.readouterr().err
+    assert (out / "feature_spec.json").read_text() == "{mine}"
+
+
+def test_overwrite_replaces_only_what_the_manifest_lists(tmp_path):
+    out = tmp_path / "out"
+    assert run(_convert(out, "--max-shard-records", "10")) == 0
+    first = _manifest(out)
+    assert len(first["shards"]) > 3
+    unrelated = out / "README.txt"
+    unrelated.write_text("keep me")
+    assert run(_convert(out, "--overwrite")) == 0
+    second = _manifest(out)
+    on_disk = sorted(p.name for p in out.glob("*.tfrecord"))
+    assert on_disk == sorted(shard["path"] for shard in second["shards"])
+    assert len(second["shards"]) < len(first["shards"])
+    assert unrelated.read_text() == "keep me"
+
+
+def test_a_commit_killed_half_way_is_undone_from_its_journal(tmp_path):
+    out = tmp_path / "out"
+    assert run(_convert(out)) == 0
+    committed = _manifest(out)
+    # A later --overwrite run was killed mid-commit: it had deleted the manifest and renamed
+    # one of its shards, and had not yet written its manifest.
+    (out / "manifest.json").unlink()
+    killed = out / ".tmp-killedmidcommit"
+    killed.mkdir()
+    half = out / "train-00000-of-00009.tfrecord"
+    half.write_bytes(b"half of a commit")
+    old = sorted(shard["path"] for shard in committed["shards"])
+    journal = {"run_id": "killedmidcommit",
+               "writes": ["manifest.json", half.name, *committed["files"], FAILED_RUN_NAME],
+               "replaces": sorted(listed_paths(committed))}
+    (killed / JOURNAL_NAME).write_text(json.dumps(journal))
+    assert run(_convert(out)) == 0
+    assert not killed.exists() and not half.exists()
+    assert sorted(p.name for p in out.glob("*.tfrecord")) == old
+    assert run(["verify", str(out)]) == 0
+
+
+def test_a_failed_runs_dead_letters_are_replaced_by_the_next_run(tmp_path, capsys):
+    source = tmp_path / "bad.csv"
+    source.write_text("id\nx\ny\n")
+    spec = tmp_path / "spec.yaml"
+    spec.write_text("features:\n  - {name: id, type: int64}\n")
+    out = tmp_path / "out"
+    assert run(_convert(out, "--spec", str(spec), source=str(source))) == 5
+    first_line = capsys.readouterr().err.strip().splitlines()[0]
+    assert "(dead letters: 2 invalid_int)" in first_line
+    record = json.loads((out / FAILED_RUN_NAME).read_text())
+    assert record["outcome"] == "nothing_converted"
+    assert record["counts"]["dead_letter_reasons"] == {"invalid_int": 2}
+    source.write_text("id\n1\ny\n")
+    assert run(_convert(out, "--spec", str(spec), source=str(source))) == 0
+    assert not (out / FAILED_RUN_NAME).exists()
+    dead = [line for path in (out / "dead_letter").glob("*.jsonl")
+            for line in path.read_text().splitlines()]
+    assert [json.loads(line)["raw"] for line in dead] == ["y"]
+    assert _manifest(out)["counts"]["dead_letter_reasons"] == {"invalid_int": 1}
+
+
+def test_the_summary_shows_dead_letters_by_reason_and_where_they_are(tmp_path, capsys):
+    source = tmp_path / "mixed.csv"
+    source.write_text("id,score\n1,0.5\nx,0.1\n3,abc\n4,zz\n5,1\n")
+    spec = tmp_path / "spec.yaml"
+    spec.write_text("features:\n  - {name: id, type: int64}\n  - {name: score, type: float}\n")
+    out = tmp_path / "out"
+    argv = [arg for arg in _convert(out, "--spec", str(spec), source=str(source)) if arg != "--quiet"]
+    assert run(argv) == 0
+    lines = capsys.readouterr().out.splitlines()
+    dead = next(i for i, line in enumerate(lines) if "dead-lettered" in line)
+    assert lines[dead].split()[-1] == "3"
+    assert lines[dead + 1].split() == ["invalid_float", "2"]
+    assert lines[dead + 2].split() == ["invalid_int", "1"]
+    assert lines[-1].strip() == (f"dead letters (one JSON line each, with the reason): "
+                                 f"{out}/dead_letter/")
+
+
+def test_every_file_the_manifest_names_is_synced_before_it_is_written(tmp_path, monkeypatch):
+    events = []
+    real_sync = fs._fsync_path
+
+    def recording_sync(path, directory=False):
+        events.append(("sync", pathlib.Path(path).name))
+        real_sync(path, directory)
+
+    real_replace = fs.os.replace
+
+    def recording_replace(source, target):
+        events.append(("rename", pathlib.Path(target).name))
+        real_replace(source, target)
+
+    monkeypatch.setattr(fs, "_fsync_path", recording_sync)
+    monkeypatch.setattr(fs.os, "replace", recording_replace)
+    out = tmp_path / "out"
+    assert run(_convert(out)) == 0
+    manifest = _manifest(out)
+    manifest_at = events.index(("rename", "manifest.json"))
+    synced_before = {name for kind, name in events[:manifest_at] if kind == "sync"}
+    named = [shard["path"] for shard in manifest["shards"]] + list(manifest["files"])
+    assert {pathlib.Path(path).name for path in named} <= synced_before
+    assert "out" in synced_before  # the folder entries of the renamed shards
+    assert events[manifest_at + 1] == ("sync", "out")  # and the manifest's own entry

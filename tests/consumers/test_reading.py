@@ -1,0 +1,489 @@
+"""`transforms.reading` against real outputs of the CLI: `tf_dataset` gives back the source
+values (dense where the spec says fixed), `read_examples` gives what TensorFlow gives,
+`(index, count)` parts are disjoint and cover every record, lengths are exact, the PyTorch
+adapter shares a split out among ranks and workers by itself, and the Grain source reads
+every record once through Grain's own loaders."""
+
+from __future__ import annotations
+
+import json
+import pickle
+import shutil
+import sys
+import types
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from pipeline.cli import run
+from tests.helpers import in_memory_args
+from transforms.format.compression import Compression
+from transforms.format.tfrecord_reader import TFRecordCorruptError, iter_records
+from transforms.reading.examples import read_examples
+from transforms.reading.features import feature_layout
+from transforms.reading.grain import grain_source
+from transforms.reading.output import load_split
+from transforms.reading.parts import select_part, whole_split
+from transforms.reading.tensorflow import tf_dataset
+from transforms.reading.torch import torch_dataset
+
+ROWS = 40
+SHARD_RECORDS = 7  # 40 records: shards of 7, 7, ..., 5 (in the one split, "data")
+SPEC = """\
+features:
+  - {name: id, type: int64, required: true}
+  - {name: label, type: int64, default: 7}
+  - {name: score, type: float}
+  - {name: name, type: string}
+  - {name: tags, type: string, list: true, separator: "|"}
+"""
+FIXED = {"id", "label"}
+
+
+def _source_rows(fmt: str) -> list[dict]:
+    """Absent values everywhere; empty lists where the format can say so (not CSV)."""
+    rows = []
+    for i in range(ROWS):
+        tags = [f"t{j}-é" for j in range(i % 3 + 1)]
+        if i % 7 == 0:
+            tags = None
+        elif i % 11 == 0 and fmt != "csv":
+            tags = []
+        rows.append({"id": i, "label": None if i % 5 == 0 else i % 3,
+                     "score": None if i % 4 == 0 else i / 8,
+                     "name": None if i % 6 == 0 else f"name-{i}", "tags": tags})
+    return rows
+
+
+def _write_source(folder: Path, fmt: str) -> list[dict]:
+    rows = _source_rows(fmt)
+    folder.mkdir(parents=True)
+    path = folder / f"rows.{fmt}"
+    if fmt == "csv":
+        lines = ["id,label,score,name,tags"]
+        for r in rows:
+            cells = [r["id"], r["label"], r["score"], r["name"],
+                     None if r["tags"] is None else "|".join(r["tags"])]
+            lines.append(",".join("" if c is None else str(c) for c in cells))
+        path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    elif fmt == "jsonl":
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    else:
+        pq.write_table(pa.Table.from_pylist(rows), path)
+    (folder / "spec.yaml").write_text(SPEC, encoding="utf-8")
+    return rows
+
+
+def _expected(row: dict) -> dict:
+    """What TensorFlow parses from a source row: every feature, absent ones as no values."""
+    return {"id": row["id"], "label": 7 if row["label"] is None else row["label"],
+            "score": [] if row["score"] is None else [row["score"]],
+            "name": [] if row["name"] is None else [row["name"].encode()],
+            "tags": [t.encode() for t in row["tags"] or []]}
+
+
+def _convert(folder: Path, fmt: str, compression: str, *extra: str) -> Path:
+    rows_folder = folder / "in"
+    _write_source(rows_folder, fmt)
+    out = folder / "out"
+    assert run(["convert", "--input", str(rows_folder / f"rows.{fmt}"), "--format", fmt,
+                "--spec", str(rows_folder / "spec.yaml"), "--output", str(out),
+                "--compression", compression, "--max-shard-records", str(SHARD_RECORDS),
+                *extra, *in_memory_args()]) == 0
+    return out
+
+
+def write_sidecars(output: Path) -> None:
+    """`<shard>.tfindex` beside every shard: "OFFSET LENGTH" (framed) per record, written
+    here as `tfrecord2idx` does, and not listed in the manifest (found beside the shards)."""
+    manifest = json.loads((output / "manifest.json").read_text())
+    for shard in manifest["shards"]:
+        path = output / shard["path"]
+        with open(path, "rb") as handle:
+            lines = [f"{r.offset} {16 + len(r.payload)}\n" for r in iter_records(handle)]
+        (output / (shard["path"] + ".tfindex")).write_text("".join(lines))
+
+
+CASES = [("csv", "none"), ("jsonl", "gzip"), ("parquet", "zlib"), ("csv", "gzip"),
+         ("jsonl", "zlib"), ("parquet", "none")]
+
+
+@pytest.fixture(scope="module")
+def outputs(tmp_path_factory):
+    """(format, compression) -> output folder, converted once per module."""
+    made = {}
+
+    def get(fmt: str, compression: str) -> Path:
+        if (fmt, compression) not in made:
+            made[fmt, compression] = _convert(tmp_path_factory.mktemp(f"{fmt}-{compression}"),
+                                              fmt, compression)
+        return made[fmt, compression]
+
+    return get
+
+
+@pytest.fixture(scope="module")
+def indexed(tmp_path_factory):
+    """An uncompressed JSONL output with index sidecars beside its shards, which the
+    manifest lists (`convert --index`)."""
+    out = _convert(tmp_path_factory.mktemp("indexed"), "jsonl", "none", "--index")
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert all(shard["index"]["path"] == shard["path"] + ".tfindex" for shard in manifest["shards"])
+    return out
+
+
+def _tf_records(tf, dataset) -> list[dict]:
+    """Each parsed record as Python values: dense features as scalars, sparse as lists."""
+    out = []
+    for record in dataset:
+        out.append({name: value.values.numpy().tolist() if isinstance(value, tf.SparseTensor)
+                    else value.numpy().tolist() for name, value in record.items()})
+    return out
+
+
+def _ids(records) -> list[int]:
+    return [int(record["id"]) for record in records]
+
+
+# ----------------------------------------------------------------------- tf_dataset
+
+
+@pytest.mark.parametrize("fmt,compression", CASES)
+def test_tf_dataset_gives_back_the_source_dense_where_fixed(tf, outputs, fmt, compression):
+    out = outputs(fmt, compression)
+    assert len(json.loads((out / "manifest.json").read_text())["shards"]) == 6
+    records = list(tf_dataset(str(out), "data"))
+    for record in records:
+        for name, value in record.items():
+            assert isinstance(value, tf.SparseTensor) == (name not in FIXED), name
+        assert record["id"].shape == record["label"].shape == ()
+    got = sorted(_tf_records(tf, records), key=lambda r: r["id"])
+    assert got == [_expected(row) for row in _source_rows(fmt)]
+
+
+def test_tf_dataset_batches_shuffles_files_and_reads_only_listed_shards(tf, outputs, tmp_path):
+    out = tmp_path / "out"
+    shutil.copytree(outputs("jsonl", "gzip"), out)
+    # A shard-like file the manifest does not list (a leftover) is never read.
+    shutil.copy(out / "data-00000-of-00006.tfrecord.gz", out / "data-00006-of-00007.tfrecord.gz")
+    batches = list(tf_dataset(str(out), "data", batch_size=8, shuffle_files=True, seed=3))
+    assert [int(batch["id"].shape[0]) for batch in batches] == [8] * 5
+    assert sorted(i for batch in batches for i in batch["id"].numpy().tolist()) == list(range(ROWS))
+    assert isinstance(batches[0]["tags"], tf.SparseTensor) and batches[0]["label"].shape == (8,)
+    ragged = next(iter(tf_dataset(str(out), "data", batch_size=4, ragged=True)))
+    assert isinstance(ragged["tags"], tf.RaggedTensor)
+
+
+def test_tf_dataset_parts_are_disjoint_and_cover_the_split(tf, outputs, indexed):
+    for out in (outputs("csv", "gzip"), indexed):
+        parts = [_ids(_tf_records(tf, tf_dataset(str(out), "data", shard=(i, 3)))) for i in range(3)]
+        assert sorted(sum(parts, [])) == list(range(ROWS))
+        assert parts == [_ids(read_examples(str(out), "data", shard=(i, 3))) for i in range(3)]
+
+
+# ----------------------------------------------------------------------- read_examples
+
+
+@pytest.mark.parametrize("fmt,compression", CASES)
+def test_read_examples_equals_tf_dataset(tf, outputs, fmt, compression):
+    out = outputs(fmt, compression)
+    expected = _tf_records(tf, tf_dataset(str(out), "data"))
+    reader = read_examples(str(out), "data", fill_defaults=True)
+    assert len(reader) == ROWS
+    got = list(reader)
+    assert len(got) == ROWS
+    for record, want in zip(got, expected, strict=True):
+        assert record["id"].shape == record["label"].shape == ()  # dense scalars
+        assert {name: value.tolist() for name, value in record.items()} == {
+            name: value for name, value in want.items() if value != [] or name in record}
+    python = list(read_examples(str(out), "data", fill_defaults=True, as_numpy=False))
+    assert python == [{name: value.tolist() for name, value in r.items()} for r in got]
+
+
+@pytest.mark.parametrize("fmt,compression", [("jsonl", "gzip"), ("parquet", "none")])
+def test_read_examples_tells_an_absent_feature_from_an_empty_list(tf, outputs, tmp_path, fmt,
+                                                                  compression):
+    out = tmp_path / "out"
+    shutil.copytree(outputs(fmt, compression), out)
+    by_id = {int(r["id"]): r for r in read_examples(str(out), "data")}
+    assert "tags" not in by_id[7] and "score" not in by_id[4]  # absent: left out
+    assert by_id[11]["tags"].shape == (0,) and by_id[11]["tags"].dtype == object  # empty list
+    assert int(by_id[5]["label"]) == 7  # a missing value with a spec default is written
+    tf_tags = {r["id"]: r["tags"] for r in _tf_records(tf, tf_dataset(str(out), "data"))}
+    assert tf_tags[7] == tf_tags[11] == []  # TensorFlow cannot tell them apart
+    # fill_defaults gives an absent feature the spec's default; an empty list stays empty.
+    spec = json.loads((out / "feature_spec.json").read_text())
+    spec["features"]["tags"]["default"] = ["none"]
+    (out / "feature_spec.json").write_text(json.dumps(spec))
+    filled = {int(r["id"]): r for r in read_examples(str(out), "data", fill_defaults=True)}
+    assert filled[7]["tags"].tolist() == [b"none"] and filled[11]["tags"].tolist() == []
+    assert "score" not in filled[4]  # no default: still absent
+
+
+@pytest.mark.parametrize("count", [1, 2, 3, 4, 6, 9])
+def test_parts_are_disjoint_cover_everything_and_have_exact_lengths(outputs, indexed, count):
+    for out in (outputs("parquet", "zlib"), indexed):
+        parts = [read_examples(str(out), "data", shard=(i, count)) for i in range(count)]
+        ids = [_ids(part) for part in parts]
+        assert [len(part) for part in parts] == [len(i) for i in ids]
+        assert sorted(sum(ids, [])) == list(range(ROWS))
+        if out == indexed:  # record ranges: balanced to one record, across shard borders
+            assert max(map(len, ids)) - min(map(len, ids)) <= 1
+
+
+def test_indexed_parts_enter_shards_at_a_record(indexed):
+    output = load_split(str(indexed), "data")
+    assert output.indexed and all(shard.sidecar for shard in output.shards)
+    ranges = select_part(whole_split(output), (1, 3), by_records=True)
+    assert ranges[0].start > 0  # record 13 of 40: inside the second shard
+    assert [(r.start, r.stop) for r in ranges] == [(6, 7), (0, 7), (0, 5)]  # records 13 to 25
+    assert select_part(whole_split(output), (1, 3), by_records=False) == whole_split(output)[1::3]
+
+
+def test_a_bad_part_a_bad_split_and_a_folder_without_manifest_are_refused(outputs, tmp_path):
+    out = str(outputs("csv", "none"))
+    for part in [(3, 3), (-1, 2), (0, 0), (True, 2), "0/2"]:
+        with pytest.raises(ValueError, match="index, count"):
+            read_examples(out, "data", shard=part)
+    with pytest.raises(ValueError, match=r"no split 'train'; it has \['data'\]"):
+        read_examples(out, "train")
+    with pytest.raises(FileNotFoundError, match="no manifest.json"):
+        read_examples(str(tmp_path), "data")
+
+
+def test_corruption_and_a_sidecar_of_another_file_are_errors(outputs, indexed, tmp_path):
+    broken = tmp_path / "broken"
+    shutil.copytree(outputs("jsonl", "none"), broken)
+    shard = broken / "data-00002-of-00006.tfrecord"
+    data = bytearray(shard.read_bytes())
+    data[40] ^= 0xFF
+    shard.write_bytes(bytes(data))
+    with pytest.raises(TFRecordCorruptError, match="data-00002-of-00006"):
+        list(read_examples(str(broken), "data"))
+    lying = tmp_path / "lying"
+    shutil.copytree(indexed, lying)
+    index = lying / "data-00001-of-00006.tfrecord.tfindex"
+    index.write_text("".join(index.read_text().splitlines(keepends=True)[:-1]))
+    with pytest.raises(ValueError, match="6 records indexed, the manifest lists 7"):
+        list(read_examples(str(lying), "data", shard=(1, 3)))
+    with pytest.raises(ValueError, match="6 records indexed"):
+        grain_source(str(lying), "data")[10]
+
+
+def test_a_uri_is_read_through_fsspec_and_without_it_the_error_says_so(outputs, monkeypatch):
+    fsspec = pytest.importorskip("fsspec")
+    memory = fsspec.filesystem("memory")
+    out = outputs("csv", "gzip")
+    for path in out.iterdir():
+        if path.is_file():
+            memory.pipe(f"/reading-test/{path.name}", path.read_bytes())
+    try:
+        records = read_examples("memory://reading-test", "data")
+        assert len(records) == ROWS and sorted(_ids(records)) == list(range(ROWS))
+        monkeypatch.setitem(sys.modules, "fsspec", None)
+        with pytest.raises(ImportError, match="needs fsspec"):
+            read_examples("memory://reading-test", "data")
+    finally:
+        memory.rm("/reading-test", recursive=True)
+
+
+# ------------------------------------------------------------- the dense-or-varlen rule
+
+
+def test_one_rule_decides_dense_or_varlen():
+    def layout(**entry):
+        return feature_layout("f", {"dtype": "int64", "default": None, **entry}).shape
+
+    def presence(records, of, low, high):
+        return {"records": records, "of": of, "min_values": low, "max_values": high}
+
+    assert layout(kind="fixed", shape=[]) == ()
+    assert layout(kind="var_len") is None
+    assert layout(kind="var_len", presence=presence(9, 9, 1, 1)) == ()
+    assert layout(kind="var_len", presence=presence(9, 9, 1, 1), list=True) == (1,)
+    assert layout(kind="var_len", presence=presence(9, 9, 3, 3)) == (3,)
+    assert layout(kind="var_len", presence=presence(8, 9, 1, 1)) is None
+    assert layout(kind="var_len", presence=presence(9, 9, 1, 2)) is None
+    with pytest.raises(ValueError, match="'f' has dtype 'int64' and kind 'dense'"):
+        layout(kind="dense")
+
+
+PRESENCE_SPEC = """\
+features:
+  - {name: id, type: int64, required: true}
+  - {name: score, type: float}
+  - {name: pair, type: int64, list: true}
+  - {name: name, type: string}
+"""
+
+
+def test_every_reader_reads_a_feature_always_present_as_dense(tf, tmp_path):
+    rows = [{"id": i, "score": i / 4, "pair": [i, -i], "name": None if i % 3 else f"n{i}"}
+            for i in range(12)]
+    (tmp_path / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (tmp_path / "spec.yaml").write_text(PRESENCE_SPEC)
+    out = tmp_path / "out"
+    assert run(["convert", "--input", str(tmp_path / "rows.jsonl"), "--format", "jsonl",
+                "--spec", str(tmp_path / "spec.yaml"), "--output", str(out),
+                "--max-shard-records", "5", *in_memory_args()]) == 0
+    write_sidecars(out)
+    # The presence counts the writer records: score and pair in every record with one and
+    # two values, name in 4 of 12.
+    spec = json.loads((out / "feature_spec.json").read_text())
+    for name, presence in {"score": (12, 12, 1, 1), "pair": (12, 12, 2, 2),
+                           "name": (4, 12, 1, 1)}.items():
+        spec["features"][name]["presence"] = dict(zip(("records", "of", "min_values", "max_values"),
+                                                      presence, strict=True))
+    (out / "feature_spec.json").write_text(json.dumps(spec))
+
+    [tf_record] = list(tf_dataset(str(out), "data", shard=(1, 12)))
+    assert not isinstance(tf_record["score"], tf.SparseTensor) and tf_record["score"].shape == ()
+    assert tf_record["pair"].shape == (2,) and isinstance(tf_record["name"], tf.SparseTensor)
+    batch = next(iter(tf_dataset(str(out), "data", batch_size=12)))
+    assert batch["pair"].shape == (12, 2) and batch["pair"].numpy()[:, 0].tolist() == list(range(12))
+    for record in (next(iter(read_examples(str(out), "data", shard=(1, 12)))),
+                   grain_source(str(out), "data")[1]):
+        assert record["score"].shape == () and record["pair"].tolist() == [1, -1]
+        assert "name" not in record  # varlen, and absent from record 1
+    assert grain_source(str(out), "data")[3]["name"].shape == (1,)
+
+
+# ------------------------------------------------------------------- sequences
+
+
+SEQUENCE_SPEC = """\
+features:
+  - {name: user, type: string, required: true}
+  - {name: ts, type: int64, required: true}
+  - {name: item, type: string}
+sequence:
+  group_by: [user]
+  order_by: ts
+  context: [user]
+"""
+
+
+def test_sequence_outputs_read_back_through_tf_dataset_and_read_examples(tf, tmp_path):
+    rows = [{"user": f"u{i % 3}", "ts": 10 - i, "item": None if i % 4 == 0 else f"i{i}"}
+            for i in range(10)]
+    (tmp_path / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (tmp_path / "spec.yaml").write_text(SEQUENCE_SPEC)
+    out = tmp_path / "out"
+    assert run(["convert", "--input", str(tmp_path / "rows.jsonl"), "--format", "jsonl",
+                "--spec", str(tmp_path / "spec.yaml"), "--output", str(out),
+                "--compression", "zlib", *in_memory_args()]) == 0
+    expected = {}
+    for r in sorted(rows, key=lambda r: r["ts"]):
+        steps = expected.setdefault(r["user"], ([], []))
+        steps[0].append(r["ts"])
+        steps[1].append([] if r["item"] is None else [r["item"].encode()])
+    got = {}
+    for context, sequence in tf_dataset(str(out), "data"):
+        user = context["user"].numpy().decode()
+        items = tf.RaggedTensor.from_sparse(sequence["item"]).to_list()
+        got[user] = (sequence["ts"].numpy().tolist(), items)
+    assert got == expected
+    reader = read_examples(str(out), "data")
+    assert len(reader) == 3
+    numpy_got = {}
+    for context, sequence in reader:
+        numpy_got[context["user"].item().decode()] = (
+            sequence["ts"].tolist(), [step.tolist() for step in sequence["item"]])
+    assert numpy_got == expected
+    context, sequence = next(iter(tf_dataset(str(out), "data", batch_size=3)))
+    assert context["user"].shape == (3,) and sequence["ts"].shape == (3, 4)
+
+
+# ------------------------------------------------------------------------- PyTorch
+
+
+def _fake_torch(monkeypatch, worker: list) -> types.ModuleType:
+    """A stand-in `torch` with the two names the adapter uses; `worker[0]` is what
+    `get_worker_info()` returns (None in the main process)."""
+    torch = types.ModuleType("torch")
+    torch.utils = types.ModuleType("torch.utils")
+    torch.utils.data = types.ModuleType("torch.utils.data")
+
+    class IterableDataset:
+        def __iter__(self):
+            raise NotImplementedError
+
+    torch.utils.data.IterableDataset = IterableDataset
+    torch.utils.data.get_worker_info = lambda: worker[0]
+    monkeypatch.setitem(sys.modules, "torch", torch)
+    monkeypatch.setitem(sys.modules, "torch.utils", torch.utils)
+    monkeypatch.setitem(sys.modules, "torch.utils.data", torch.utils.data)
+    return torch
+
+
+@pytest.mark.parametrize("indexed_output", [False, True])
+def test_torch_adapter_shares_the_split_among_ranks_and_workers(monkeypatch, outputs, indexed,
+                                                                indexed_output):
+    out = str(indexed if indexed_output else outputs("csv", "zlib"))
+    worker = [None]
+    torch = _fake_torch(monkeypatch, worker)
+    world, workers = 2, 3
+    seen = []
+    for rank in range(world):
+        dataset = torch_dataset(out, "data", rank=rank, world_size=world)
+        assert isinstance(dataset, torch.utils.data.IterableDataset)
+        worker[0] = None  # iterated in the main process: the rank's whole part
+        whole = _ids(dataset)
+        assert len(dataset) == len(whole)
+        per_worker = []
+        for worker_id in range(workers):
+            worker[0] = types.SimpleNamespace(id=worker_id, num_workers=workers)
+            per_worker.append(_ids(dataset))
+        assert sorted(sum(per_worker, [])) == sorted(whole)
+        seen += sum(per_worker, [])
+        worker[0] = None
+        assert _ids(pickle.loads(pickle.dumps(dataset))) == whole
+    assert sorted(seen) == list(range(ROWS))  # every record once, over all ranks and workers
+
+
+def test_torch_adapter_with_real_torch_dataloader_workers(outputs):
+    torch = pytest.importorskip("torch")
+    dataset = torch_dataset(str(outputs("parquet", "zlib")), "data", rank=1, world_size=2)
+    assert isinstance(dataset, torch.utils.data.IterableDataset)
+    loader = torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=2)
+    ids = [int(record["id"]) for record in loader]
+    assert sorted(ids) == sorted(_ids(dataset)) and len(ids) == len(dataset) > 0
+    other = torch_dataset(str(outputs("parquet", "zlib")), "data", rank=0, world_size=2)
+    assert sorted(ids + _ids(other)) == list(range(ROWS))
+
+
+# --------------------------------------------------------------------------- Grain
+
+
+def test_grain_reads_every_record_once(indexed):
+    grain = pytest.importorskip("grain.python")
+    source = grain_source(str(indexed), "data")
+    assert len(source) == ROWS and "records=40" in repr(source)
+    assert sorted(_ids(grain.MapDataset.source(source))) == list(range(ROWS))
+    assert _ids(grain.MapDataset.source(source)) == _ids(read_examples(str(indexed), "data"))
+    sampler = grain.IndexSampler(num_records=len(source), shard_options=grain.NoSharding(),
+                                 shuffle=True, num_epochs=1, seed=5)
+    loader = grain.DataLoader(data_source=source, sampler=sampler, worker_count=0)
+    assert sorted(_ids(loader)) == list(range(ROWS))
+    assert int(source[-1]["id"]) == int(source[ROWS - 1]["id"])
+    with pytest.raises(IndexError):
+        source[ROWS]
+    assert _ids(pickle.loads(pickle.dumps(source))) == _ids(source)
+
+
+def test_grain_refuses_compressed_output_and_missing_sidecars(outputs):
+    with pytest.raises(ValueError, match="gzip-compressed; convert again with --compression none"):
+        grain_source(str(outputs("jsonl", "gzip")), "data")
+    with pytest.raises(ValueError, match="6 of 6 have none .*tfrecord-pipeline index DIR"):
+        grain_source(str(outputs("csv", "none")), "data")
+    assert load_split(str(outputs("csv", "none")), "data").compression is Compression.NONE
+
+
+def test_a_record_is_read_as_numpy_or_python_values(indexed):
+    record = read_examples(str(indexed), "data", as_numpy=False)
+    first = next(iter(record))
+    assert isinstance(first["id"], int) and isinstance(first.get("tags", []), list)
+    assert isinstance(grain_source(str(indexed), "data")[0]["id"], np.ndarray)

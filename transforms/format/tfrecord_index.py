@@ -1,0 +1,209 @@
+"""Index sidecars of uncompressed TFRecord files: the `.tfindex` format of the `tfrecord`
+package's `tfrecord2idx` and of NVIDIA DALI, written as records are framed or built by
+streaming over an existing file.
+
+An index holds one ASCII line per record, ``"OFFSET LENGTH\\n"`` in decimal: OFFSET is the
+byte offset of the record's 8-byte length field in the (uncompressed) file, LENGTH the whole
+framed record, ``8 + 4 + payload + 4`` bytes. Readers seek to OFFSET to start a slice of the
+file, so offsets only mean something in an uncompressed file: a gzip or zlib stream cannot
+be entered in the middle, and no index is ever written for one.
+
+Beam-free: the callers open files (Beam's filesystems, or plain `open`).
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Callable, Iterator, Sequence
+from typing import BinaryIO, NamedTuple
+
+import numpy as np
+
+from transforms.format.tfrecord_format import (
+    DEFAULT_CRC,
+    FOOTER_SIZE,
+    HEADER,
+    HEADER_SIZE,
+    CrcFn,
+    length_crc_cache,
+    masked_crc32c,
+)
+from transforms.format.tfrecord_reader import TFRecordCorruptError
+
+__all__ = [
+    "INDEX_SUFFIX",
+    "IndexEntry",
+    "IndexWriter",
+    "index_line",
+    "index_lines",
+    "iter_index_entries",
+    "write_index",
+]
+
+#: The sidecar of `x.tfrecord` is `x.tfrecord.tfindex`.
+INDEX_SUFFIX = ".tfindex"
+
+# Bytes read at a time while scanning; headers are parsed out of these chunks, and payloads
+# longer than what is left of a chunk are skipped with a seek (or bounded reads).
+_SCAN_CHUNK = 1 << 20
+
+
+class IndexEntry(NamedTuple):
+    """One record's index entry: where its length field starts and its framed length."""
+
+    offset: int
+    length: int
+
+
+def index_line(offset: int, length: int) -> bytes:
+    """The index line of one record, exactly as `tfrecord2idx` writes it."""
+    return b"%d %d\n" % (offset, length)
+
+
+def index_lines(start_offset: int, framed_sizes: Sequence[int] | np.ndarray) -> bytes:
+    """The index lines of records framed back to back from byte `start_offset` on, given
+    each record's framed size (payload + 16)."""
+    sizes = np.asarray(framed_sizes, dtype=np.int64)
+    if sizes.size == 0:
+        return b""
+    ends = np.cumsum(sizes) + start_offset
+    starts = (ends - sizes).tolist()
+    return "".join([f"{start} {size}\n" for start, size in zip(starts, sizes.tolist(), strict=True)]
+                   ).encode("ascii")
+
+
+class IndexWriter:
+    """Writes the index of a TFRecord file while the file itself is written: the caller
+    hands over the framed size of every record it writes, in order, and the lines go to
+    `out` at once (no second pass over the shard, memory bounded by one batch).
+
+    Attributes:
+      records: records indexed so far.
+      offset: bytes of framed records indexed so far (the next record's offset).
+    """
+
+    def __init__(self, out: BinaryIO):
+        self._out = out
+        self.records = 0
+        self.offset = 0
+
+    def add(self, framed_sizes: Sequence[int] | np.ndarray) -> None:
+        """Indexes the next records, given their framed sizes."""
+        sizes = np.asarray(framed_sizes, dtype=np.int64)
+        if sizes.size == 0:
+            return
+        self._out.write(index_lines(self.offset, sizes))
+        self.records += int(sizes.size)
+        self.offset += int(sizes.sum())
+
+
+def _skipper(binary_file: BinaryIO) -> tuple[int | None, Callable[[int], int]]:
+    """(bytes from the current position to the end of the file, or None when unknown;
+    skip(n) -> bytes skipped) for a file read from its current position. Skipping seeks
+    when the file can (a payload is never read), else reads and drops bounded chunks."""
+    seekable = getattr(binary_file, "seekable", None)
+    if seekable is not None and seekable():
+        start = binary_file.tell()
+        size = binary_file.seek(0, io.SEEK_END)
+        binary_file.seek(start)
+
+        def seek_over(count: int) -> int:
+            position = binary_file.tell()
+            target = min(position + count, size)
+            binary_file.seek(target)
+            return target - position
+
+        return size - start, seek_over
+
+    def read_over(count: int) -> int:
+        skipped = 0
+        while skipped < count:
+            chunk = binary_file.read(min(_SCAN_CHUNK, count - skipped))
+            if not chunk:
+                break
+            skipped += len(chunk)
+        return skipped
+
+    return None, read_over
+
+
+def iter_index_entries(
+    binary_file: BinaryIO, path: str = "<stream>", crc_fn: CrcFn = DEFAULT_CRC
+) -> Iterator[IndexEntry]:
+    """The index entries of an uncompressed TFRecord stream, by streaming over it.
+
+    Reads the file from its current position (offsets are relative to it) in bounded
+    chunks, checks every record's length CRC and that the whole record is there, and skips
+    payloads (seeking when the file allows): memory stays bounded whatever the file and
+    record sizes. Payload CRCs are not checked (`tfrecord_reader.iter_records` does that).
+
+    Raises:
+      TFRecordCorruptError: naming `path`, the record's offset and index, on a length CRC
+        mismatch (which is also what a compressed stream looks like) or a truncated
+        record. Entries before it have been yielded; the bad record's never is.
+    """
+    size, skip = _skipper(binary_file)
+    cache = length_crc_cache(crc_fn)
+    buffer, position, base = b"", 0, 0  # base: file offset of buffer[0]
+    index = 0
+    while True:
+        if len(buffer) - position < HEADER_SIZE:
+            buffer = buffer[position:] + binary_file.read(_SCAN_CHUNK)
+            base += position
+            position = 0
+            if not buffer:
+                return
+            if len(buffer) < HEADER_SIZE:
+                raise TFRecordCorruptError(path, base, index, f"truncated record header: "
+                                           f"{len(buffer)} of {HEADER_SIZE} bytes")
+        offset = base + position
+        length, stored_crc = HEADER.unpack_from(buffer, position)
+        expected = cache.get(length)
+        if expected is None:
+            expected = masked_crc32c(buffer[position : position + 8], crc_fn)
+        if stored_crc != expected:
+            raise TFRecordCorruptError(
+                path, offset, index, f"length CRC mismatch (stored 0x{stored_crc:08x}, computed "
+                f"0x{expected:08x} for length {length}): not an uncompressed TFRecord stream")
+        total = HEADER_SIZE + length + FOOTER_SIZE
+        if size is not None and offset + total > size:
+            _raise_truncated(path, offset, index, length, size - offset)
+        if len(buffer) - position >= total:
+            position += total
+        else:
+            missing = total - (len(buffer) - position)
+            skipped = skip(missing)
+            if skipped < missing:
+                _raise_truncated(path, offset, index, length, total - missing + skipped)
+            base, buffer, position = offset + total, b"", 0
+        yield IndexEntry(offset, total)
+        index += 1
+
+
+def _raise_truncated(path: str, offset: int, index: int, length: int, available: int):
+    if available < HEADER_SIZE + length:
+        reason = f"truncated payload: {available - HEADER_SIZE} of {length} bytes"
+    else:
+        reason = f"truncated footer: {available - HEADER_SIZE - length} of {FOOTER_SIZE} bytes"
+    raise TFRecordCorruptError(path, offset, index, reason)
+
+
+def write_index(
+    binary_file: BinaryIO, out: BinaryIO, path: str = "<stream>", crc_fn: CrcFn = DEFAULT_CRC
+) -> int:
+    """Writes the index of the uncompressed TFRecord stream `binary_file` to `out`, line by
+    line as records are found (see `iter_index_entries`); returns the number of records.
+
+    Raises TFRecordCorruptError as `iter_index_entries` does; `out` then holds the lines
+    of the records before the bad one, so callers write to a temporary name.
+    """
+    lines: list[bytes] = []
+    records = 0
+    for entry in iter_index_entries(binary_file, path, crc_fn):
+        lines.append(index_line(entry.offset, entry.length))
+        records += 1
+        if len(lines) >= 8192:  # bounded memory, few writes
+            out.write(b"".join(lines))
+            lines.clear()
+    out.write(b"".join(lines))
+    return records

@@ -1,0 +1,168 @@
+"""Which files in an output folder this tool wrote, so that it never deletes one it did not.
+
+A file in `DIR` is the tool's own when one of these records names it:
+  - the committed `manifest.json` (shards, their index sidecars, dead-letter files, side files);
+  - `dead_letter/failed_run.json`, which a run that committed only its dead letters (exit 3
+    or 5) writes beside them;
+  - the commit journal `DIR/.tmp-<run id>/commit-journal.json` of a run killed while it
+    committed: written before the commit changes anything, it names every final file that
+    commit may create or replace.
+
+Anything else under a name the tool writes (a `*-NNNNN-of-NNNNN*` shard name, `dead_letter/`,
+a side file's name) is foreign: a run refuses to start rather than replace it, even with
+`--overwrite`. Leftovers of interrupted runs are removed by `discard_interrupted_runs`,
+which deletes only what their journals name and no committed record still lists.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import logging
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from apache_beam.io.filesystems import FileSystems
+
+from transforms import fs
+from transforms.format.manifest_format import MANIFEST_NAME, is_plain_relative
+from transforms.manifest import read_manifest
+from transforms.shard_writers import DEAD_LETTER_DIR, TEMP_PREFIX
+
+__all__ = [
+    "FAILED_RUN_NAME",
+    "JOURNAL_NAME",
+    "discard_interrupted_runs",
+    "foreign_files",
+    "listed_paths",
+    "owned_paths",
+    "read_failed_run",
+]
+
+_LOG = logging.getLogger(__name__)
+
+#: The record of a run that committed only its dead letters (relative to the output folder).
+FAILED_RUN_NAME = f"{DEAD_LETTER_DIR}/failed_run.json"
+#: Inside a run's temp folder: the final files its commit may create or replace.
+JOURNAL_NAME = "commit-journal.json"
+#: Names the tool writes shards under, at the output root (any suffix: .tfrecord, .gz, .tfindex).
+_SHARD_GLOB = "*-[0-9][0-9][0-9][0-9][0-9]-of-[0-9][0-9][0-9][0-9][0-9]*"
+
+
+def _committed_manifest(output_dir: str) -> dict[str, Any] | None:
+    """The committed manifest, or None when there is none or it cannot be read (then it
+    vouches for no file but itself)."""
+    try:
+        return read_manifest(output_dir)
+    except ValueError:
+        return {"shards": [], "dead_letter_files": [], "files": {}}
+
+
+def listed_paths(manifest: Mapping[str, Any] | None) -> set[str]:
+    """The paths, relative to the output folder, that a committed manifest lists."""
+    if not manifest:
+        return set()
+    paths = {MANIFEST_NAME}
+    for key in ("shards", "dead_letter_files"):
+        for entry in manifest.get(key) or ():
+            paths.add(entry["path"])
+            index = entry.get("index") if isinstance(entry, dict) else None
+            if isinstance(index, dict) and is_plain_relative(index.get("path")):
+                paths.add(index["path"])
+    files = manifest.get("files") or {}
+    paths.update(name for name in files if is_plain_relative(name))
+    return paths
+
+
+def _read_json(path: str) -> Any:
+    """The JSON document at `path`, or None when there is none or it cannot be read (a
+    record that cannot be read vouches for nothing)."""
+    try:
+        if not FileSystems.exists(path):
+            return None
+        with FileSystems.open(path) as handle:
+            return json.loads(handle.read(64 * 1024 * 1024))
+    except Exception:  # noqa: BLE001 - any filesystem's error, or not JSON
+        return None
+
+
+def read_failed_run(output_dir: str) -> dict[str, Any] | None:
+    """The record a failed run left beside its dead letters, or None."""
+    path = fs.join_path(output_dir, FAILED_RUN_NAME)
+    if not FileSystems.exists(path):
+        return None
+    record = _read_json(path)
+    return record if isinstance(record, dict) else None
+
+
+def _journal_paths(journal: Any) -> set[str]:
+    if not isinstance(journal, dict):
+        return set()
+    names = list(journal.get("writes") or ()) + list(journal.get("replaces") or ())
+    return {name for name in names if is_plain_relative(name)}
+
+
+def _temp_folders(output_dir: str) -> list[str]:
+    prefix = fs.join_path(output_dir, TEMP_PREFIX)
+    if "://" in output_dir:
+        matched = FileSystems.match([prefix + "*/**"])[0].metadata_list
+        return sorted({prefix + m.path[len(prefix):].split("/", 1)[0] for m in matched})
+    return sorted(glob.glob(glob.escape(prefix) + "*"))  # Beam's local match lists no folders
+
+
+def owned_paths(output_dir: str, manifest: Mapping[str, Any] | None = None) -> set[str]:
+    """Every relative path in `output_dir` that a record of this tool names (see the module
+    docstring). `manifest` is the committed one when the caller has read it already."""
+    if manifest is None:
+        manifest = _committed_manifest(output_dir)
+    owned = listed_paths(manifest)
+    failed = read_failed_run(output_dir)
+    if failed is not None:
+        owned.add(FAILED_RUN_NAME)
+        owned.update(name for name in failed.get("files") or () if is_plain_relative(name))
+    for folder in _temp_folders(output_dir):
+        owned |= _journal_paths(_read_json(fs.join_path(folder, JOURNAL_NAME)))
+    return owned
+
+
+def _candidates(output_dir: str, side_files: Iterable[str]) -> set[str]:
+    """Relative paths in `output_dir` under names this tool writes."""
+    patterns = [fs.join_path(output_dir, _SHARD_GLOB), fs.join_path(output_dir, DEAD_LETTER_DIR, "*")]
+    patterns += [fs.join_path(output_dir, name) for name in side_files]
+    patterns.append(fs.join_path(output_dir, MANIFEST_NAME))
+    found = set()
+    for result in FileSystems.match(patterns):
+        for metadata in result.metadata_list:
+            found.add(metadata.path[len(output_dir):].lstrip("/"))
+    return found
+
+
+def foreign_files(output_dir: str, side_files: Iterable[str] = (),
+                  manifest: Mapping[str, Any] | None = None) -> list[str]:
+    """Files under names this tool writes that no record of the tool names, sorted."""
+    if "://" not in output_dir and not FileSystems.exists(output_dir):
+        return []
+    owned = owned_paths(output_dir, manifest)
+    return sorted(_candidates(output_dir, side_files) - owned)
+
+
+def discard_interrupted_runs(output_dir: str) -> list[str]:
+    """Removes what interrupted runs left: the final files their commit journals name that
+    the committed manifest does not list, then their temp folders. Returns the folders."""
+    folders = _temp_folders(output_dir)
+    if not folders:
+        return []
+    keep = listed_paths(_committed_manifest(output_dir))
+    failed = read_failed_run(output_dir)
+    if failed is not None:
+        keep.add(FAILED_RUN_NAME)
+        keep.update(failed.get("files") or ())
+    for folder in folders:
+        _LOG.warning("removing leftovers of an uncommitted run: %s", folder)
+        partial = _journal_paths(_read_json(fs.join_path(folder, JOURNAL_NAME))) - keep
+        paths = [fs.join_path(output_dir, name) for name in sorted(partial)]
+        paths = [path for path in paths if FileSystems.exists(path)]
+        if paths:
+            FileSystems.delete(paths)
+        fs.delete_tree(folder)
+    return folders

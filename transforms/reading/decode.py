@@ -1,0 +1,108 @@
+"""Serialized records to values, TF-free, shaped by `features.RecordLayout`: a dense
+feature as an array of its shape (a 0-d array for a scalar), a varlen one as a 1-D array;
+or, with `as_numpy=False`, Python values (a scalar, or a list).
+
+An absent feature is left out of the record (TensorFlow cannot tell it from an empty list
+in a varlen feature; this reader can), or given its default when asked and the spec has
+one. Features the spec does not name are left out, as `tf.io.parse_example` does. Without a
+spec every feature is read as varlen, typed by its wire kind."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from transforms.format.example_codec import decode_example
+from transforms.format.sequence_codec import decode_sequence_example
+from transforms.reading.features import DTYPES, FeatureLayout, RecordLayout
+
+__all__ = ["decode_record"]
+
+_DTYPE_OF_KIND = {"int64": "int64", "float": "float32", "bytes": "string", None: "float32"}
+
+
+def _array(values: Sequence[Any], dtype: np.dtype) -> np.ndarray:
+    if dtype.kind == "O":  # bytes values, as TensorFlow's .numpy() gives them
+        out = np.empty(len(values), object)
+        out[:] = list(values)
+        return out
+    return np.asarray(values, dtype)
+
+
+def _as_values(layout: FeatureLayout, default: Any) -> list:
+    values = default if isinstance(default, list) else [default]
+    if layout.dtype == "string":  # JSON holds text; records hold its UTF-8 bytes
+        values = [v.encode("utf-8") if isinstance(v, str) else v for v in values]
+    return values
+
+
+def _value(layout: FeatureLayout, values: Sequence[Any], as_numpy: bool) -> Any:
+    if layout.shape is None:
+        return _array(values, layout.numpy_dtype) if as_numpy else list(values)
+    size = math.prod(layout.shape)
+    if len(values) != size:
+        raise ValueError(f"feature {layout.name!r} has {len(values)} values; its dense shape "
+                         f"{list(layout.shape)} holds {size}")
+    if as_numpy:
+        return _array(values, layout.numpy_dtype).reshape(layout.shape)
+    return values[0] if layout.shape == () else list(values)
+
+
+def _checked(layout: FeatureLayout, kind: str | None) -> None:
+    if kind is not None and kind != layout.kind:
+        raise ValueError(f"feature {layout.name!r} holds {kind} values; the spec says "
+                         f"{layout.dtype}")
+
+
+def _features(decoded: Mapping[str, tuple[str | None, list]],
+              layouts: Mapping[str, FeatureLayout] | None, fill_defaults: bool,
+              as_numpy: bool) -> dict[str, Any]:
+    if layouts is None:
+        return {name: _array(values, DTYPES[_DTYPE_OF_KIND[kind]]) if as_numpy else values
+                for name, (kind, values) in decoded.items()}
+    out = {}
+    for name, layout in layouts.items():
+        if name in decoded:
+            kind, values = decoded[name]
+            _checked(layout, kind)
+            out[name] = _value(layout, values, as_numpy)
+        elif fill_defaults and layout.default is not None:
+            out[name] = _value(layout, _as_values(layout, layout.default), as_numpy)
+    return out
+
+
+def _feature_lists(decoded: Mapping[str, tuple[str | None, list]],
+                   layouts: Mapping[str, FeatureLayout], as_numpy: bool) -> dict[str, Any]:
+    """Each feature list: a dense one as an array [steps, *shape], a varlen one as a list
+    of each step's values."""
+    out = {}
+    for name, layout in layouts.items():
+        if name not in decoded:
+            continue
+        kind, steps = decoded[name]
+        _checked(layout, kind)
+        values = [_value(layout, step, as_numpy) for step in steps]
+        if as_numpy and layout.dense:
+            values = (np.stack(values) if values
+                      else np.empty((0, *layout.shape), layout.numpy_dtype))
+        out[name] = values
+    return out
+
+
+def decode_record(payload: bytes, layout: RecordLayout | None, *, fill_defaults: bool = False,
+                  as_numpy: bool = True) -> dict[str, Any] | tuple[dict[str, Any], dict[str, Any]]:
+    """One record's values: a dict for an Example, a (context, feature lists) pair for a
+    SequenceExample (when `layout` has a sequence part).
+
+    Raises:
+      ValueError: naming the feature, when a value disagrees with the spec's dtype or dense
+        shape, or when the payload does not parse.
+    """
+    if layout is not None and layout.sequence is not None:
+        context, lists = decode_sequence_example(payload)
+        return (_features(context, layout.features, fill_defaults, as_numpy),
+                _feature_lists(lists, layout.sequence, as_numpy))
+    return _features(decode_example(payload), layout and layout.features, fill_defaults, as_numpy)

@@ -1,0 +1,151 @@
+"""What a committed output holds for one split, read Beam-free: `load_split` reads
+`manifest.json` (parsed by `transforms.format.manifest_format`) and `feature_spec.json`, and
+lists the split's shards exactly as the manifest does (never a glob: a folder may hold
+leftovers of other runs), with their record counts, compression and index sidecars."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any
+
+from transforms.format.compression import Compression, parse_compression
+from transforms.format.manifest_format import (
+    MANIFEST_NAME,
+    MAX_MANIFEST_BYTES,
+    is_plain_relative,
+    parse_manifest,
+)
+from transforms.reading.files import join, open_binary, path_exists
+from transforms.reading.sidecars import SIDECAR_SUFFIX, RecordIndex, read_sidecar
+
+__all__ = ["FEATURE_SPEC_NAME", "Shard", "SplitOutput", "load_split"]
+
+FEATURE_SPEC_NAME = "feature_spec.json"
+# feature_spec.json lists one small entry per feature.
+_MAX_FEATURE_SPEC_BYTES = 64 * 1024 * 1024
+
+
+@dataclasses.dataclass(frozen=True)
+class Shard:
+    """One shard the manifest lists.
+
+    Attributes:
+      path: the file (path or URI).
+      records: records it holds (the manifest's count, checked when read).
+      size: its size in bytes.
+      sidecar: its index sidecar, when the shard is uncompressed and one exists; else None.
+    """
+
+    path: str
+    records: int
+    size: int
+    sidecar: str | None = None
+
+    def record_index(self) -> RecordIndex:
+        """The offsets and lengths of its records, from its sidecar (see `sidecars`)."""
+        if self.sidecar is None:
+            raise ValueError(f"{self.path} has no index sidecar ({self.path}{SIDECAR_SUFFIX})")
+        return read_sidecar(self.sidecar, self.path, self.records, self.size)
+
+
+@dataclasses.dataclass(frozen=True)
+class SplitOutput:
+    """One split of a committed output.
+
+    Attributes:
+      output_dir: the output folder (path or URI).
+      split: the split's name.
+      compression: how every shard is compressed.
+      shards: the split's shards, in the manifest's order.
+      feature_spec: the parsed `feature_spec.json`, or None when the output has none.
+    """
+
+    output_dir: str
+    split: str
+    compression: Compression
+    shards: tuple[Shard, ...]
+    feature_spec: dict[str, Any] | None
+
+    @property
+    def records(self) -> int:
+        return sum(shard.records for shard in self.shards)
+
+    @property
+    def indexed(self) -> bool:
+        """Whether every shard can be entered at any record: uncompressed, with a sidecar."""
+        return self.compression is Compression.NONE and all(s.sidecar for s in self.shards)
+
+    @property
+    def is_sequence(self) -> bool:
+        """Whether the records are SequenceExamples (the feature spec has its two parts)."""
+        return self.feature_spec is not None and "sequence" in self.feature_spec
+
+
+def _read_json(path: str, limit: int, what: str) -> Any:
+    with open_binary(path) as handle:
+        raw = handle.read(limit + 1)
+    if len(raw) > limit:
+        raise ValueError(f"{path}: {what} is larger than {limit} bytes")
+    try:
+        return json.loads(raw)
+    except ValueError as error:
+        raise ValueError(f"{path}: {what} is not valid JSON: {error}") from None
+
+
+def _read_manifest(output_dir: str) -> dict[str, Any]:
+    path = join(output_dir, MANIFEST_NAME)
+    try:
+        with open_binary(path) as handle:
+            raw = handle.read(MAX_MANIFEST_BYTES + 1)
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{output_dir} has no {MANIFEST_NAME}: it holds no committed "
+                                "output") from None
+    return parse_manifest(raw, path)
+
+
+def _read_feature_spec(output_dir: str) -> dict[str, Any] | None:
+    path = join(output_dir, FEATURE_SPEC_NAME)
+    if not path_exists(path):
+        return None
+    spec = _read_json(path, _MAX_FEATURE_SPEC_BYTES, "the feature spec")
+    parts = ("context", "sequence") if isinstance(spec, dict) and "sequence" in spec else ("features",)
+    if not isinstance(spec, dict) or not all(isinstance(spec.get(part), dict) for part in parts):
+        raise ValueError(f"{path}: the feature spec lacks {' and '.join(map(repr, parts))}")
+    return spec
+
+
+def _sidecar(output_dir: str, entry: dict[str, Any], shard_path: str) -> str | None:
+    """The sidecar the manifest names for a shard, else `<shard>.tfindex` when it exists."""
+    listed = entry.get("index")
+    if isinstance(listed, dict) and "path" in listed:
+        if not is_plain_relative(listed["path"]):
+            raise ValueError(f"{output_dir}/{MANIFEST_NAME}: shard {entry['path']!r} names the "
+                             f"index {listed['path']!r}, a path outside the folder")
+        return join(output_dir, listed["path"])
+    beside = shard_path + SIDECAR_SUFFIX
+    return beside if path_exists(beside) else None
+
+
+def load_split(output_dir: str, split: str) -> SplitOutput:
+    """The shards, compression and feature spec of `split` in the output at `output_dir`.
+
+    Raises:
+      FileNotFoundError: when the folder has no manifest (nothing in it is committed).
+      ValueError: for a malformed manifest or feature spec, or a split the output lacks
+        (naming the ones it has).
+    """
+    output_dir = output_dir.rstrip("/") or "/"
+    manifest = _read_manifest(output_dir)
+    entries = [entry for entry in manifest["shards"] if entry["split"] == split]
+    declared = set(manifest["counts"].get("splits", {})) | {e["split"] for e in manifest["shards"]}
+    if not entries and split not in declared:
+        raise ValueError(f"{output_dir} has no split {split!r}; it has {sorted(declared)}")
+    compression = parse_compression(manifest["compression"])
+    shards = []
+    for entry in entries:
+        path = join(output_dir, entry["path"])
+        # Only an uncompressed file can be entered at a byte offset.
+        sidecar = _sidecar(output_dir, entry, path) if compression is Compression.NONE else None
+        shards.append(Shard(path, entry["records"], entry["bytes"], sidecar))
+    return SplitOutput(output_dir, split, compression, tuple(shards), _read_feature_spec(output_dir))

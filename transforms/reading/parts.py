@@ -1,0 +1,72 @@
+"""A split cut into `count` disjoint parts that together hold every record once, so
+readers on several hosts, ranks or workers each read their own part.
+
+Whole shards are dealt round-robin, unless every shard can be entered at any record
+(uncompressed, with an index sidecar): then the records are cut into `count` contiguous
+ranges of equal size (to one record), whatever the shard sizes. Cutting a part again
+(`select_part` of a part) gives parts of that part, so a rank's part can be dealt among its
+DataLoader workers: every reader computes the same cut from the manifest alone."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+from transforms.reading.output import Shard, SplitOutput
+
+__all__ = ["ShardRange", "check_part", "select_part", "whole_split"]
+
+
+@dataclasses.dataclass(frozen=True)
+class ShardRange:
+    """Records `start` (included) to `stop` (excluded) of a shard."""
+
+    shard: Shard
+    start: int
+    stop: int
+
+    @property
+    def records(self) -> int:
+        return self.stop - self.start
+
+
+def whole_split(output: SplitOutput) -> list[ShardRange]:
+    """Every record of the split, shard by shard in the manifest's order."""
+    return [ShardRange(shard, 0, shard.records) for shard in output.shards]
+
+
+def check_part(part: tuple[int, int]) -> tuple[int, int]:
+    """`part` as `(index, count)` integers with 0 <= index < count; else ValueError."""
+    try:
+        index, count = part
+    except (TypeError, ValueError):
+        raise ValueError(f"a part is (index, count), got {part!r}") from None
+    if not all(isinstance(n, int) and not isinstance(n, bool) for n in (index, count)) \
+            or count < 1 or not 0 <= index < count:
+        raise ValueError(f"a part is (index, count) with 0 <= index < count, got {part!r}")
+    return index, count
+
+
+def select_part(ranges: Sequence[ShardRange], part: tuple[int, int], *,
+                by_records: bool) -> list[ShardRange]:
+    """Part `index` of `count` of `ranges` (see the module docstring).
+
+    Args:
+      ranges: what is cut: a split (`whole_split`) or a part of one.
+      part: `(index, count)`.
+      by_records: cut into record ranges (the shards must be entered at a record: see
+        `SplitOutput.indexed`); False deals the ranges out whole, round-robin.
+    """
+    index, count = check_part(part)
+    if not by_records:
+        return list(ranges[index::count])
+    total = sum(piece.records for piece in ranges)
+    low, high = index * total // count, (index + 1) * total // count
+    chosen, position = [], 0
+    for piece in ranges:
+        start, stop = max(low, position), min(high, position + piece.records)
+        if start < stop:
+            offset = piece.start - position
+            chosen.append(ShardRange(piece.shard, start + offset, stop + offset))
+        position += piece.records
+    return chosen

@@ -1,0 +1,102 @@
+"""`tf_dataset`: one split of a committed output as a `tf.data.Dataset` of parsed features,
+reading exactly the shards the manifest lists with its compression, parsed with the spec
+of `feature_spec.json` (dense or varlen by `features.feature_layout`). TensorFlow is
+imported only when the function runs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from transforms.format.compression import Compression
+from transforms.reading.features import FeatureLayout, record_layout
+from transforms.reading.output import load_split
+from transforms.reading.parts import select_part, whole_split
+
+__all__ = ["TF_COMPRESSION", "tf_dataset", "tf_parse_spec"]
+
+#: The `compression_type` of `tf.data.TFRecordDataset` for each compression.
+TF_COMPRESSION = {Compression.NONE: "", Compression.GZIP: "GZIP", Compression.ZLIB: "ZLIB"}
+
+
+def _tf_feature(tf, layout: FeatureLayout, *, in_sequence: bool, ragged: bool):
+    dtype = tf.as_dtype(layout.dtype)
+    if layout.dense and in_sequence:
+        return tf.io.FixedLenSequenceFeature(layout.shape, dtype, allow_missing=True)
+    if layout.dense:
+        return tf.io.FixedLenFeature(layout.shape, dtype, layout.default)
+    if ragged:
+        return tf.io.RaggedFeature(dtype, row_splits_dtype=tf.int64)
+    return tf.io.VarLenFeature(dtype)
+
+
+def tf_parse_spec(feature_spec: dict[str, Any], *, ragged: bool = False):
+    """The `tf.io.parse_example` features of a parsed `feature_spec.json`; for
+    SequenceExamples a (context, sequence) pair for `tf.io.parse_sequence_example`. Varlen
+    features are `VarLenFeature`s (tf.SparseTensor), or with `ragged` `RaggedFeature`s."""
+    import tensorflow as tf
+
+    layout = record_layout(feature_spec)
+    context = {name: _tf_feature(tf, f, in_sequence=False, ragged=ragged)
+               for name, f in layout.features.items()}
+    if layout.sequence is None:
+        return context
+    return context, {name: _tf_feature(tf, f, in_sequence=True, ragged=ragged)
+                     for name, f in layout.sequence.items()}
+
+
+def tf_dataset(output_dir: str, split: str, *, batch_size: int | None = None,
+               shuffle_files: bool = False, seed: int | None = None,
+               shard: tuple[int, int] = (0, 1), drop_remainder: bool = False,
+               ragged: bool = False, num_parallel_reads: int | None = None):
+    """The parsed records of `split` in the committed output at `output_dir`.
+
+    Args:
+      batch_size: None yields single records (`tf.io.parse_single_example`); else batches
+        of that many serialized records are parsed at once (`tf.io.parse_example`).
+      shuffle_files: read the shards (or shard ranges) in an order shuffled every epoch.
+      seed: the shuffle's seed.
+      shard: `(index, count)`: only that part of the split (see `transforms.reading.parts`;
+        a range starting inside a shard is reached by reading past the records before it).
+      drop_remainder: drop a last batch smaller than `batch_size`.
+      ragged: varlen features as `tf.RaggedTensor` instead of `tf.SparseTensor`.
+      num_parallel_reads: ranges read at once (interleaved); None reads them in order.
+
+    Returns:
+      A dataset of {feature: tensor} for Examples, of (context, feature lists) pairs for
+      SequenceExamples (batched feature lists are padded to the longest sequence).
+
+    Raises:
+      FileNotFoundError, ValueError: see `output.load_split`; ValueError too when the output
+        has no `feature_spec.json` to parse with.
+    """
+    import tensorflow as tf
+
+    output = load_split(output_dir, split)
+    if output.feature_spec is None:
+        raise ValueError(f"{output_dir} has no feature_spec.json: parse its records with your "
+                         "own spec (tf.data.TFRecordDataset of the manifest's shards)")
+    ranges = select_part(whole_split(output), shard, by_records=output.indexed)
+    compression = TF_COMPRESSION[output.compression]
+    pieces = tf.data.Dataset.from_tensor_slices((
+        tf.constant([piece.shard.path for piece in ranges], tf.string),
+        tf.constant([piece.start for piece in ranges], tf.int64),
+        tf.constant([piece.records for piece in ranges], tf.int64)))
+    if shuffle_files:
+        pieces = pieces.shuffle(max(len(ranges), 1), seed=seed, reshuffle_each_iteration=True)
+    parallel = {} if num_parallel_reads is None else {"num_parallel_calls": num_parallel_reads}
+    records = pieces.interleave(
+        lambda path, start, count: tf.data.TFRecordDataset(path, compression).skip(start).take(count),
+        cycle_length=num_parallel_reads or 1, **parallel)
+    spec = tf_parse_spec(output.feature_spec, ragged=ragged)
+    if output.is_sequence:
+        context, sequence = spec
+        if batch_size is None:
+            return records.map(lambda record: tf.io.parse_single_sequence_example(
+                record, context_features=context, sequence_features=sequence))
+        return records.batch(batch_size, drop_remainder=drop_remainder).map(
+            lambda batch: tf.io.parse_sequence_example(
+                batch, context_features=context, sequence_features=sequence)[:2])
+    if batch_size is None:
+        return records.map(lambda record: tf.io.parse_single_example(record, spec))
+    return records.batch(batch_size, drop_remainder=drop_remainder).map(
+        lambda batch: tf.io.parse_example(batch, spec))

@@ -1,0 +1,82 @@
+"""`torch_dataset`: one split as a `torch.utils.data.IterableDataset` of `read_examples`
+records that shares itself out by itself: each distributed rank reads a disjoint part of
+the split, and each DataLoader worker of a rank a disjoint part of that part (found with
+`torch.utils.data.get_worker_info()` when iterated), so every record is read exactly once
+per epoch across all ranks and workers, with no sampler.
+
+PyTorch is imported only when `torch_dataset` is called; the dataset class is built then,
+on whatever `torch` module is importable."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+from transforms.reading.examples import ExampleReader, read_examples
+
+__all__ = ["torch_dataset"]
+
+# One dataset class per torch module (the real one, or a test's stand-in), keyed by the
+# module itself: kept alive, so a key is never reused.
+_CLASSES: dict[Any, type] = {}
+
+
+def _worker_part() -> tuple[int, int]:
+    """(worker id, workers) of the DataLoader worker iterating, (0, 1) in the main process."""
+    import torch.utils.data
+
+    info = torch.utils.data.get_worker_info()
+    return (0, 1) if info is None else (info.id, info.num_workers)
+
+
+def _dataset_class() -> type:
+    import torch.utils.data
+
+    key = torch.utils.data
+    if key not in _CLASSES:
+
+        class ExampleIterableDataset(torch.utils.data.IterableDataset):
+            """The records of one rank's part of a split (see `transforms.reading.torch`)."""
+
+            def __init__(self, reader: ExampleReader, arguments: dict[str, Any]):
+                super().__init__()
+                self.reader = reader  # this rank's part
+                self._arguments = arguments
+
+            def __len__(self) -> int:
+                return len(self.reader)  # the rank's records, all its workers together
+
+            def __iter__(self):
+                return iter(self.reader.part(_worker_part()))
+
+            def __reduce__(self):  # a class built at run time pickles as its factory call
+                return functools.partial(torch_dataset, **self._arguments), ()
+
+            def __repr__(self) -> str:
+                return f"torch_dataset({self.reader!r})"
+
+        _CLASSES[key] = ExampleIterableDataset
+    return _CLASSES[key]
+
+
+def torch_dataset(output_dir: str, split: str, *, rank: int = 0, world_size: int = 1,
+                  fill_defaults: bool = False, as_numpy: bool = True):
+    """A `torch.utils.data.IterableDataset` of the records of `split` (dicts of numpy
+    arrays, see `read_examples`) in the committed output at `output_dir`.
+
+    Args:
+      rank, world_size: this process's rank among `world_size` distributed processes
+        (`torch.distributed.get_rank()`, `get_world_size()`); it reads part `rank` of
+        `world_size`, which its DataLoader workers share out among themselves.
+      fill_defaults, as_numpy: see `read_examples`.
+
+    `len()` is the number of records of this rank's part. The parts are whole shards
+    round-robin, or balanced record ranges when the shards are uncompressed and indexed.
+    Use `batch_size=None` (or your own `collate_fn`) for string features, which
+    `default_collate` cannot batch.
+    """
+    arguments = dict(output_dir=output_dir, split=split, rank=rank, world_size=world_size,
+                     fill_defaults=fill_defaults, as_numpy=as_numpy)
+    reader = read_examples(output_dir, split, shard=(rank, world_size),
+                           fill_defaults=fill_defaults, as_numpy=as_numpy)
+    return _dataset_class()(reader, arguments)

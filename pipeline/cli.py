@@ -93,7 +93,9 @@ def build_parser() -> argparse.ArgumentParser:
     export = commands.add_parser("export", help="turn TFRecord files of Examples into Parquet")
     export.add_argument("path", help="an output folder (its manifest), a file or a glob")
     export.add_argument("--to", required=True, choices=["parquet"], help="the format to write")
-    export.add_argument("out", help="the Parquet file (or folder, one file per split) to write")
+    export.add_argument("out", help="the Parquet file to write; for an output folder, a folder of "
+                                    "<split>.parquet files unless OUT ends in .parquet and one "
+                                    "split is exported")
     export.add_argument("--split", default=None, help="export only this split of an output folder")
     return parser
 

@@ -16,6 +16,7 @@ from apache_beam.io.filesystems import FileSystems
 from pipeline.graph import ConversionPlan
 from pipeline.options import IMAGE_FORMATS, TABULAR_FORMATS, ConvertOptions, output_options
 from transforms import fs
+from transforms.format.manifest_format import FEATURE_SPEC_NAME
 from transforms.ordered_pool import default_threads
 from transforms.records import DEFAULT_SPLIT
 from transforms.shard_writers import ShardingConfig
@@ -125,7 +126,7 @@ def _plan_tabular(conv: ConvertOptions, input_path: str, output: str) -> Convers
         converter=converter,
         splits=spec.split_names or (DEFAULT_SPLIT,),
         extra_files={"spec.yaml": spec_yaml.encode("utf-8"),
-                     "feature_spec.json": spec.feature_spec_json()},
+                     FEATURE_SPEC_NAME: spec.feature_spec_json()},
         manifest_metadata={
             "options": options,
             "spec": spec.to_dict(),

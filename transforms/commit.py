@@ -27,7 +27,8 @@ from apache_beam.io.filesystems import FileSystems
 
 from transforms import fs, output_files
 from transforms import manifest as manifest_lib
-from transforms.format.manifest_format import FORMAT_VERSION, MANIFEST_NAME
+from transforms.feature_stats import add_presence, with_presence
+from transforms.format.manifest_format import FEATURE_SPEC_NAME, FORMAT_VERSION, MANIFEST_NAME
 from transforms.format.tfrecord_index import INDEX_SUFFIX
 from transforms.shard_writers import (
     COUNT_RESULT,
@@ -105,7 +106,7 @@ def _reconcile(sidecars: Sequence[Mapping[str, Any]], counts: Sequence[tuple]) -
     )
     rows_per_split: dict[str, int] = defaultdict(int)
     holds_sequences = False
-    for key, split, input_count, written, dead, record_rows in counts:
+    for key, split, input_count, written, dead, record_rows, *_ in counts:
         if (key, split) in seen:
             raise AccountingError(f"batch {key!r} of split {split!r} reached the sink twice")
         seen.add((key, split))
@@ -204,14 +205,39 @@ def _write_journal(config: SinkConfig, writes: set[str], replaces: set[str]) -> 
                               json.dumps(journal, sort_keys=True).encode("utf-8"))
 
 
-def _side_files(config: SinkConfig, shard_files: Sequence[Mapping[str, Any]],
-                owned: set[str]) -> list[tuple[str, bytes]]:
+def _presence(counts: Sequence[tuple]) -> dict[str, list[int]] | None:
+    """Every batch's feature presence added up ({feature: [records, min, max]}), or None
+    when some batch with records did not count it (see `transforms.feature_stats`)."""
+    total: dict[str, list[int]] = {}
+    for entry in counts:
+        presence = entry[6] if len(entry) > 6 else None
+        if presence is None:
+            if entry[3]:  # records written without a count of their features
+                return None
+            continue
+        add_presence(total, presence)
+    return total
+
+
+def _extra_files(config: SinkConfig, counts: Sequence[tuple],
+                 written: int) -> list[tuple[str, bytes]]:
+    """The configured extra files, `feature_spec.json` with each feature's presence where
+    every batch counted it."""
+    presence = _presence(counts)
+    if presence is None:
+        return list(config.extra_files)
+    return [(name, with_presence(data, presence, written) if name == FEATURE_SPEC_NAME else data)
+            for name, data in config.extra_files]
+
+
+def _side_files(config: SinkConfig, extra_files: Sequence[tuple[str, bytes]],
+                shard_files: Sequence[Mapping[str, Any]], owned: set[str]) -> list[tuple[str, bytes]]:
     """The extra files, plus TFDS's `dataset_info.json` and `features.json` for an output
     TFDS can read (see `tfds_metadata`); those are left out rather than replace a file of
     the same name that no record of this tool names (a TFDS dataset's own, say)."""
     tfds_files = tfds_side_files(config.output_dir, config.compression.value, shard_files,
-                                 config.extra_files)
-    taken = {name for name, _ in config.extra_files} | {
+                                 extra_files)
+    taken = {name for name, _ in extra_files} | {
         name for name in tfds_files if name not in owned
         and FileSystems.exists(fs.join_path(config.output_dir, name))}
     if taken & set(tfds_files):
@@ -219,7 +245,7 @@ def _side_files(config: SinkConfig, shard_files: Sequence[Mapping[str, Any]],
                      "this tool did not write", config.output_dir,
                      ", ".join(sorted(taken & set(tfds_files))))
         tfds_files = {}
-    return list(config.extra_files) + sorted(tfds_files.items())
+    return list(extra_files) + sorted(tfds_files.items())
 
 
 def _commit_file(config: SinkConfig, planned: Mapping[str, Any]) -> None:
@@ -267,7 +293,8 @@ def finalize_output(
     if missing:
         raise AccountingError(f"temporary shards were never closed: {missing[:5]}")
     sidecars = [_read_json(path + ".json") for path in temp_paths]
-    totals = _reconcile(sidecars, list(counts))
+    counts = list(counts)
+    totals = _reconcile(sidecars, counts)
     sidecars += _empty_shards(config, sidecars)
     planned = _final_names(config, sidecars)
     dead_files = [entry for entry in planned if entry["kind"] == DEAD_LETTER_KIND]
@@ -278,7 +305,8 @@ def finalize_output(
     # to start over foreign ones); the journal names them before anything changes.
     owned = output_files.owned_paths(config.output_dir, existing)
     writes = {entry["path"] for entry in planned + index_files}
-    side_files = _side_files(config, shard_files, owned)
+    side_files = _side_files(config, _extra_files(config, counts, totals["written"]),
+                             shard_files, owned)
     writes |= {name for name, _ in side_files}
     writes |= {MANIFEST_NAME, output_files.FAILED_RUN_NAME}
     _write_journal(config, writes, owned)

@@ -102,6 +102,9 @@ class RecordBatch:
         it read, the grouping step yields the sequences with `record_rows` (`input_count`
         0), and per split input == `rows_written` + dead letters still proves that no row
         was lost, across the shuffle too.
+      feature_presence: for each feature the records carry, (feature, records carrying it,
+        min values, max values) (see `transforms.feature_stats`); None when the converter
+        does not count it.
     """
 
     key: str
@@ -110,6 +113,7 @@ class RecordBatch:
     dead_letters: Sequence[bytes] = ()
     input_count: int = 0
     record_rows: int | None = None
+    feature_presence: tuple[tuple[str, int, int, int], ...] | None = None
 
     def __post_init__(self):
         if not self.split or "/" in self.split or self.split.startswith("."):

@@ -478,6 +478,6 @@ def batch_counts(batch: RecordBatch):
     return (
         COUNT_RESULT,
         (batch.key, batch.split, batch.input_count, len(batch.records), len(batch.dead_letters),
-         batch.record_rows),
+         batch.record_rows, batch.feature_presence),
     )
 

@@ -39,6 +39,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from transforms.format.manifest_format import FEATURE_SPEC_NAME
 from transforms.reading.features import feature_layout
 
 __all__ = [
@@ -215,10 +216,10 @@ def tfds_side_files(output_dir: str, compression: str, shards: Sequence[Mapping[
     must not fail a conversion, so an output it cannot describe gets none (and a warning).
     """
     files = dict(extra_files)
-    if compression != "none" or "feature_spec.json" not in files:
+    if compression != "none" or FEATURE_SPEC_NAME not in files:
         return {}
     try:
-        feature_spec = json.loads(files["feature_spec.json"])
+        feature_spec = json.loads(files[FEATURE_SPEC_NAME])
         if "sequence" in feature_spec:
             return {}
         return tfds_metadata({"compression": compression, "shards": shards}, feature_spec,

@@ -203,7 +203,7 @@ def test_feature_spec_json_kinds():
         "score": {"dtype": "float32", "kind": "var_len", "default": None},
         "name": {"dtype": "string", "kind": "var_len", "default": None},
         # lists are var_len
-        "tags": {"dtype": "string", "kind": "var_len", "default": None},
+        "tags": {"dtype": "string", "kind": "var_len", "default": None, "list": True},
         # scalar with default: always present (the default is written) -> fixed
         "weight": {"dtype": "float32", "kind": "fixed", "shape": [], "default": 1.0},
     }

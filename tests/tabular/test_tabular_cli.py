@@ -50,13 +50,19 @@ def test_sample_data_end_to_end(tmp_path, tf):
     assert manifest["counts"]["input"] == manifest["counts"]["written"] == 240
     assert manifest["counts"]["dead_letter"] == 0
     assert {s["split"] for s in manifest["shards"]} == {"train", "validation", "test"}
-    assert json.loads((out / "feature_spec.json").read_text())["features"]["customer_id"] == {
-        "dtype": "int64", "kind": "fixed", "shape": [], "default": None}
+    feature_spec = json.loads((out / "feature_spec.json").read_text())["features"]
+    assert feature_spec["customer_id"] == {
+        "dtype": "int64", "kind": "fixed", "shape": [], "default": None,
+        "presence": {"records": 240, "of": 240, "min_values": 1, "max_values": 1}}
 
     import csv
 
     with open(SAMPLE / "customers.csv", newline="", encoding="utf-8") as f:
         source = {int(row["customer_id"]): row for row in csv.DictReader(f)}
+    with_age = sum(1 for row in source.values() if row["age"] != "")
+    assert 0 < with_age < 240
+    assert feature_spec["age"]["presence"] == {"records": with_age, "of": 240, "min_values": 1,
+                                               "max_values": 1}
     seen = set()
     for split in ("train", "validation", "test"):
         for row in rows_from_tf(load_split(str(out), split)):

@@ -11,6 +11,7 @@ import json
 from typing import Any
 
 __all__ = [
+    "FEATURE_SPEC_NAME",
     "FORMAT_VERSION",
     "MANIFEST_NAME",
     "MAX_MANIFEST_BYTES",
@@ -20,6 +21,8 @@ __all__ = [
 ]
 
 MANIFEST_NAME = "manifest.json"
+#: The side file describing the features (dtypes, kinds, defaults, presence) for readers.
+FEATURE_SPEC_NAME = "feature_spec.json"
 #: A manifest lists one entry per shard: even a million shards stay far below this.
 MAX_MANIFEST_BYTES = 256 * 1024 * 1024
 FORMAT_VERSION = 1

@@ -13,6 +13,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from transforms.format.manifest_format import FEATURE_SPEC_NAME
 from transforms.images.paths import normalize_root
 from transforms.ordered_pool import check_threads
 from transforms.records import WorkUnit
@@ -224,7 +225,7 @@ class ImagePlan:
 
     def extra_files(self) -> dict[str, bytes]:
         """Files to commit beside the shards: labels.txt (when labelled), feature_spec.json."""
-        files = {"feature_spec.json": (json.dumps(self.feature_spec(), indent=2, sort_keys=True)
+        files = {FEATURE_SPEC_NAME: (json.dumps(self.feature_spec(), indent=2, sort_keys=True)
                                        + "\n").encode()}
         if self.labels:
             files["labels.txt"] = self.labels_txt

@@ -11,6 +11,7 @@ from typing import Any
 
 from transforms.format.compression import Compression, parse_compression
 from transforms.format.manifest_format import (
+    FEATURE_SPEC_NAME,
     MANIFEST_NAME,
     MAX_MANIFEST_BYTES,
     is_plain_relative,
@@ -19,9 +20,8 @@ from transforms.format.manifest_format import (
 from transforms.reading.files import join, open_binary, path_exists
 from transforms.reading.sidecars import SIDECAR_SUFFIX, RecordIndex, read_sidecar
 
-__all__ = ["FEATURE_SPEC_NAME", "Shard", "SplitOutput", "load_split"]
+__all__ = ["Shard", "SplitOutput", "load_split"]
 
-FEATURE_SPEC_NAME = "feature_spec.json"
 # feature_spec.json lists one small entry per feature.
 _MAX_FEATURE_SPEC_BYTES = 64 * 1024 * 1024
 

@@ -15,6 +15,7 @@ import numpy as np
 import pyarrow as pa
 from apache_beam.io.filesystems import FileSystems
 
+from transforms.feature_stats import arrow_presence
 from transforms.format.example_columns import column_from_arrow
 from transforms.format.example_encoder import encode_framed
 from transforms.ordered_pool import ordered_map
@@ -121,11 +122,13 @@ def convert_chunk(chunk: Chunk, spec: ConversionSpec, assigner: SplitAssigner,
         in_split = row_split == s
         rows = np.flatnonzero(in_split & good)
         records: Sequence[bytes] = []
+        presence: tuple = ()
         if rows.size:
             take = None if rows.size == n else pa.array(rows)
-            records = encode_framed(rows.size, [
-                column_from_arrow(f.name, f.kind, c.values if take is None else c.values.take(take))
-                for f, c in features])
+            taken = [(f, c.values if take is None else c.values.take(take)) for f, c in features]
+            records = encode_framed(rows.size, [column_from_arrow(f.name, f.kind, values)
+                                                for f, values in taken])
+            presence = arrow_presence((f.name, values) for f, values in taken)
         dead = []
         for i in np.flatnonzero(in_split & ~good).tolist():
             feature, error = errors[i]
@@ -143,7 +146,8 @@ def convert_chunk(chunk: Chunk, spec: ConversionSpec, assigner: SplitAssigner,
         count = int(in_split.sum()) + failure_split.count(s)
         if count:
             result.batches.append(RecordBatch(key=key, split=split, records=records,
-                                              dead_letters=dead, input_count=count))
+                                              dead_letters=dead, input_count=count,
+                                              feature_presence=presence))
             result.written += len(records)
     return result
 

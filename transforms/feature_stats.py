@@ -1,0 +1,80 @@
+"""Per-feature facts about converted records, counted where the records are made and merged
+in the commit step (Beam-free).
+
+Today: presence. For each feature of a batch's records, how many records carry it and the
+fewest and most values such a record holds. Converters attach it to each `RecordBatch`
+(`feature_presence`), the sink passes it with the batch's counts, and the commit adds it up
+per split (exact, whatever the bundles or the runner), so `feature_spec.json` can say which
+features are in every record with a fixed number of values: readers parse those dense
+(`tf.io.FixedLenFeature`) and the rest as varlen.
+
+A batch's presence is a tuple of `(feature, records, min_values, max_values)`; a feature
+absent from every record of the batch is not listed. A batch with records but no presence
+(a converter that does not count) makes the split's presence unknown, never wrong.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+__all__ = ["Presence", "add_presence", "arrow_presence", "presence_entries", "with_presence"]
+
+#: One batch's presence: ((feature, records carrying it, min values, max values), ...).
+Presence = tuple[tuple[str, int, int, int], ...]
+
+
+def arrow_presence(columns: Iterable[tuple[str, pa.Array]]) -> Presence:
+    """The presence of features given as Arrow arrays of one batch's records (null: absent;
+    a list array's lengths are the values per record, a scalar array holds one each)."""
+    out = []
+    for name, values in columns:
+        records = len(values) - values.null_count
+        if not records:
+            continue
+        if pa.types.is_list(values.type) or pa.types.is_large_list(values.type):
+            low_high = pc.min_max(pc.list_value_length(values))
+            low, high = low_high["min"].as_py(), low_high["max"].as_py()
+        else:
+            low = high = 1
+        out.append((name, records, low, high))
+    return tuple(out)
+
+
+def add_presence(total: dict[str, list[int]], presence: Presence) -> None:
+    """Adds one batch's presence into `total` ({feature: [records, min, max]})."""
+    for name, records, low, high in presence:
+        entry = total.get(name)
+        if entry is None:
+            total[name] = [records, low, high]
+        else:
+            entry[0] += records
+            entry[1] = min(entry[1], low)
+            entry[2] = max(entry[2], high)
+
+
+def presence_entries(total: Mapping[str, Sequence[int]], written: int) -> dict[str, dict[str, int]]:
+    """{feature: {"records", "of", "min_values", "max_values"}} for `feature_spec.json`."""
+    return {name: {"records": records, "of": written, "min_values": low, "max_values": high}
+            for name, (records, low, high) in sorted(total.items())}
+
+
+def with_presence(feature_spec_json: bytes, presence: Mapping[str, Sequence[int]],
+                  written: int) -> bytes:
+    """`feature_spec.json` with a `presence` entry in every feature of an Example output
+    (a feature no record carries: 0 records, 0 values). Other layouts (SequenceExample
+    context and feature lists) are returned unchanged."""
+    spec: Any = json.loads(feature_spec_json)
+    features = spec.get("features") if isinstance(spec, dict) else None
+    if not isinstance(features, dict):
+        return feature_spec_json
+    entries = presence_entries(presence, written)
+    for name, entry in features.items():
+        if isinstance(entry, dict):
+            entry["presence"] = entries.get(
+                name, {"records": 0, "of": written, "min_values": 0, "max_values": 0})
+    return (json.dumps(spec, indent=2, sort_keys=True) + "\n").encode()

@@ -113,6 +113,13 @@ def _plan_tabular(conv: ConvertOptions, input_path: str, output: str) -> Convers
             compression_level=conv.compression_level,
         )
         summary["estimate"] = estimate.to_dict()
+        if spec.sequence is not None:  # records are sequences: the row estimate is not theirs
+            from transforms.sequence.estimate import estimate_sequences
+
+            summary["estimate"] = estimate_sequences(
+                units, spec, conv.format, conv.sample_rows, estimate.rows, estimate.exact,
+                max_shard_bytes=sharding_of(conv).byte_cap or estimate.output_bytes or 1,
+                num_shards=conv.num_shards, compression_ratio=estimate.compression_ratio).to_dict()
         summary["spec_yaml"] = spec_yaml
     converter, processes = ConvertTabular(config), conv.converter_processes or default_threads()
     if spec.sequence is not None:

@@ -1,0 +1,115 @@
+"""The `--dry-run` estimate of a sequence conversion: sequences, their size and shards.
+
+The first rows of the input (up to `sample_rows`) are read and grouped exactly as the
+conversion would (`read_sequence_rows`, `assemble_sequences`), in memory. When the sample
+covers the whole input the counts are exact; otherwise the number of sequences is
+extrapolated from the sample's rows per sequence, which undercounts groups that are spread
+over the input (their rows outside the sample look like a continuation of sampled groups):
+the estimate says `exact: false` then. Beam-free.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections import defaultdict
+from collections.abc import Sequence
+from typing import Any
+
+from transforms.format.tfrecord_format import framed_size
+from transforms.records import RecordBatch, WorkUnit
+from transforms.sequence.assemble import assemble_sequences
+from transforms.sequence.rows import READ_COUNTS, read_sequence_rows, sequence_assigner
+from transforms.tabular.spec import ConversionSpec
+
+__all__ = ["SequenceEstimate", "estimate_sequences"]
+
+
+@dataclasses.dataclass(frozen=True)
+class SequenceEstimate:
+    """What --dry-run reports for a `sequence:` spec.
+
+    Attributes:
+      sampled_rows: input rows read for the estimate.
+      rows: input rows in total (the tabular estimate's count or extrapolation).
+      sampled_sequences: sequences (records) the sampled rows make.
+      rows_per_sequence: mean rows written per sampled sequence.
+      sequences: estimated records (SequenceExamples) in total.
+      exact: the whole input was sampled, so the counts are exact.
+      dead_letter_rate: fraction of sampled rows dead-lettered.
+      bytes_per_sequence: mean framed size of a sampled sequence, uncompressed.
+      output_bytes: estimated bytes of all shards (after compression, at the ratio measured on
+        the sample's rows).
+      shards: estimated shard count per split.
+    """
+
+    sampled_rows: int
+    rows: int
+    sampled_sequences: int
+    rows_per_sequence: float
+    sequences: int
+    exact: bool
+    dead_letter_rate: float
+    bytes_per_sequence: float
+    output_bytes: int
+    shards: dict[str, int]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**dataclasses.asdict(self), "num_shards": sum(self.shards.values())}
+
+
+def estimate_sequences(units: Sequence[WorkUnit], spec: ConversionSpec, fmt: str,
+                       sample_rows: int, total_rows: int, total_exact: bool, *,
+                       max_shard_bytes: int, num_shards: int | None = None,
+                       compression_ratio: float = 1.0) -> SequenceEstimate:
+    """Groups the first `sample_rows` rows into sequences and extrapolates to `total_rows`
+    (the tabular estimate's row count; `total_exact` when it is exact)."""
+    assigner = sequence_assigner(spec)
+    batch_rows = max(1, min(sample_rows, 65536))
+    groups: dict[bytes, list] = defaultdict(list)
+    sampled = dead = 0
+    complete = True
+    for unit in units:
+        if sampled >= sample_rows:
+            complete = False
+            break
+        chunk = None
+        for key, value in read_sequence_rows(unit, spec, fmt, batch_rows, assigner):
+            if key.startswith(READ_COUNTS):
+                if key != chunk and sampled >= sample_rows:  # whole chunks only
+                    complete = False
+                    break
+                chunk = key
+                sampled += value.input_count
+                dead += len(value.dead_letters)
+            else:
+                groups[key].append(value)
+    per_split: dict[str, int] = defaultdict(int)
+    sequences = rows_written = size = 0
+    for key, fragments in groups.items():
+        batch: RecordBatch
+        for batch in assemble_sequences(key, fragments, spec):
+            sequences += len(batch.records)
+            rows_written += batch.rows_written
+            dead += len(batch.dead_letters)
+            sizes = sum(framed_size(len(record)) for record in batch.records)
+            per_split[batch.split] += sizes
+            size += sizes
+    exact = complete and total_exact
+    rows = sampled if exact else max(total_rows, sampled)
+    rate = dead / sampled if sampled else 0.0
+    rows_per_sequence = rows_written / sequences if sequences else 0.0
+    if exact:
+        estimated = sequences
+    else:
+        estimated = int(round(rows * (1 - rate) / rows_per_sequence)) if rows_per_sequence else 0
+    bytes_per_sequence = size / sequences if sequences else 0.0
+    output_bytes = int(round(estimated * bytes_per_sequence * compression_ratio))
+    shards = {}
+    for name in assigner.names:
+        share = per_split[name] / size if size else 1 / len(assigner.names)
+        shards[name] = num_shards or max(1, math.ceil(output_bytes * share / max_shard_bytes))
+    return SequenceEstimate(sampled_rows=sampled, rows=rows, sampled_sequences=sequences,
+                            rows_per_sequence=rows_per_sequence, sequences=estimated, exact=exact,
+                            dead_letter_rate=rate, bytes_per_sequence=bytes_per_sequence,
+                            output_bytes=output_bytes, shards=shards)

@@ -1,0 +1,143 @@
+#!/usr/bin/env python
+"""Benchmark of rows grouped into SequenceExamples against a straightforward TensorFlow loop.
+
+    python benchmarks/sequence_benchmark.py [--rows 1000000] [--groups 10000] [--files 4]
+
+Writes `--rows` event rows (session, ts, page, dwell) of `--groups` sessions as CSV, spread
+over `--files` files in shuffled order (every session has rows in several files), then times,
+each in its own child process, GZIP output:
+
+* ours: `python -m pipeline convert ... --spec` with a `sequence:` section (group by session,
+  order by ts, session as context), the whole process, start-up and imports included;
+* tf: the loop a user writes: the csv module reads every file, rows go to a dict by session,
+  each session is sorted by ts and built as a `tf.train.SequenceExample` (context + feature
+  lists) and written with `tf.io.TFRecordWriter(..., "GZIP")`; timed after `import tensorflow`.
+
+Both outputs are read back with `tf.io.parse_single_sequence_example` and compared as sets of
+sequences. Prints a Markdown table of rows/s and the ratio ours/tf; see benchmarks/README.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+SPEC = """\
+features:
+  - {name: session, type: int64, required: true}
+  - {name: ts, type: int64, required: true}
+  - {name: page, type: string}
+  - {name: dwell, type: float}
+sequence:
+  group_by: [session]
+  order_by: ts
+  context: [session]
+  feature_lists: [ts, page, dwell]
+"""
+PAGES = ["home", "search", "item", "cart", "checkout", "help"]
+
+
+def write_events(work: str, rows: int, groups: int, files: int, seed: int = 7) -> str:
+    """The CSV files; returns their glob. Row i belongs to session i % groups, at ts i // groups."""
+    rng = random.Random(seed)
+    order = list(range(rows))
+    rng.shuffle(order)
+    per_file = (rows + files - 1) // files
+    for f in range(files):
+        with open(os.path.join(work, f"events-{f}.csv"), "w") as handle:
+            handle.write("session,ts,page,dwell\n")
+            for i in order[f * per_file:(f + 1) * per_file]:
+                handle.write(f"{i % groups},{i // groups},{PAGES[i % len(PAGES)]},{(i % 97) / 8}\n")
+    with open(os.path.join(work, "spec.yaml"), "w") as handle:
+        handle.write(SPEC)
+    return os.path.join(work, "events-*.csv")
+
+
+def tf_loop(pattern: str, output: str) -> float:
+    """The user's loop; returns the seconds after `import tensorflow`."""
+    import csv
+
+    import tensorflow as tf
+
+    start = time.perf_counter()
+    sessions: dict[int, list[tuple[int, str, float]]] = {}
+    for path in sorted(glob.glob(pattern)):
+        with open(path, newline="") as handle:
+            for row in csv.DictReader(handle):
+                sessions.setdefault(int(row["session"]), []).append(
+                    (int(row["ts"]), row["page"], float(row["dwell"])))
+    with tf.io.TFRecordWriter(output, "GZIP") as writer:
+        for session, steps in sessions.items():
+            steps.sort()
+            example = tf.train.SequenceExample()
+            example.context.feature["session"].int64_list.value.append(session)
+            lists = example.feature_lists.feature_list
+            for ts, page, dwell in steps:
+                lists["ts"].feature.add().int64_list.value.append(ts)
+                lists["page"].feature.add().bytes_list.value.append(page.encode())
+                lists["dwell"].feature.add().float_list.value.append(dwell)
+            writer.write(example.SerializeToString())
+    return time.perf_counter() - start
+
+
+def _sequences(files: list[str]) -> set:
+    """Every sequence as a comparable tuple, read back with TensorFlow."""
+    import tensorflow as tf
+
+    context = {"session": tf.io.FixedLenFeature([], tf.int64)}
+    lists = {"ts": tf.io.FixedLenSequenceFeature([], tf.int64),
+             "page": tf.io.FixedLenSequenceFeature([], tf.string),
+             "dwell": tf.io.FixedLenSequenceFeature([], tf.float32)}
+    out = set()
+    for record in tf.data.TFRecordDataset(files, compression_type="GZIP"):
+        ctx, seq = tf.io.parse_single_sequence_example(record, context, lists)
+        out.add((int(ctx["session"]), tuple(seq["ts"].numpy().tolist()),
+                 tuple(seq["page"].numpy().tolist()), tuple(seq["dwell"].numpy().tolist())))
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument("--groups", type=int, default=10_000)
+    parser.add_argument("--files", type=int, default=4)
+    parser.add_argument("--work-dir", default=None)
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        print(tf_loop(*json.loads(args.worker)))
+        return
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    work = args.work_dir or tempfile.mkdtemp(prefix="sequence-bench-")
+    pattern = write_events(work, args.rows, args.groups, args.files)
+    ours_dir, tf_file = os.path.join(work, "ours"), os.path.join(work, "tf.tfrecord.gz")
+    start = time.perf_counter()
+    subprocess.run([sys.executable, "-m", "pipeline", "convert", "--input", pattern, "--format",
+                    "csv", "--spec", os.path.join(work, "spec.yaml"), "--output", ours_dir,
+                    "--compression", "gzip", "--quiet"], check=True, cwd=REPO)
+    ours = time.perf_counter() - start
+    done = subprocess.run([sys.executable, __file__, "--worker", json.dumps([pattern, tf_file])],
+                          capture_output=True, text=True, check=True, cwd=REPO)
+    theirs = float(done.stdout.strip().splitlines()[-1])
+    with open(os.path.join(ours_dir, "manifest.json")) as handle:
+        shards = [os.path.join(ours_dir, s["path"]) for s in json.load(handle)["shards"]]
+    if _sequences(shards) != _sequences([tf_file]):
+        raise SystemExit("the two outputs hold different sequences")
+    print(f"| rows | sequences | ours (s) | ours rows/s | TF loop (s) | TF rows/s | ours/TF |\n"
+          f"|---:|---:|---:|---:|---:|---:|---:|\n"
+          f"| {args.rows:,} | {args.groups:,} | {ours:.2f} | {args.rows / ours:,.0f} | "
+          f"{theirs:.2f} | {args.rows / theirs:,.0f} | {theirs / ours:.2f}x |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,9 +1,10 @@
 """`tfrecord-pipeline export PATH --to parquet OUT [--split NAME]`: TFRecord files of Examples
 to Parquet, without TensorFlow.
 
-PATH is an output folder of this tool (its manifest lists the shards; `feature_spec.json`, and
-`spec.yaml` where it says which features are lists, give the columns) or any TFRecord file,
-folder or glob (the columns are learnt from the records in a first pass). Records are read
+PATH is an output folder of this tool (its manifest lists the shards; `feature_spec.json` gives
+the columns, and which are lists; an older output that does not say is completed from the
+records) or any TFRecord file, folder or glob (the columns are learnt from the records in a
+first pass). Records are read
 with every CRC checked, decoded in batches (`transforms.format.example_decoder`) and written
 batch by batch as row groups, so memory stays bounded whatever the size of the input. Each
 Parquet file is written under a temporary name and renamed when complete.
@@ -53,7 +54,6 @@ _BATCH_BYTES = 64 << 20
 _READ_STEP = 1024  # records read between checks of the batch's size
 _FRAME_BYTES = 16  # a TFRecord frame's length, length CRC and payload CRC
 _FEATURE_SPEC = "feature_spec.json"
-_SPEC_YAML = "spec.yaml"
 _MAX_SIDE_FILE_BYTES = 64 << 20
 
 
@@ -159,25 +159,7 @@ def _spec_columns(folder: str) -> list[ColumnSchema]:
             raise
         raise UsageError(f"{fs.join_path(folder, _FEATURE_SPEC)} is not a valid feature spec: "
                          f"{error}") from None
-    return _lists_from_spec_yaml(folder, columns)
-
-
-def _lists_from_spec_yaml(folder: str, columns: list[ColumnSchema]) -> list[ColumnSchema]:
-    """Fills `is_list` from the conversion spec's `list:` keys, where feature_spec.json's
-    "var_len" left it open (an optional scalar and a list both are var_len)."""
-    if all(c.is_list is not None for c in columns):
-        return columns
-    raw = _read_side_file(folder, _SPEC_YAML)
-    if raw is None:
-        return columns
-    from transforms.tabular.spec import SpecError, parse_spec
-
-    try:
-        declared = {f.name: f.is_list for f in parse_spec(raw.decode("utf-8")).features}
-    except (SpecError, UnicodeDecodeError):
-        return columns  # the records will say
-    return [c if c.is_list is not None or c.name not in declared
-            else dataclasses.replace(c, is_list=declared[c.name]) for c in columns]
+    return columns
 
 
 def _targets(sources: list[_Source], out: str, from_folder: bool) -> list[str]:

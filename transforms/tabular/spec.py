@@ -299,8 +299,7 @@ class FeatureSpec:
         if not self.is_list and (self.required or self.default is not None):
             return {"dtype": dtype, "kind": "fixed", "shape": [], "default": self.default, **unit}
         default = list(self.default) if self.default is not None else None
-        listed = {"list": True} if self.is_list else {}
-        return {"dtype": dtype, "kind": "var_len", "default": default, **unit, **listed}
+        return {"dtype": dtype, "kind": "var_len", "default": default, "list": self.is_list, **unit}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -451,8 +450,9 @@ class ConversionSpec:
           {"dtype": D, "kind": "fixed", "shape": [], "default": V}   # always present
           {"dtype": D, "kind": "var_len", "default": V-or-null}      # may be absent / a list
         D is "int64", "float32" or "string" (tf.as_dtype names). A fixed feature with
-        "default": null is required (present in every Example). List features say
-        "list": true; an int64 read from durations names its "unit". The commit adds to each
+        "default": null is required (present in every Example). A var_len entry says whether
+        the feature is a list ("list"): an optional scalar and a list are both var_len. An
+        int64 read from durations names its "unit". The commit adds to each
         entry the "presence" counted in the records written (see `transforms.feature_stats`):
         {"records": R, "of": N, "min_values": a, "max_values": b}.
         With a `sequence:` section it is `SequenceSpec.feature_spec` instead.

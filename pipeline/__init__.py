@@ -21,8 +21,8 @@ Where each concern lives (each module's docstring states its one job):
   transforms/images/: config, plan, convert, headers, processing, paths
   transforms/format/ (Beam-free): tfrecord_format (framing, writer), compression
       (+ compression_sniffing), tfrecord_reader, tfrecord_index, manifest_format,
-      example_codec (reference), example_columns + varints + example_encoder (vectorised), wire_scan + example_decoder (vectorised) +
-      example_table (to Arrow), sequence_codec
+      example_codec (reference), example_columns + varints + example_encoder (vectorised),
+      wire_scan + example_decoder (vectorised) + example_table (to Arrow), sequence_codec
   transforms/reading/ (Beam-free): reading an output back: output (manifest, feature spec,
       shards), parts, features (dense or varlen), records, decode, examples,
       tensorflow, torch, grain

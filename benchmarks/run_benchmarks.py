@@ -31,6 +31,9 @@ and beside it as Markdown (same name, `.md`). See benchmarks/README.md.
 `--tiny` is the smoke run: it proves every path works, it measures nothing. To stay quick it
 runs all baselines in turn in one child (TensorFlow imported once) and Beam's in_memory.
 
+`--scale` runs the scale benchmark instead (`benchmarks/scale.py`: large inputs, cores busy,
+Dask workers, memory at 10x rows).
+
 This module is the command line; the parts live beside it: `data` (inputs), `baselines`
 (the other paths), `cases`, `measure` (running and checking a case) and `report`.
 """
@@ -136,6 +139,11 @@ def _out_paths(out: str) -> tuple[Path, Path]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if "--scale" in argv:  # the scale benchmark has flags of its own (benchmarks/scale.py)
+        from benchmarks.scale import main as scale_main
+
+        return scale_main([arg for arg in argv if arg != "--scale"])
     args = parse_args(argv)
     if args.worker:
         run_workers(json.loads(args.worker))

@@ -220,7 +220,7 @@ def _convert_planned(options: PipelineOptions, argv: list[str], conv: ConvertOpt
     min_bytes = (LOCAL_PARALLEL_MIN_IMAGE_BYTES if conv.format in IMAGE_FORMATS
                  else LOCAL_PARALLEL_MIN_BYTES)
     parallel = len(plan.work_units) > 1 and plan.input_bytes >= min_bytes
-    with runner_for(options, argv, parallel) as runner:
+    with runner_for(options, argv, parallel, work_units=len(plan.work_units)) as runner:
         planned = in_process_plan(plan) if runs_in_process(options) else plan
         pipeline = beam.Pipeline(runner=runner, options=options)
         build_pipeline(pipeline, planned, sink)

@@ -13,7 +13,10 @@
   Explicit `--direct_running_mode` / `--direct_num_workers` always win.
   `multi_threading` was seen to lose elements in Beam 2.77 and is refused.
 * `--runner dask`: Beam's DaskRunner on the scheduler at `--dask_client_address`, or on a
-  `dask.distributed.LocalCluster` started (and stopped) for the run.
+  `dask.distributed.LocalCluster` started (and stopped) for the run. The DaskRunner puts up
+  to 128 elements of a `beam.Create` in one bag partition, so a plan of 8 work units ran on
+  one worker: the work units are cut into `dask_partitions` partitions instead, sized to the
+  cluster (unless `--dask_npartitions`/`--dask_partition_size` is given).
 * Anything else (DataflowRunner, FlinkRunner, SparkRunner, PortableRunner, ...) is passed
   to Beam unchanged. `DataflowRunner` needs the `dataflow` extra (Beam's gcp extra, with the
   Dataflow client), which the default install leaves out because importing it costs every
@@ -95,19 +98,20 @@ def runs_in_process(options: PipelineOptions) -> bool:
 
 @contextlib.contextmanager
 def runner_for(
-    options: PipelineOptions, argv: Sequence[str], parallel: bool = True
+    options: PipelineOptions, argv: Sequence[str], parallel: bool = True, work_units: int = 1
 ) -> Iterator[object]:
     """Yields the runner (an instance or a Beam runner name) for `options`.
 
-    May adjust `options` (local worker count and mode, Dask scheduler address) and, for
-    Dask without an address, keeps a LocalCluster alive for the duration of the block.
-    `parallel=False` says the input cannot use more than one local worker.
+    May adjust `options` (local worker count and mode, Dask scheduler address and bag
+    partitions) and, for Dask without an address, keeps a LocalCluster alive for the duration
+    of the block. `parallel=False` says the input cannot use more than one local worker;
+    `work_units` is how many elements the plan feeds the converter.
     """
     name = (options.view_as(StandardOptions).runner or "").lower()
     if name in _LOCAL_NAMES:
         yield _local_runner(options, argv, parallel)
     elif name in _DASK_NAMES:
-        with _dask_runner(options) as runner:
+        with _dask_runner(options, argv, work_units) as runner:
             yield runner
     else:
         yield options.view_as(StandardOptions).runner
@@ -139,22 +143,46 @@ def _local_runner(options: PipelineOptions, argv: Sequence[str], parallel: bool)
     return FnApiRunner()
 
 
+#: Bag partitions per worker thread: more than one, so a slow work unit does not hold up a
+#: worker's whole share; few enough that a partition's fixed cost (a DoFn set-up) stays small.
+PARTITIONS_PER_THREAD = 4
+
+
+def dask_partitions(work_units: int, threads: int) -> int:
+    """How many bag partitions `work_units` are cut into on a cluster of `threads` threads."""
+    return max(1, min(work_units, PARTITIONS_PER_THREAD * max(1, threads)))
+
+
+def _cluster_threads(address: str) -> int:
+    """The worker threads of the Dask cluster at `address` (1 when it cannot say)."""
+    from dask.distributed import Client
+
+    with Client(address, timeout=30, set_as_default=False) as client:
+        return sum(client.nthreads().values()) or 1
+
+
 @contextlib.contextmanager
-def _dask_runner(options: PipelineOptions):
+def _dask_runner(options: PipelineOptions, argv: Sequence[str], work_units: int):
     check_runner_installed(options)
     from apache_beam.runners.dask.dask_runner import DaskOptions, DaskRunner
     dask_options = options.view_as(DaskOptions)
+    sized = not any(_explicit(argv, flag) for flag in ("--dask_npartitions", "--dask_partition_size"))
     if getattr(dask_options, "address", None):
+        if sized:
+            dask_options.npartitions = dask_partitions(work_units, _cluster_threads(dask_options.address))
         yield DaskRunner()
         return
     from dask.distributed import LocalCluster
 
+    workers = os.cpu_count() or 1
     with LocalCluster(
-        n_workers=os.cpu_count() or 1,
+        n_workers=workers,
         threads_per_worker=1,
         processes=True,
         host="127.0.0.1",
         dashboard_address=None,
     ) as cluster:
         dask_options.address = cluster.scheduler_address
+        if sized:
+            dask_options.npartitions = dask_partitions(work_units, workers)
         yield DaskRunner()

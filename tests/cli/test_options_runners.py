@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import os
 import sys
 
 import pytest
@@ -187,12 +188,37 @@ def test_local_parallel_threshold_depends_on_the_format(tmp_path, monkeypatch, f
     real_runner_for = convert_module.runner_for
 
     @contextlib.contextmanager
-    def spy(options, argv, parallel=True):
+    def spy(options, argv, parallel=True, work_units=1):
         seen.append(parallel)
-        with real_runner_for(options, argv, False) as runner:  # keep the test in one process
+        with real_runner_for(options, argv, False, work_units) as runner:  # one process
             yield runner
 
     monkeypatch.setattr(convert_module, "runner_for", spy)
     assert run(["convert", "--input", source, "--format", fmt, "--output",
                 str(tmp_path / "out"), "--quiet"]) == 0
     assert seen == [fmt == "csv"]
+
+
+@pytest.mark.parametrize(("units", "threads", "partitions"),
+                         [(8, 2, 8), (1, 2, 1), (100, 2, 8), (0, 4, 1), (9, 1, 4)])
+def test_dask_work_units_are_cut_into_partitions_sized_to_the_cluster(units, threads, partitions):
+    from pipeline.runners import dask_partitions
+
+    assert dask_partitions(units, threads) == partitions
+
+
+@pytest.mark.slow
+def test_a_dask_run_spreads_its_work_units_over_the_local_cluster():
+    from apache_beam.runners.dask.dask_runner import DaskOptions
+
+    from pipeline.runners import dask_partitions
+
+    argv = ["--runner", "dask"]
+    options = PipelineOptions(argv)
+    with runner_for(options, argv, work_units=8):
+        # Beam's DaskRunner would put all 8 in one bag partition (128 per partition).
+        assert options.view_as(DaskOptions).npartitions == dask_partitions(8, os.cpu_count() or 1) > 1
+    given = [*argv, "--dask_npartitions", "3"]
+    options = PipelineOptions(given)
+    with runner_for(options, given, work_units=8):
+        assert options.view_as(DaskOptions).npartitions == 3

@@ -455,6 +455,35 @@ def test_torch_adapter_with_real_torch_dataloader_workers(outputs):
     assert sorted(ids + _ids(other)) == list(range(ROWS))
 
 
+def test_collate_examples_batches_dense_ragged_strings_and_absent(monkeypatch):
+    from transforms.reading.torch import collate_examples
+
+    torch = _fake_torch(monkeypatch, [None])
+    torch.as_tensor = lambda array: ("tensor", np.asarray(array).tolist())  # the one call used
+    records = [
+        {"id": np.array(1), "pair": np.array([1, 2]), "tags": np.array([b"a"], object),
+         "ragged": np.array([1.5]), "maybe": np.array(3)},
+        {"id": np.array(2), "pair": np.array([3, 4]), "tags": np.array([b"b", b"c"], object),
+         "ragged": np.array([2.5, 3.5, 4.5])},
+    ]
+    batch = collate_examples(records)
+    assert batch["id"] == ("tensor", [1, 2])
+    assert batch["pair"] == ("tensor", [[1, 2], [3, 4]])
+    assert batch["ragged"] == {"values": ("tensor", [1.5, 2.5, 3.5, 4.5]), "lengths": ("tensor", [1, 3])}
+    assert [list(t) for t in batch["tags"]] == [[b"a"], [b"b", b"c"]]
+    assert batch["maybe"][0].tolist() == 3 and batch["maybe"][1] is None
+
+
+def test_collate_examples_with_real_torch(outputs):
+    torch = pytest.importorskip("torch")
+    from transforms.reading.torch import collate_examples
+
+    dataset = torch_dataset(str(outputs("csv", "none")), "data")
+    loader = torch.utils.data.DataLoader(dataset, batch_size=8, collate_fn=collate_examples)
+    batches = list(loader)
+    assert sum(len(b["id"]) for b in batches) == ROWS
+
+
 # --------------------------------------------------------------------------- Grain
 
 

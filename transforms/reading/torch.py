@@ -14,7 +14,7 @@ from typing import Any
 
 from transforms.reading.examples import ExampleReader, read_examples
 
-__all__ = ["torch_dataset"]
+__all__ = ["collate_examples", "torch_dataset"]
 
 # One dataset class per torch module (the real one, or a test's stand-in), keyed by the
 # module itself: kept alive, so a key is never reused.
@@ -72,11 +72,38 @@ def torch_dataset(output_dir: str, split: str, *, rank: int = 0, world_size: int
 
     `len()` is the number of records of this rank's part. The parts are whole shards
     round-robin, or balanced record ranges when the shards are uncompressed and indexed.
-    Use `batch_size=None` (or your own `collate_fn`) for string features, which
-    `default_collate` cannot batch.
+    Batch with `DataLoader(..., batch_size=N, collate_fn=collate_examples)`: `default_collate`
+    cannot batch strings, varlen features or absent ones.
     """
     arguments = dict(output_dir=output_dir, split=split, rank=rank, world_size=world_size,
                      fill_defaults=fill_defaults, as_numpy=as_numpy)
     reader = read_examples(output_dir, split, shard=(rank, world_size),
                            fill_defaults=fill_defaults, as_numpy=as_numpy)
     return _dataset_class()(reader, arguments)
+
+
+def collate_examples(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """A DataLoader `collate_fn` for `torch_dataset` records (dicts of numpy arrays).
+
+    Per feature of the batch: numbers of one shape in every record stack into one tensor
+    (`[batch, ...]`); numbers of varying length become `{"values": 1-D tensor, "lengths":
+    int64 tensor}` (ragged, as `tf.RaggedTensor` row lengths); strings/bytes, and any feature
+    absent from some record, stay a list with one entry per record (None where absent).
+    """
+    import numpy as np
+    import torch
+
+    names = sorted({name for record in records for name in record})
+    out: dict[str, Any] = {}
+    for name in names:
+        values = [record.get(name) for record in records]
+        arrays = [np.asarray(value) for value in values if value is not None]
+        numeric = len(arrays) == len(values) and all(a.dtype.kind in "biuf" for a in arrays)
+        if not numeric:
+            out[name] = values
+        elif len({a.shape for a in arrays}) == 1:
+            out[name] = torch.as_tensor(np.stack(arrays))
+        else:
+            out[name] = {"values": torch.as_tensor(np.concatenate([a.reshape(-1) for a in arrays])),
+                         "lengths": torch.as_tensor(np.array([a.size for a in arrays], np.int64))}
+    return out

@@ -198,10 +198,10 @@ def test_feature_spec_json_kinds():
     assert doc["features"] == {
         # required scalar: always present -> fixed, no default
         "id": {"dtype": "int64", "kind": "fixed", "shape": [], "default": None},
-        # optional scalar without default: may be absent -> var_len
-        "age": {"dtype": "int64", "kind": "var_len", "default": None},
-        "score": {"dtype": "float32", "kind": "var_len", "default": None},
-        "name": {"dtype": "string", "kind": "var_len", "default": None},
+        # optional scalar without default: may be absent -> var_len, and not a list
+        "age": {"dtype": "int64", "kind": "var_len", "default": None, "list": False},
+        "score": {"dtype": "float32", "kind": "var_len", "default": None, "list": False},
+        "name": {"dtype": "string", "kind": "var_len", "default": None, "list": False},
         # lists are var_len
         "tags": {"dtype": "string", "kind": "var_len", "default": None, "list": True},
         # scalar with default: always present (the default is written) -> fixed

@@ -9,16 +9,21 @@ Where each concern lives (each module's docstring states its one job):
 
   pipeline/ (the application): cli.py parsing, dispatch and the one exception → exit-code
       map; errors.py; options.py; planning.py; graph.py; convert.py; runners.py;
-      output_lock.py; progress.py; verify.py; inspection.py; indexing.py; export.py
+      output_lock.py; progress.py; verify.py; inspection.py; indexing.py; export.py;
+      report.py
   transforms/ (Beam transforms): records.py (RecordBatch, WorkUnit, dead letters),
       splits.py, input_formats.py, coders.py, manifest.py, fs.py, worker.py,
       forked_pool.py, ordered_pool.py, tfrecord_io.py, sink.py + shard_writers.py +
-      commit.py, output_files.py (what the tool wrote), feature_stats.py, tfds_metadata.py
+      commit.py, output_files.py (what the tool wrote), tfds_metadata.py
+  transforms/stats/: presence, sketches, columns, images, dead_letters, document (stats.json),
+      drift (drift.json), summary
   transforms/tabular/: spec (+ sequence_spec), values, columns, plan, chunks,
       csv_reader/json_reader/parquet_reader, read, sniff, infer, convert,
       transform
   transforms/sequence/: grouped rows to SequenceExamples: rows, assemble, transform, estimate
   transforms/images/: config, plan, convert, headers, processing, paths
+  transforms/report/: report.html: collect (+ dead_letters, thumbnails), charts, markup,
+      render (+ render_stats, render_drift), build
   transforms/format/ (Beam-free): tfrecord_format (framing, writer), compression
       (+ compression_sniffing), tfrecord_reader, tfrecord_index, manifest_format,
       example_codec (reference), example_columns + varints + example_encoder (vectorised),

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 
 from pipeline.errors import (
     CommandFailed,
+    DriftDetected,
     ErrorRateExceeded,
     NothingConverted,
     OutputProblems,
@@ -33,6 +34,7 @@ EXIT_USAGE = 2
 EXIT_ERROR_RATE = 3
 EXIT_CORRUPT = 4
 EXIT_NOTHING_CONVERTED = 5
+EXIT_DRIFT = 6
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report an interrupted command
 EXIT_TERMINATED = 143  # 128 + SIGTERM: what schedulers and Kubernetes send
 
@@ -40,6 +42,7 @@ EXIT_TERMINATED = 143  # 128 + SIGTERM: what schedulers and Kubernetes send
 EXIT_CODES: tuple[tuple[type[BaseException], int], ...] = (
     (ErrorRateExceeded, EXIT_ERROR_RATE),
     (NothingConverted, EXIT_NOTHING_CONVERTED),
+    (DriftDetected, EXIT_DRIFT),
     (OutputProblems, EXIT_CORRUPT),
     (CommandFailed, EXIT_FAILED),
     (UsageError, EXIT_USAGE),
@@ -97,6 +100,9 @@ def build_parser() -> argparse.ArgumentParser:
                                     "<split>.parquet files unless OUT ends in .parquet and one "
                                     "split is exported")
     export.add_argument("--split", default=None, help="export only this split of an output folder")
+    report = commands.add_parser("report", help="write a self-contained HTML report of an output folder")
+    report.add_argument("path", help="an output folder (the one holding manifest.json)")
+    report.add_argument("--output", default=None, help="the HTML file to write (default PATH/report.html)")
     return parser
 
 
@@ -136,6 +142,11 @@ def run(argv: Sequence[str] | None = None) -> int:
 
             export_command(command_line_path(args.path), args.to, command_line_path(args.out),
                            split=args.split)
+        elif args.command == "report":
+            from pipeline.report import report_command
+
+            report_command(command_line_path(args.path),
+                           command_line_path(args.output) if args.output else None)
         else:
             _inspect(command_line_path(args.path), args.limit, args.full_values)
         return EXIT_OK

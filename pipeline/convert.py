@@ -20,7 +20,13 @@ from collections.abc import Sequence
 import apache_beam as beam
 from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOptions
 
-from pipeline.errors import CommandFailed, ErrorRateExceeded, NothingConverted, UsageError
+from pipeline.errors import (
+    CommandFailed,
+    DriftDetected,
+    ErrorRateExceeded,
+    NothingConverted,
+    UsageError,
+)
 from pipeline.graph import build_pipeline, in_process_plan
 from pipeline.options import (
     IMAGE_FORMATS,
@@ -28,12 +34,14 @@ from pipeline.options import (
     check_arguments,
     command_line_path,
     fill_date_template,
+    has_date_template,
     log_level_from,
     normalize_argv,
 )
 from pipeline.output_lock import output_lock
 from pipeline.planning import plan_conversion, sharding_of
 from pipeline.progress import Progress
+from pipeline.report import write_report_after_commit
 from pipeline.runners import (
     LOCAL_PARALLEL_MIN_BYTES,
     LOCAL_PARALLEL_MIN_IMAGE_BYTES,
@@ -49,6 +57,9 @@ from transforms.format.manifest_format import MANIFEST_NAME
 from transforms.gcs import use_anonymous_credentials_for_emulator
 from transforms.shard_writers import DEAD_LETTER_DIR
 from transforms.sink import WriteToShardedTFRecord
+from transforms.stats.document import STATS_NAME
+from transforms.stats.drift import DRIFT_NAME
+from transforms.stats.summary import summary_lines
 from transforms.tfds_metadata import TFDS_FILE_NAMES
 
 __all__ = ["convert"]
@@ -96,7 +107,36 @@ def _sink_for(conv: ConvertOptions, output: str, plan) -> WriteToShardedTFRecord
         manifest_metadata=plan.manifest_metadata,
         report_progress=not conv.quiet,
         index=conv.index,
+        compare_to=_compared_output(conv, output),
+        fail_on_drift=conv.fail_on_drift,
     )
+
+
+def _has_stats(output: str) -> bool:
+    """True when `output` holds a committed output whose manifest lists a stats.json."""
+    try:
+        manifest = manifest_lib.read_manifest(output)
+    except ValueError:
+        return False
+    return bool(manifest) and STATS_NAME in (manifest.get("files") or {})
+
+
+def _compared_output(conv: ConvertOptions, output: str) -> str | None:
+    """The output folder the run's statistics are compared with: --compare-to, else for a
+    date-templated --output the previous day's output, when it holds statistics."""
+    if conv.compare_to:
+        compared = conv.compare_to.rstrip("/") or "/"
+        if not _has_stats(compared):
+            raise UsageError(f"--compare-to {compared} holds no committed output with {STATS_NAME}",
+                             hint="name the folder of an earlier run (the one holding manifest.json)")
+        return compared
+    if not has_date_template(conv.output):
+        return None
+    run_date = conv.run_date or datetime.datetime.now(datetime.timezone.utc).date()
+    span = conv.span - 1 if conv.span is not None else None
+    previous = fill_date_template(conv.output, run_date - datetime.timedelta(days=1), span)
+    previous = previous.rstrip("/") or "/"
+    return previous if previous != output and _has_stats(previous) else None
 
 
 def _check_index_flag(conv: ConvertOptions) -> None:
@@ -160,12 +200,14 @@ def _summary(output: str, manifest: dict, elapsed: float) -> str:
         lines.append(f"  {'records/s'.ljust(width)}  {counts['input'] / elapsed:>14,.0f}")
     if manifest.get("dead_letter_files"):
         lines.append(f"  dead letters (one JSON line each, with the reason): {output}/{DEAD_LETTER_DIR}/")
+    lines += summary_lines(output, manifest)  # the feature table and the drift, if compared
     return "\n".join(lines)
 
 
 #: The sink's outcomes that are not failures of the job itself, by exception name (Beam
 #: re-raises a worker's exception wrapped in its own, so the name is found in the text).
-_SINK_OUTCOMES = (("ErrorRateExceededError", ErrorRateExceeded), ("NothingConvertedError", NothingConverted))
+_SINK_OUTCOMES = (("ErrorRateExceededError", ErrorRateExceeded), ("NothingConvertedError", NothingConverted),
+                  ("DriftDetectedError", DriftDetected))
 
 
 def _outcome_of(error: BaseException) -> Exception:
@@ -214,7 +256,7 @@ def _convert_planned(options: PipelineOptions, argv: list[str], conv: ConvertOpt
             print(f"{output} already holds this conversion (same inputs and options); "
                   f"nothing to do. Use --overwrite to redo it.")
         return
-    _refuse_foreign_files(output, [*plan.extra_files, *TFDS_FILE_NAMES])
+    _refuse_foreign_files(output, [*plan.extra_files, *TFDS_FILE_NAMES, STATS_NAME, DRIFT_NAME])
     sink = _sink_for(conv, output, plan)
     progress = None
     min_bytes = (LOCAL_PARALLEL_MIN_IMAGE_BYTES if conv.format in IMAGE_FORMATS
@@ -256,3 +298,7 @@ def _convert_planned(options: PipelineOptions, argv: list[str], conv: ConvertOpt
     _LOG.info("%s", summary)
     if not conv.quiet:
         print(summary)
+    # Derived from the committed output (so `report` can rebuild it): a failure only warns.
+    report = write_report_after_commit(output)
+    if report and not conv.quiet:
+        print(f"  report: {report}")

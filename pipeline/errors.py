@@ -10,6 +10,7 @@ from __future__ import annotations
 __all__ = [
     "CommandError",
     "CommandFailed",
+    "DriftDetected",
     "ErrorRateExceeded",
     "NothingConverted",
     "OutputProblems",
@@ -38,6 +39,11 @@ class CommandFailed(CommandError):
 
 class ErrorRateExceeded(CommandError):
     """More input records were dead-lettered than --max-error-rate allows."""
+
+
+class DriftDetected(CommandError):
+    """--fail-on-drift: the statistics drifted from the compared run's; only dead letters
+    were committed."""
 
 
 class NothingConverted(CommandError):

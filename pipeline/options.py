@@ -29,6 +29,8 @@ from transforms.images.config import (
     VALIDATE_MODES,
 )
 from transforms.input_formats import FORMATS, IMAGE_FORMATS, TABULAR_FORMATS
+from transforms.stats.drift import FAIL_MODES as DRIFT_FAIL_MODES
+from transforms.tabular.split_units import DEFAULT_WORK_UNIT_BYTES
 
 __all__ = [
     "FORMATS",
@@ -40,6 +42,7 @@ __all__ = [
     "check_arguments",
     "command_line_path",
     "fill_date_template",
+    "has_date_template",
     "log_level_from",
     "normalize_argv",
     "output_options",
@@ -149,6 +152,11 @@ def fill_date_template(path: str, run_date: datetime.date, span: int | None = No
     return path
 
 
+def has_date_template(path: str) -> bool:
+    """True when `path` holds a placeholder `fill_date_template` fills."""
+    return any(placeholder in path for placeholder in ("{YYYY}", "{MM}", "{DD}", "{SPAN}"))
+
+
 # Beam defines a test-only `--dry_run` itself (TestOptions), so ours cannot register that
 # spelling: `normalize_argv` maps a bare `--dry_run` to ours, and ours has its own destination.
 _DRY_RUN_DEST = "convert_dry_run"
@@ -228,6 +236,9 @@ class ConvertOptions(PipelineOptions):
               help="rows sampled for type inference and --dry-run (default 10000)")
         _flag(group, "batch-rows", output=True, type=_positive_int, default=16384,
               help="rows per batch moved through Beam (default 16384)")
+        _flag(group, "work-unit-bytes", type=parse_size, default=DEFAULT_WORK_UNIT_BYTES,
+              help="CSV/TSV and JSON Lines files larger than this (uncompressed) are cut into "
+                   "byte ranges at record boundaries, converted in parallel (default 64MiB)")
         _flag(group, "converter-threads", type=_non_negative_int, default=1,
               help="chunks (tabular) or images of one work unit converted at once on each "
                    "worker; 0: one per CPU the worker may use; 1 (default): no extra threads")
@@ -235,6 +246,14 @@ class ConvertOptions(PipelineOptions):
               help="tabular formats on the local in-process runner: work units converted at "
                    "once in forked processes (Linux); 0 (default): one per CPU; 1: none. Other "
                    "runners spread work units over their own workers")
+        _flag(group, "compare-to", default=None,
+              help="a previous output folder: compare this run's statistics with its stats.json "
+                   "(drift.json; default for a --run-date templated --output: the previous "
+                   "day's output, when it exists)")
+        _flag(group, "fail-on-drift", choices=DRIFT_FAIL_MODES, default=None,
+              help="schema: fail (exit 6, dead letters only, no shard) when features or labels "
+                   "changed from the compared output; distribution: also on presence or "
+                   "distribution drift")
         _flag(group, "run-date", type=_run_date, default=None,
               help="date filling {YYYY} {MM} {DD} {SPAN} in --input/--output (default today, UTC)")
         _flag(group, "span", type=_integer, default=None, help="value of {SPAN} (default: days since epoch)")

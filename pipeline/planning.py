@@ -90,6 +90,7 @@ def _check_input_formats(units, fmt: str, spec: ConversionSpec | None) -> None:
 def _plan_tabular(conv: ConvertOptions, input_path: str, output: str) -> ConversionPlan:
     from transforms.tabular.infer import estimate_output, resolve_spec
     from transforms.tabular.plan import plan_tabular
+    from transforms.tabular.split_units import split_text_units
     from transforms.tabular.transform import ConvertTabular, TabularConfig
 
     if conv.labels_file:
@@ -99,12 +100,17 @@ def _plan_tabular(conv: ConvertOptions, input_path: str, output: str) -> Convers
     given = _given_spec(conv)
     _check_input_formats(units, conv.format, given)
     spec = resolve_spec(units, conv.format, given, sample_rows=conv.sample_rows)
+    # After inference, which samples whole files from their start; the cut needs the CSV dialect.
+    splitting = split_text_units(units, conv.format, spec.csv, conv.work_unit_bytes)
+    units = list(splitting.units)
     config = TabularConfig(spec=spec, fmt=conv.format, batch_rows=conv.batch_rows,
                            threads=conv.converter_threads)
     spec_yaml = spec.to_yaml()
     options = _options_record(conv, input_path, output)
     summary: dict[str, Any] = {"input_files": len({unit.path for unit in units}),
                                "work_units": len(units), "spec": spec.to_dict()}
+    if splitting.files:
+        summary["work_unit_splitting"] = splitting.summary()
     if conv.convert_dry_run:
         estimate = estimate_output(
             units, spec, conv.format, conv.sample_rows,

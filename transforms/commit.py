@@ -7,9 +7,11 @@ renames them (with their `.tfindex` sidecars, if any) to their final names
 (`<split>-SSSSS-of-NNNNN.tfrecord[.gz|.zz]`, ordered by
 the first batch key each holds, so naming does not depend on bundles or workers), writes one
 empty shard for every declared split without records (unless `skip_if_empty`), writes the
-extra files, writes `manifest.json` last as the commit marker, and deletes the temp folder.
-Every step is idempotent, so a retried finalize neither loses nor duplicates a shard. With
-`max_error_rate` exceeded only the dead letters are committed."""
+extra files and stats.json (every batch's statistics merged; with `compare_to` also drift.json,
+see `transforms.stats`), writes `manifest.json` last as the commit marker, and deletes the
+temp folder. Every step is idempotent, so a retried finalize neither loses nor duplicates a
+shard. With `max_error_rate` exceeded, or drift that `fail_on_drift` refuses, only the dead
+letters are committed."""
 
 from __future__ import annotations
 
@@ -27,7 +29,6 @@ from apache_beam.io.filesystems import FileSystems
 
 from transforms import fs, output_files
 from transforms import manifest as manifest_lib
-from transforms.feature_stats import add_presence, with_presence
 from transforms.format.manifest_format import FEATURE_SPEC_NAME, FORMAT_VERSION, MANIFEST_NAME
 from transforms.format.tfrecord_index import INDEX_SUFFIX
 from transforms.shard_writers import (
@@ -39,10 +40,14 @@ from transforms.shard_writers import (
     SinkConfig,
     TempShard,
 )
+from transforms.stats.document import STATS_NAME, declared_kinds, merge_batches, stats_document
+from transforms.stats.drift import DRIFT_NAME, compare, drift_failure
+from transforms.stats.presence import add_presence, with_presence
 from transforms.tfds_metadata import tfds_side_files
 
 __all__ = [
     "AccountingError",
+    "DriftDetectedError",
     "ErrorRateExceededError",
     "NothingConvertedError",
     "Finalize",
@@ -65,6 +70,10 @@ class ErrorRateExceededError(RuntimeError):
 
 class NothingConvertedError(RuntimeError):
     """The input had records but not one was converted (a wrong format, every row bad, ...)."""
+
+
+class DriftDetectedError(RuntimeError):
+    """The statistics drifted from the previous run's more than `fail_on_drift` allows."""
 
 
 class Finalize(beam.DoFn):
@@ -207,7 +216,7 @@ def _write_journal(config: SinkConfig, writes: set[str], replaces: set[str]) -> 
 
 def _presence(counts: Sequence[tuple]) -> dict[str, list[int]] | None:
     """Every batch's feature presence added up ({feature: [records, min, max]}), or None
-    when some batch with records did not count it (see `transforms.feature_stats`)."""
+    when some batch with records did not count it (see `transforms.stats.presence`)."""
     total: dict[str, list[int]] = {}
     for entry in counts:
         presence = entry[6] if len(entry) > 6 else None
@@ -228,6 +237,32 @@ def _extra_files(config: SinkConfig, counts: Sequence[tuple],
         return list(config.extra_files)
     return [(name, with_presence(data, presence, written) if name == FEATURE_SPEC_NAME else data)
             for name, data in config.extra_files]
+
+
+def _statistics(config: SinkConfig, counts: Sequence[tuple], totals: Mapping[str, Any]
+                ) -> tuple[list[tuple[str, bytes]], dict[str, Any] | None]:
+    """stats.json (every batch's statistics merged, see `transforms.stats.document`) and,
+    with `compare_to`, drift.json (see `transforms.stats.drift`): the files and the drift."""
+    merged, examples = merge_batches(counts)
+    feature_spec = dict(config.extra_files).get(FEATURE_SPEC_NAME)
+    document = stats_document(merged, totals, config.splits, declared_kinds(feature_spec), examples)
+    files = [(STATS_NAME, _json_bytes(document))]
+    drift = None
+    if config.compare_to:
+        previous_path = fs.join_path(config.compare_to, STATS_NAME)
+        try:
+            previous = _read_json(previous_path)
+        except Exception:  # noqa: BLE001 - any filesystem's error: no comparison, said so
+            _LOG.warning("no drift comparison: cannot read %s", previous_path, exc_info=True)
+            previous = None
+        if isinstance(previous, dict):
+            drift = compare(previous, document, config.compare_to)
+            files.append((DRIFT_NAME, _json_bytes(drift)))
+    return files, drift
+
+
+def _json_bytes(document: Any) -> bytes:
+    return json.dumps(document, indent=2, sort_keys=True, allow_nan=False).encode("utf-8") + b"\n"
 
 
 def _side_files(config: SinkConfig, extra_files: Sequence[tuple[str, bytes]],
@@ -305,7 +340,8 @@ def finalize_output(
     # to start over foreign ones); the journal names them before anything changes.
     owned = output_files.owned_paths(config.output_dir, existing)
     writes = {entry["path"] for entry in planned + index_files}
-    side_files = _side_files(config, _extra_files(config, counts, totals["written"]),
+    stats_files, drift = _statistics(config, counts, totals)
+    side_files = _side_files(config, _extra_files(config, counts, totals["written"]) + stats_files,
                              shard_files, owned)
     writes |= {name for name, _ in side_files}
     writes |= {MANIFEST_NAME, output_files.FAILED_RUN_NAME}
@@ -331,6 +367,13 @@ def finalize_output(
                    f"in {dead_letter_dir}")
         _commit_dead_letters_only(config, dead_files, totals, "max_error_rate_exceeded", message)
         raise ErrorRateExceededError(message)
+    failure = drift_failure(drift, config.fail_on_drift) if drift is not None else None
+    if failure is not None:
+        message = (f"{failure}; no shard was committed (--fail-on-drift {config.fail_on_drift}). "
+                   f"The comparison is in {config.output_dir}/{output_files.FAILED_RUN_NAME}")
+        _commit_dead_letters_only(config, dead_files, totals, "drift_detected", message,
+                                  drift=drift)
+        raise DriftDetectedError(message)
 
     for entry in planned + index_files:
         _commit_file(config, entry)
@@ -395,7 +438,8 @@ def _reasons_text(totals: Mapping[str, Any]) -> str:
 
 
 def _commit_dead_letters_only(config: SinkConfig, dead_files: Sequence[Mapping[str, Any]],
-                              totals: Mapping[str, Any], outcome: str, message: str) -> None:
+                              totals: Mapping[str, Any], outcome: str, message: str,
+                              drift: Mapping[str, Any] | None = None) -> None:
     """A failed run's outcome: its dead letters committed for diagnosis, with a record of
     the run beside them (`output_files.FAILED_RUN_NAME`), and nothing else."""
     for entry in dead_files:
@@ -410,6 +454,8 @@ def _commit_dead_letters_only(config: SinkConfig, dead_files: Sequence[Mapping[s
         "files": [entry["path"] for entry in dead_files],
         "created_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     }
+    if drift is not None:
+        record["drift"] = dict(drift)
     fs.write_bytes_atomically(fs.join_path(config.output_dir, output_files.FAILED_RUN_NAME),
                               json.dumps(record, indent=2, sort_keys=True).encode("utf-8") + b"\n")
     _delete_temp_dir(config)

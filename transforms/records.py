@@ -103,8 +103,11 @@ class RecordBatch:
         0), and per split input == `rows_written` + dead letters still proves that no row
         was lost, across the shuffle too.
       feature_presence: for each feature the records carry, (feature, records carrying it,
-        min values, max values) (see `transforms.feature_stats`); None when the converter
+        min values, max values) (see `transforms.stats.presence`); None when the converter
         does not count it.
+      feature_stats: the records' statistics (`transforms.stats.sketches.BatchStats`: per
+        feature counts, moments and serialized sketches, merged in the commit into
+        stats.json); None when the converter does not compute them.
     """
 
     key: str
@@ -114,6 +117,7 @@ class RecordBatch:
     input_count: int = 0
     record_rows: int | None = None
     feature_presence: tuple[tuple[str, int, int, int], ...] | None = None
+    feature_stats: Any = None
 
     def __post_init__(self):
         if not self.split or "/" in self.split or self.split.startswith("."):

@@ -49,6 +49,7 @@ from transforms.format.tfrecord_format import (
 )
 from transforms.format.tfrecord_index import INDEX_SUFFIX, IndexWriter
 from transforms.records import RecordBatch
+from transforms.stats.dead_letters import batch_examples
 from transforms.worker import prepare_worker
 
 __all__ = [
@@ -159,11 +160,17 @@ class SinkConfig:
     report_progress: bool = False
     # Write `<shard>.tfindex` beside every shard (uncompressed output only).
     index: bool = False
+    # A previous output folder whose stats.json the commit compares this run's with
+    # (drift.json); `fail_on_drift` ("schema" or "distribution") fails the run on drift.
+    compare_to: str | None = None
+    fail_on_drift: str | None = None
 
     def __post_init__(self):
         if self.index and self.compression is not Compression.NONE:
             raise ValueError("index files need uncompressed shards: offsets in a "
                              f"{self.compression.value} stream are not seekable")
+        if self.fail_on_drift not in (None, "schema", "distribution"):
+            raise ValueError(f"fail_on_drift must be 'schema' or 'distribution', got {self.fail_on_drift!r}")
         if self.max_error_rate is not None and not 0 <= self.max_error_rate <= 1:
             raise ValueError(f"max_error_rate must be within [0, 1], got {self.max_error_rate}")
         for relative, _ in self.extra_files:
@@ -475,9 +482,12 @@ class WriteGroupedShard(beam.DoFn):
 
 
 def batch_counts(batch: RecordBatch):
+    """What the commit learns of a batch: its counts, its feature presence and statistics,
+    and a few of its dead letters per reason (see `transforms.stats`)."""
+    examples = batch_examples(batch.dead_letters) if batch.dead_letters else ()
     return (
         COUNT_RESULT,
         (batch.key, batch.split, batch.input_count, len(batch.records), len(batch.dead_letters),
-         batch.record_rows, batch.feature_presence),
+         batch.record_rows, batch.feature_presence, batch.feature_stats, examples),
     )
 

@@ -67,6 +67,10 @@ class WriteToShardedTFRecord(beam.PTransform):
       index: write `<shard>.tfindex` (the `tfrecord` package's and DALI's index: offset
         and length per record) beside every shard, computed while writing, listed in the
         manifest; uncompressed output only (ValueError otherwise).
+      compare_to: a previous output folder; the commit compares this run's stats.json with
+        its own and writes drift.json (see `transforms.stats.drift`).
+      fail_on_drift: "schema" or "distribution": such drift fails the job, after committing
+        the dead letters, with no shard committed.
 
     Returns a PCollection with one element: the path of the committed manifest.
     """
@@ -89,6 +93,8 @@ class WriteToShardedTFRecord(beam.PTransform):
         report_progress: bool = False,
         sharding: ShardingConfig | None = None,
         index: bool = False,
+        compare_to: str | None = None,
+        fail_on_drift: str | None = None,
     ):
         super().__init__()
         self._config = SinkConfig(
@@ -104,6 +110,8 @@ class WriteToShardedTFRecord(beam.PTransform):
             run_id=run_id or uuid.uuid4().hex[:16],
             report_progress=report_progress,
             index=index,
+            compare_to=compare_to,
+            fail_on_drift=fail_on_drift,
         )
 
     @property

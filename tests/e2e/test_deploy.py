@@ -407,6 +407,8 @@ _SAMPLE_VALUES = {
     "output": "gs://bucket/tfrecords/{YYYY}/{MM}/{DD}",
     "spec": "gs://bucket/specs/daily.yaml", "compression_level": "6", "num_shards": "8",
     "max_shard_bytes": "256MiB", "max_shard_records": "100000", "max_error_rate": "0.01",
+    "compare_to": "gs://bucket/tfrecords/2024-04-30",
+    "work_unit_bytes": "32MiB",
     "sample_rows": "5000", "batch_rows": "4096", "converter_threads": "2", "converter_processes": "3",
     "run_date": "2024-05-01", "span": "19844",
     "log_level": "INFO", "image_column": "uri", "label_column": "label",

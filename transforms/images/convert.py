@@ -44,6 +44,8 @@ from transforms.images.paths import is_real_path_within_roots, is_remote, is_wit
 from transforms.images.processing import decode_fully, exif_orientation, needs_render, render
 from transforms.ordered_pool import default_threads, ordered_map
 from transforms.records import DeadLetterError, RecordBatch, WorkUnit, batch_key, dead_letter
+from transforms.stats.images import ENCODED, image_batch_stats
+from transforms.stats.sketches import stats_enabled
 from transforms.worker import prepare_worker
 
 __all__ = ["ConvertImages"]
@@ -62,15 +64,22 @@ class _Chunk:
         self.dead = collections.defaultdict(list)
         self.counts = collections.Counter()
         self.size = 0
+        # Per split: each record's features but its image bytes, and those bytes' lengths
+        # (for the batch's statistics, see `transforms.stats.images`).
+        self.features = collections.defaultdict(list)
+        self.encoded_lengths = collections.defaultdict(list)
 
     def count(self, split: str) -> None:
         if split not in self.counts:
             self.order.append(split)
         self.counts[split] += 1
 
-    def add_record(self, split: str, framed: bytes) -> None:
+    def add_record(self, split: str, framed: bytes, features: Mapping[str, Any],
+                   encoded_length: int) -> None:
         self.records[split].append(framed)
         self.size += len(framed)
+        self.features[split].append(features)
+        self.encoded_lengths[split].append(encoded_length)
 
     def add_dead_letter(self, split: str, document: bytes) -> None:
         self.dead[split].append(document)
@@ -80,16 +89,21 @@ class _Chunk:
         for split in self.order:
             framed = self.records[split]
             sizes = np.fromiter(map(len, framed), dtype=np.int64, count=len(framed))
+            stats = (image_batch_stats(self.features[split], self.encoded_lengths[split])
+                     if framed and stats_enabled() else None)
             yield RecordBatch(
                 key=batch_key(unit_index, chunk_index), split=split,
                 records=FramedRecords(b"".join(framed), np.cumsum(sizes)),
                 dead_letters=self.dead[split], input_count=self.counts[split],
+                feature_stats=stats,
             )
 
 
 class _Converted(NamedTuple):
     framed: bytes  # the Example, framed as a TFRecord
     reencoded: bool  # the image was rendered again (resized, converted, ...)
+    features: Mapping[str, Any]  # the Example's features but image/encoded (for statistics)
+    encoded_length: int  # the length of image/encoded
 
 
 @beam.typehints.with_output_types(RecordBatch)  # encoded by RecordBatchCoder
@@ -144,7 +158,7 @@ class ConvertImages(beam.DoFn):
             split = item["split"]
             chunk.count(split)
             if isinstance(outcome, _Converted):
-                chunk.add_record(split, outcome.framed)
+                chunk.add_record(split, outcome.framed, outcome.features, outcome.encoded_length)
                 self._written.inc()
                 if outcome.reencoded:
                     self._converted.inc()
@@ -191,7 +205,9 @@ class ConvertImages(beam.DoFn):
             features["image/class/label"] = ("int64", [item["label"]])
             features["image/class/text"] = ("bytes", [item["text"]])
         features.update(item.get("features") or {})
-        return _Converted(frame_parts(encode_example_parts(features)), reencoded)
+        described = {name: value for name, value in features.items() if name != ENCODED}
+        return _Converted(frame_parts(encode_example_parts(features)), reencoded, described,
+                          len(stored))
 
     def _read(self, uri: str, size: int | None, roots: tuple[str, ...]) -> bytes:
         """The bytes of the image at `uri`, or raises DeadLetterError saying why not."""

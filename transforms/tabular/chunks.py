@@ -18,6 +18,7 @@ import pyarrow.compute as pc
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
+from transforms.tabular.byte_ranges import RangeReader
 from transforms.tabular.values import canonical_text
 
 try:  # isal decompresses gzip several times faster than the stdlib.
@@ -48,8 +49,16 @@ MIN_BLOCK = 1 << 16
 MAX_BLOCK = 64 << 20
 
 
-def open_input(path: str, stack: ExitStack) -> Any:
-    """Opens `path` for binary reading through Beam FileSystems; .gz is decompressed."""
+def open_input(path: str, stack: ExitStack, start: int | None = None,
+               end: int | None = None) -> Any:
+    """Opens `path` for binary reading through Beam FileSystems; .gz is decompressed.
+
+    `start`/`end`: only the bytes [start, end) of an uncompressed file (a byte-range work
+    unit, see `transforms.tabular.split_units`)."""
+    if start is not None:
+        raw = stack.enter_context(
+            FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED))
+        return stack.enter_context(RangeReader(raw, start, end))
     if path.endswith(".gz"):
         raw = stack.enter_context(
             FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED))

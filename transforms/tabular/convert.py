@@ -15,12 +15,14 @@ import numpy as np
 import pyarrow as pa
 from apache_beam.io.filesystems import FileSystems
 
-from transforms.feature_stats import arrow_presence
 from transforms.format.example_columns import column_from_arrow
 from transforms.format.example_encoder import encode_framed
 from transforms.ordered_pool import ordered_map
 from transforms.records import DEFAULT_SPLIT, RecordBatch, WorkUnit, batch_key, dead_letter
 from transforms.splits import SplitAssigner
+from transforms.stats.columns import arrow_batch_stats
+from transforms.stats.presence import arrow_presence
+from transforms.stats.sketches import stats_enabled
 from transforms.tabular.chunks import KEY_SEPARATOR, Chunk, join_keys
 from transforms.tabular.columns import (
     FeatureColumn,
@@ -123,12 +125,15 @@ def convert_chunk(chunk: Chunk, spec: ConversionSpec, assigner: SplitAssigner,
         rows = np.flatnonzero(in_split & good)
         records: Sequence[bytes] = []
         presence: tuple = ()
+        stats = None
         if rows.size:
             take = None if rows.size == n else pa.array(rows)
             taken = [(f, c.values if take is None else c.values.take(take)) for f, c in features]
             records = encode_framed(rows.size, [column_from_arrow(f.name, f.kind, values)
                                                 for f, values in taken])
             presence = arrow_presence((f.name, values) for f, values in taken)
+            if stats_enabled():
+                stats = arrow_batch_stats((f.name, f.kind, values) for f, values in taken)
         dead = []
         for i in np.flatnonzero(in_split & ~good).tolist():
             feature, error = errors[i]
@@ -147,7 +152,8 @@ def convert_chunk(chunk: Chunk, spec: ConversionSpec, assigner: SplitAssigner,
         if count:
             result.batches.append(RecordBatch(key=key, split=split, records=records,
                                               dead_letters=dead, input_count=count,
-                                              feature_presence=presence))
+                                              feature_presence=presence,
+                                              feature_stats=stats))
             result.written += len(records)
     return result
 

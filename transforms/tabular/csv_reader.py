@@ -6,7 +6,9 @@ columns; the value rules then apply to whole columns. Bytes are decoded with the
 carried as private-use escapes (`transforms.tabular.values.ESCAPE_BASE`) so that only the
 rows holding them become `invalid_encoding` dead letters. Arrow reads at most
 `_READAHEAD_BLOCKS` blocks ahead of the batches taken, so memory stays bounded. A ragged row
-(a field count other than the header's) is a `Failure` of its own."""
+(a field count other than the header's) is a `Failure` of its own. A unit may be a byte range
+of a file cut at record boundaries (`transforms.tabular.split_units`): it reads its column
+names from the file's header and numbers its rows on from the rows before it."""
 
 from __future__ import annotations
 
@@ -82,11 +84,11 @@ class _EscapingReader(io.RawIOBase):
     holding invalid bytes go through the escaping decoder.
     """
 
-    def __init__(self, raw, encoding: str, read_size: int = 1 << 20):
+    def __init__(self, raw, encoding: str, read_size: int = 1 << 20, bom: bool = True):
         super().__init__()
         self._raw = raw
         self._utf8 = codecs.lookup(encoding).name == "utf-8"
-        if self._utf8:
+        if self._utf8 and bom:  # not for a byte range within a file: U+FEFF there is text
             encoding = "utf-8-sig"  # drops the byte order mark some tools write
         self._decoder = codecs.getincrementaldecoder(encoding)(errors=_ESCAPE_ERRORS)
         self._started = False
@@ -240,15 +242,17 @@ def _parse_options(spec: ConversionSpec, fmt: str, handler) -> pacsv.ParseOption
     )
 
 
-def _probe_csv(stream: _EscapingReader, spec: ConversionSpec, fmt: str,
-               batch_rows: int) -> tuple[list[str] | None, int]:
+def _probe_csv(stream: _EscapingReader, spec: ConversionSpec, fmt: str, batch_rows: int,
+               names: list[str] | None = None) -> tuple[list[str] | None, int]:
     """(column names in the file, block size) from the start of the stream.
 
     Names are None for an empty input. The head read grows until the header and one
-    complete data row are in it (or the input ends).
+    complete data row are in it (or the input ends). `names`: the stream has no header
+    row, its columns are these (default: the spec's `column_names` without a header).
     """
     size = 1 << 16
-    names = list(spec.csv.column_names) if not spec.csv.header else None
+    if names is None and not spec.csv.header:
+        names = list(spec.csv.column_names)
     while True:
         head = stream.peek(size)
         if not head.strip():
@@ -310,6 +314,15 @@ class _CsvProgress:
     ragged_before: list[int] = dataclasses.field(default_factory=list)
     chunks: int = 0
     block_size: int | None = None
+    row_offset: int = 0  # data rows of the file before the unit (a byte range: see split_units)
+
+
+def _header_names(path: str, spec: ConversionSpec, fmt: str, batch_rows: int) -> list[str] | None:
+    """The column names in the header at the start of the file `path`."""
+    with ExitStack() as stack:
+        names, _ = _probe_csv(_EscapingReader(open_input(path, stack), spec.csv.encoding),
+                              spec, fmt, batch_rows)
+    return names
 
 
 def csv_chunks(unit: WorkUnit, fmt: str, spec: ConversionSpec,
@@ -331,7 +344,12 @@ def _csv_pass(unit: WorkUnit, fmt: str, spec: ConversionSpec, batch_rows: int,
               progress: _CsvProgress) -> Iterator[Chunk]:
     options = spec.csv
     delimiter = options.delimiter_for(fmt)
-    header_rows = 1 if options.header else 0
+    # A byte range after the file's first starts at a record boundary, past the header
+    # (which names its columns all the same); its rows are numbered on from `row_offset`.
+    later_range = bool(unit.start)
+    if later_range:
+        progress.row_offset = int((unit.extra or {}).get("row_offset", 0))
+    header_rows = 1 if options.header and not later_range else 0
     ragged: list[tuple[int, str]] = []
 
     def on_invalid_row(row) -> str:
@@ -352,15 +370,24 @@ def _csv_pass(unit: WorkUnit, fmt: str, spec: ConversionSpec, batch_rows: int,
                                          for c in spec.split_key)
             else:
                 key = KEY_SEPARATOR.join(c.encode("utf-8") for c in cells)
-            out.append(Failure(row=data_row, reason="ragged_row",
+            out.append(Failure(row=data_row + progress.row_offset, reason="ragged_row",
                                message=f"expected {len(names)} fields, got {len(cells)}",
                                raw=unescape(text, options.encoding), key=key))
         ragged.clear()
         return out
 
     with ExitStack() as stack:
-        stream = _EscapingReader(open_input(unit.path, stack), options.encoding)
-        file_names, block_size = _probe_csv(stream, spec, fmt, batch_rows)
+        given = None
+        if later_range and options.header:
+            given = _header_names(unit.path, spec, fmt, batch_rows)
+            if given is None:
+                return
+        # A later range is read from the newline before it: Arrow drops a byte order mark
+        # opening its input, and U+FEFF opening a later line is text. The empty line is no row.
+        start = unit.start - 1 if later_range else unit.start
+        stream = _EscapingReader(open_input(unit.path, stack, start, unit.end),
+                                 options.encoding, bom=not later_range)
+        file_names, block_size = _probe_csv(stream, spec, fmt, batch_rows, given)
         if file_names is None:
             return
         names = list(options.column_names) if options.column_names else file_names
@@ -376,7 +403,7 @@ def _csv_pass(unit: WorkUnit, fmt: str, spec: ConversionSpec, batch_rows: int,
                 stream,
                 read_options=pacsv.ReadOptions(
                     use_threads=False, block_size=progress.block_size or block_size,
-                    column_names=None if options.header else names),
+                    column_names=None if header_rows else file_names),
                 parse_options=_parse_options(spec, fmt, on_invalid_row),
                 convert_options=pacsv.ConvertOptions(
                     column_types={name: pa.string() for name in file_names},
@@ -399,7 +426,9 @@ def _csv_pass(unit: WorkUnit, fmt: str, spec: ConversionSpec, batch_rows: int,
                 yield _csv_chunk(*held, progress, stream.escapes, options, delimiter)
             held = (batch, names, rejected)
         trailing = failures()
-        record, swallowed = _unterminated_tail(unit, spec, fmt, names, held, trailing)
+        # A file split into byte ranges has no unclosed quote (its planning made sure).
+        record, swallowed = (None, []) if unit.start is not None else _unterminated_tail(
+            unit, spec, fmt, names, held, trailing)
         first_row = None
         if swallowed:  # take the record that swallowed the lines out of the output
             rejected = held[2] if held is not None else []
@@ -509,7 +538,7 @@ def _csv_chunk(batch: pa.RecordBatch | None, names: list[str], rejected: list[Fa
     columns = dict(zip(names, batch.columns, strict=True)) if batch is not None else {}
     chunk = Chunk(
         index=progress.chunks, mode="text", num_rows=n, columns=columns,
-        row_numbers=good + 1,
+        row_numbers=good + 1 + progress.row_offset,
         raw=_csv_raw(columns, names, delimiter, options.quotechar, options.encoding),
         whole_row_keys=_joined_keys(columns, names),
         failures=rejected, escapes=escapes,

@@ -1,7 +1,9 @@
 """Reading JSON Lines work units in chunks: `JsonLinesReader`. Each line is one JSON object;
 a line that is not (invalid JSON, not an object) is a `Failure` with its line number, and the
-rest of the file converts. Column types are learned from the values of each chunk (see
-`transforms.tabular.values` for the rules)."""
+rest of the file converts. A unit may be a byte range of a file, cut after a newline (a JSON
+string holds no raw newline), whose rows and lines are numbered as in the whole file. Column
+types are learned from the values of each chunk (see `transforms.tabular.values` for the
+rules)."""
 
 from __future__ import annotations
 
@@ -155,10 +157,14 @@ class JsonLinesReader:
 
     def chunks(self, unit: WorkUnit) -> Iterator[Chunk]:
         with ExitStack() as stack:
-            stream = open_input(unit.path, stack)
+            stream = open_input(unit.path, stack, unit.start, unit.end)
             target = MIN_BLOCK  # adapted to batch_rows after the first chunk
             pending: list[bytes] = []
-            rows_before = lines_before = index = 0
+            # A byte range of a file (see `split_units`) numbers its rows and lines on from
+            # those before it, as reading the whole file would.
+            placed = (unit.extra or {}) if unit.start is not None else {}
+            rows_before, lines_before = placed.get("row_offset", 0), placed.get("line_offset", 0)
+            index = 0
             while True:
                 data = stream.read(target)
                 if data:

@@ -1,7 +1,8 @@
 """Planning a tabular conversion's input: `plan_tabular` lists the files matching the input
 patterns (any Beam filesystem) and cuts them into work units, one per file, or one per row
-group of a Parquet file, so the runner can spread them. Launcher side; the readers read the
-units in the workers."""
+group of a Parquet file, so the runner can spread them (`split_units.split_text_units` then
+cuts large CSV/JSON Lines files into byte ranges). Launcher side; the readers read the units
+in the workers."""
 
 from __future__ import annotations
 

@@ -6,6 +6,8 @@ thousands of input rows, as columns (Arrow arrays, or Python values for JSON lin
 cannot read), plus the rows that failed while reading (ragged CSV rows, invalid JSON lines)
 as `Failure`s. Every file is opened through Beam's `FileSystems` (gs:// and the other Beam
 filesystems work); `.gz` inputs are decompressed transparently (with `isal` when installed).
+A CSV or JSON Lines unit may be a byte range of a file (`split_units`): its rows keep their
+numbers within the whole file.
 
 CSV specifics:
 * All columns are read as strings, so that every conversion error is ours, row by row.

@@ -453,7 +453,7 @@ class ConversionSpec:
         "default": null is required (present in every Example). A var_len entry says whether
         the feature is a list ("list"): an optional scalar and a list are both var_len. An
         int64 read from durations names its "unit". The commit adds to each
-        entry the "presence" counted in the records written (see `transforms.feature_stats`):
+        entry the "presence" counted in the records written (see `transforms.stats.presence`):
         {"records": R, "of": N, "min_values": a, "max_values": b}.
         With a `sequence:` section it is `SequenceSpec.feature_spec` instead.
         """

@@ -1,0 +1,35 @@
+"""Building and writing an output's `report.html`: `build_report` (the page's text) and
+`write_report` (to `DIR/report.html` or another path, atomically, on any Beam filesystem).
+
+The report is derived from the committed output alone (manifest, side files, shards), so it
+can be rebuilt at any time; the manifest does not list it.
+"""
+
+from __future__ import annotations
+
+from transforms import fs
+from transforms.report.collect import collect_report_data
+from transforms.report.render import render_report
+
+__all__ = ["REPORT_NAME", "build_report", "write_report"]
+
+REPORT_NAME = "report.html"
+
+
+def build_report(output_dir: str) -> str:
+    """The report page of the committed output at `output_dir`.
+
+    Raises:
+      FileNotFoundError: when `output_dir` holds no manifest.
+      ValueError: when the manifest is malformed.
+    """
+    return render_report(collect_report_data(output_dir))
+
+
+def write_report(output_dir: str, destination: str | None = None) -> str:
+    """Writes the report of `output_dir` to `destination` (default `output_dir/report.html`)
+    and returns the path written."""
+    page = build_report(output_dir)
+    path = destination or fs.join_path(output_dir.rstrip("/") or "/", REPORT_NAME)
+    fs.write_bytes_atomically(path, page.encode("utf-8"))
+    return path

@@ -1,0 +1,79 @@
+"""HTML building blocks shared by the report's renderers: escaping, number formatting, tables.
+
+Everything shown comes from user data (feature names, values, file names, messages), so every
+piece of text goes through `esc` (`html.escape` with quotes). Table cells are HTML already
+built by the caller from escaped text; headers are escaped here.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+__all__ = ["MISSING", "esc", "fmt_bytes", "fmt_number", "fmt_percent", "section", "table"]
+
+#: What a cell shows for a value the input lacks.
+MISSING = "\u2014"
+
+
+def esc(value: Any) -> str:
+    """`value` as text, escaped for HTML text and attribute values."""
+    return html.escape(str(value), quote=True)
+
+
+def fmt_number(value: Any) -> str:
+    """An escaped number: ints with thousands separators, floats to 4 significant digits,
+    NaN and infinities by name, None as a dash, anything else as its escaped text."""
+    if value is None:
+        return MISSING
+    if isinstance(value, bool):
+        return esc(value)
+    if isinstance(value, int):
+        return f"{value:,}"
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "NaN"
+        if math.isinf(value):
+            return "inf" if value > 0 else "\u2212inf"
+        if value.is_integer() and abs(value) < 1e15:
+            return f"{int(value):,}"
+        return f"{value:.4g}"
+    return esc(value)
+
+
+def fmt_bytes(value: Any) -> str:
+    """A byte count in binary units (`1.5 MiB`), escaped."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return fmt_number(value)
+    size = float(value)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(size) < 1024 or unit == "TiB":
+            return f"{int(size):,} B" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return fmt_number(value)  # pragma: no cover - the loop always returns
+
+
+def fmt_percent(part: Any, whole: Any) -> str:
+    """`part` of `whole` as a percentage, or a dash when either is not a number or whole is 0."""
+    numbers = (int, float)
+    if not isinstance(part, numbers) or not isinstance(whole, numbers) or not whole:
+        return MISSING
+    share = 100.0 * part / whole
+    return f"{share:.0f}%" if share in (0.0, 100.0) else f"{share:.1f}%"
+
+
+def table(headers: Sequence[str] | None, rows: Iterable[Sequence[str]], css_class: str = "") -> str:
+    """A table: `headers` are plain text (escaped here; None: no header row), each row's cells
+    HTML (escaped by the caller)."""
+    head = "".join(f"<th>{esc(header)}</th>" for header in headers or ())
+    head = f"<thead><tr>{head}</tr></thead>" if head else ""
+    body = "".join("<tr>" + "".join(f"<td>{cell}</td>" for cell in row) + "</tr>" for row in rows)
+    attribute = f' class="{esc(css_class)}"' if css_class else ""
+    return f"<table{attribute}>{head}<tbody>{body}</tbody></table>"
+
+
+def section(anchor: str, title: str, body: str) -> str:
+    """A titled section of the page; `anchor` is the id the navigation links to."""
+    return f'<section id="{esc(anchor)}"><h2>{esc(title)}</h2>{body}</section>'

@@ -1,0 +1,227 @@
+"""`render_report`: a `ReportData` as one self-contained HTML page.
+
+Self-contained and inert: the CSS is inline, charts are inline SVG, thumbnails are `data:`
+URIs, there is no script and no font or file to fetch, and a Content-Security-Policy meta
+tag forbids any (so a hostile value that escaped escaping still could not run or call out).
+Sections: overview (inputs, records per split, shards, dead letters by reason), features,
+images, drift, contact sheets. Every piece of user data goes through `markup.esc`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from transforms.report.charts import bar_chart_svg
+from transforms.report.collect import ReportData
+from transforms.report.markup import MISSING, esc, fmt_bytes, fmt_number, section, table
+from transforms.report.render_drift import drift_section
+from transforms.report.render_stats import features_section, image_stats_section, ordered_splits
+from transforms.report.thumbnails import ContactSheet
+
+__all__ = ["render_report"]
+
+#: Overview: dead-letter examples shown per reason; the image section lists more.
+_OVERVIEW_EXAMPLES = 3
+_SHARDS_LISTED = 200
+#: The options shown up front; the others are in a folded list.
+_MAIN_OPTIONS = ("input", "format", "spec", "output", "compression", "splits")
+_CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'"
+
+_STYLE = """
+body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;color:#1d2733;margin:0;
+background:#f6f7f9}
+header{background:#1f3a5f;color:#fff;padding:18px 28px}header h1{margin:0 0 4px;font-size:21px}
+header p{margin:0;opacity:.85}nav{padding:8px 28px;background:#e7ebf0}nav a{margin-right:16px;
+color:#1f3a5f}main{padding:8px 28px 40px}section{background:#fff;border:1px solid #dde2e8;
+border-radius:6px;padding:6px 18px 14px;margin:16px 0}h2{font-size:18px;margin:10px 0}
+h3{font-size:15px;margin:14px 0 6px}h3 small{font-weight:normal;color:#5a6675}
+table{border-collapse:collapse;margin:6px 0}th,td{border-bottom:1px solid #e3e7ec;padding:4px 10px;
+text-align:left;vertical-align:top}th{background:#f0f3f6;font-weight:600}
+code{font:12px ui-monospace,Menlo,Consolas,monospace;
+background:#f0f3f6;padding:0 3px;border-radius:3px;word-break:break-all}
+.note{color:#5a6675}.warn{color:#b03a2e;font-weight:600}.cards{display:flex;gap:12px;flex-wrap:wrap}
+.card{border:1px solid #dde2e8;border-radius:6px;padding:8px 14px;min-width:120px}
+.card b{display:block;font-size:20px}.sheet{display:flex;flex-wrap:wrap;gap:8px}
+figure{margin:0;width:104px;text-align:center}figure img{border:1px solid #dde2e8;background:#fff}
+figcaption{font-size:11px;color:#5a6675;overflow:hidden;text-overflow:ellipsis;white-space:nowrap}
+.nopreview{width:96px;height:96px;display:flex;align-items:center;justify-content:center;
+font-size:11px;background:#f0f3f6;color:#b03a2e}ul.examples{margin:0;padding-left:18px}
+table.features td:first-child code{white-space:nowrap;word-break:normal}
+svg.bars text{fill:#1d2733}svg.spark{vertical-align:middle}details{margin:6px 0}table.features{width:100%}
+"""
+
+
+def _card(title: str, value: str) -> str:
+    return f'<div class="card">{esc(title)}<b>{value}</b></div>'
+
+
+def _inputs(manifest: dict[str, Any]) -> str:
+    options = manifest.get("options") if isinstance(manifest.get("options"), dict) else {}
+    main = [[esc(name), f"<code>{esc(options[name])}</code>"] for name in _MAIN_OPTIONS
+            if options.get(name) not in (None, "", [], {})]
+    main += [[esc(name), esc(manifest.get(name, MISSING))]
+             for name in ("run_id", "created_at", "tool_version")]
+    others = [[esc(name), f"<code>{esc(value)}</code>"] for name, value in sorted(options.items())
+              if name not in _MAIN_OPTIONS and value not in (None, "", [], {}, False)]
+    folded = (f"<details><summary>all options ({len(others)} more set)</summary>"
+              f"{table(['option', 'value'], others)}</details>") if others else ""
+    return "<h3>Inputs</h3>" + table(None, main, "inputs") + folded
+
+
+def _split_rows(manifest: dict[str, Any]) -> tuple[list[list[str]], list[tuple[str, float]]]:
+    counts = manifest.get("counts") or {}
+    per_split = counts.get("splits") or {}
+    shards_of: dict[str, list[dict[str, Any]]] = {}
+    for shard in manifest.get("shards") or ():
+        shards_of.setdefault(str(shard.get("split")), []).append(shard)
+    rows, bars = [], []
+    for split in ordered_splits(sorted(set(per_split) | set(shards_of)), manifest):
+        entry = per_split.get(split) or {}
+        shards = shards_of.get(split, [])
+        sizes = [shard.get("bytes") or 0 for shard in shards]
+        written = entry.get("written", sum(shard.get("records") or 0 for shard in shards))
+        rows.append([esc(split), fmt_number(written), fmt_number(entry.get("dead_letter")),
+                     fmt_number(len(shards)), fmt_bytes(sum(sizes)),
+                     f"{fmt_bytes(min(sizes))} \u2013 {fmt_bytes(max(sizes))}" if sizes else MISSING])
+        bars.append((split, written if isinstance(written, (int, float)) else 0))
+    return rows, bars
+
+
+def _overview(data: ReportData) -> str:
+    manifest = data.manifest
+    counts = manifest.get("counts") or {}
+    shards = manifest.get("shards") or []
+    cards = "".join([
+        _card("records read", fmt_number(counts.get("input"))),
+        _card("written", fmt_number(counts.get("written"))),
+        _card("dead-lettered", fmt_number(counts.get("dead_letter"))),
+        _card("shards", fmt_number(len(shards))),
+        _card("bytes", fmt_bytes(sum(shard.get("bytes") or 0 for shard in shards))),
+    ])
+    rows, bars = _split_rows(manifest)
+    splits = table(["split", "records", "dead-lettered", "shards", "bytes", "shard sizes"], rows)
+    listed = [[f"<code>{esc(shard.get('path'))}</code>", esc(shard.get("split")),
+               fmt_number(shard.get("records")), fmt_bytes(shard.get("bytes"))]
+              for shard in shards[:_SHARDS_LISTED]]
+    hidden = len(shards) - _SHARDS_LISTED
+    more = f'<p class="note">and {hidden:,} more</p>' if hidden > 0 else ""
+    shard_list = (f"<details><summary>the {len(shards):,} shards</summary>"
+                  f"{table(['shard', 'split', 'records', 'bytes'], listed)}{more}</details>")
+    body = (f'<div class="cards">{cards}</div>{_inputs(manifest)}<h3>Records per split</h3>'
+            f"{splits}{bar_chart_svg(bars, title='records per split')}{shard_list}")
+    return section("overview", "Overview", body)
+
+
+def _example_line(example: dict[str, Any]) -> str:
+    where = esc(example.get("source") or MISSING)
+    if example.get("row") is not None:
+        where += f":{fmt_number(example['row'])}"
+    column = f" <code>{esc(example['column'])}</code>" if example.get("column") else ""
+    return f"<li><code>{where}</code>{column} \u2014 {esc(example.get('message') or '')}</li>"
+
+
+def _reason_counts(data: ReportData) -> dict[str, int]:
+    counts = (data.manifest.get("counts") or {}).get("dead_letter_reasons") or {}
+    if not counts and data.stats:  # older manifests: the statistics count them too
+        counts = (data.stats.get("dead_letters") or {}).get("by_reason") or {}
+    return {str(reason): count for reason, count in counts.items() if isinstance(count, int)}
+
+
+def _examples_of(data: ReportData, reason: str) -> list[dict[str, Any]]:
+    examples = data.dead_letters.by_reason.get(reason)
+    if not examples and data.stats:  # the files could not be read: the statistics kept some
+        examples = ((data.stats.get("dead_letters") or {}).get("examples") or {}).get(reason)
+    return [example for example in examples or () if isinstance(example, dict)]
+
+
+def _dead_letters(data: ReportData) -> str:
+    counts = _reason_counts(data)
+    if not counts:
+        return section("dead-letters", "Dead letters", "<p>None: every input record was converted.</p>")
+    ordered = sorted(counts.items(), key=lambda item: (-item[1], item[0]))
+    rows = []
+    for reason, count in ordered:
+        examples = _examples_of(data, reason)[:_OVERVIEW_EXAMPLES]
+        lines = "".join(_example_line(example) for example in examples)
+        rows.append([f"<code>{esc(reason)}</code>", fmt_number(count),
+                     f'<ul class="examples">{lines}</ul>' if lines else MISSING])
+    note = "" if data.dead_letters.complete else (
+        '<p class="note">The dead-letter files are large: examples come from their beginning.</p>')
+    body = (bar_chart_svg(ordered, title="dead letters by reason", warn=list(counts))
+            + table(["reason", "records", f"examples (up to {_OVERVIEW_EXAMPLES})"], rows) + note
+            + '<p class="note">Every dead letter is a JSON line in <code>dead_letter/*.jsonl</code>.</p>')
+    return section("dead-letters", "Dead letters", body)
+
+
+def _figure(thumbnail) -> str:
+    caption = esc(thumbnail.caption)
+    title = esc(f"{thumbnail.caption} ({thumbnail.split})")
+    if thumbnail.data_uri is None:
+        picture = f'<div class="nopreview" title="{esc(thumbnail.problem or "")}">no preview</div>'
+    else:
+        picture = (f'<img src="{esc(thumbnail.data_uri)}" width="{thumbnail.width}" '
+                   f'height="{thumbnail.height}" alt="{caption}">')
+    return f'<figure title="{title}">{picture}<figcaption>{caption}</figcaption></figure>'
+
+
+def _sheet(sheet: ContactSheet) -> str:
+    figures = "".join(_figure(thumbnail) for thumbnail in sheet.thumbnails)
+    return (f"<h3>{esc(sheet.label)} <small>{len(sheet.thumbnails)} shown</small></h3>"
+            f'<div class="sheet">{figures}</div>')
+
+
+def _image_dead_letters(data: ReportData) -> str:
+    counts = _reason_counts(data)
+    if not counts:
+        return ""
+    parts = ["<h3>Dead-lettered images</h3>"]
+    for reason, count in sorted(counts.items(), key=lambda item: (-item[1], item[0])):
+        examples = _examples_of(data, reason)
+        lines = "".join(_example_line(example) for example in examples)
+        more = count - len(examples)
+        tail = f'<p class="note">and {more:,} more</p>' if more > 0 else ""
+        parts.append(f"<h4><code>{esc(reason)}</code> ({fmt_number(count)})</h4>"
+                     f'<ul class="examples">{lines}</ul>{tail}')
+    return "".join(parts)
+
+
+def _contact_sheets(data: ReportData) -> str:
+    if not data.is_image_output:
+        return ""
+    sheets = "".join(_sheet(sheet) for sheet in data.contact_sheets)
+    intro = ('<p class="note">The first images of each label in shard order (at most 8 per label, '
+             '50 labels), read from the shards.</p>')
+    if not sheets:
+        sheets = "<p>No image could be sampled from the shards.</p>"
+    return section("contact-sheets", "Contact sheets", intro + sheets + _image_dead_letters(data))
+
+
+def _navigation(parts: dict[str, str]) -> str:
+    links = [f'<a href="#{anchor}">{esc(title)}</a>' for anchor, title in parts.items()]
+    return "<nav>" + "".join(links) + "</nav>"
+
+
+def render_report(data: ReportData) -> str:
+    """The report page of `data`, as text."""
+    sections = {
+        "overview": ("Overview", _overview(data)),
+        "dead-letters": ("Dead letters", _dead_letters(data)),
+        "features": ("Features", features_section(data.stats, data.feature_spec, data.manifest)),
+        "images": ("Images", image_stats_section(data.stats, data.manifest)),
+        "drift": ("Drift", drift_section(data.drift)),
+        "contact-sheets": ("Contact sheets", _contact_sheets(data)),
+    }
+    shown = {anchor: title for anchor, (title, body) in sections.items() if body}
+    notes = "".join(f'<p class="note">{esc(note)}</p>' for note in data.notes)
+    title = f"TFRecord output: {data.output_dir}"
+    return (
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+        f'<meta http-equiv="Content-Security-Policy" content="{_CSP}">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"<title>{esc(title)}</title><style>{_STYLE}</style></head><body>"
+        f"<header><h1>{esc(title)}</h1><p>run {esc(data.manifest.get('run_id', MISSING))}, "
+        f"committed {esc(data.manifest.get('created_at', MISSING))}</p></header>"
+        f"{_navigation(shown)}<main>{notes}"
+        + "".join(body for _, body in sections.values())
+        + "</main></body></html>\n"
+    )

@@ -1,0 +1,106 @@
+"""The report's drift section: what `drift.json` found against the previous run (schema
+changes, presence drops, PSI shifts, labels that appeared or vanished), as an HTML fragment.
+
+Read defensively, like the statistics: each change's sides are `previous`/`current` (as
+`transforms.stats.drift` writes them) or `before`/`after`; a PSI threshold comes with the
+entry or from the document's `thresholds`; labels are one entry per split or one overall.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from transforms.report.markup import MISSING, esc, fmt_number, fmt_percent, section, table
+
+__all__ = ["drift_section"]
+
+
+def _dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _entries(value: Any) -> list[dict[str, Any]]:
+    return [_dict(entry) for entry in value] if isinstance(value, list) else []
+
+
+def _side(entry: dict[str, Any], name: str) -> Any:
+    """The `previous` (or `before`) / `current` (or `after`) side of a change."""
+    old = {"previous": "before", "current": "after"}[name]
+    return entry.get(name, entry.get(old))
+
+
+def _text(value: Any) -> str:
+    return MISSING if value is None else esc(value)
+
+
+def _share(value: Any) -> str:
+    """A presence share (0..1) as a percentage."""
+    return fmt_percent(value, 1) if isinstance(value, (int, float)) else _text(value)
+
+
+def _schema(drift: dict[str, Any]) -> str:
+    rows = [[_text(entry.get("split")),
+             "(the whole split)" if entry.get("feature") is None else f"<code>{esc(entry['feature'])}</code>",
+             f'<span class="warn">{_text(entry.get("change"))}</span>',
+             _text(_side(entry, "previous")), _text(_side(entry, "current"))]
+            for entry in _entries(drift.get("schema"))]
+    if not rows:
+        return ""
+    return "<h3>Schema</h3>" + table(["split", "feature", "change", "previous", "current"], rows, "drift")
+
+
+def _presence(drift: dict[str, Any]) -> str:
+    rows = [[_text(entry.get("split")), f"<code>{_text(entry.get('feature'))}</code>",
+             _share(_side(entry, "previous")), _share(_side(entry, "current"))]
+            for entry in _entries(drift.get("presence"))]
+    if not rows:
+        return ""
+    return ("<h3>Presence</h3>" +
+            table(["split", "feature", "previously present", "now present"], rows, "drift"))
+
+
+def _distribution(drift: dict[str, Any]) -> str:
+    default = _dict(drift.get("thresholds")).get("psi")
+    rows = []
+    for entry in _entries(drift.get("distribution")):
+        psi, threshold = entry.get("psi"), entry.get("threshold", default)
+        drifted = (isinstance(psi, (int, float)) and isinstance(threshold, (int, float))
+                   and psi > threshold)
+        verdict = '<span class="warn">drifted</span>' if drifted else "within threshold"
+        rows.append([_text(entry.get("split")), f"<code>{_text(entry.get('feature'))}</code>",
+                     fmt_number(psi), fmt_number(threshold), fmt_number(entry.get("previous_mean")),
+                     fmt_number(entry.get("current_mean")), verdict])
+    if not rows:
+        return ""
+    return ("<h3>Distributions (population stability index)</h3>" +
+            table(["split", "feature", "PSI", "threshold", "previous mean", "current mean", ""], rows,
+                  "drift"))
+
+
+def _names(value: Any) -> str:
+    names = value if isinstance(value, list) else []
+    return ", ".join(f"<code>{esc(name)}</code>" for name in names) or MISSING
+
+
+def _labels(drift: dict[str, Any]) -> str:
+    labels = drift.get("labels")
+    entries = [labels] if isinstance(labels, dict) else _entries(labels)
+    rows = [[_text(entry.get("split", "all")), _names(entry.get("added")), _names(entry.get("vanished"))]
+            for entry in entries if entry.get("added") or entry.get("vanished")]
+    if not rows:
+        return ""
+    return "<h3>Labels</h3>" + table(["split", "added", "vanished"], rows, "drift")
+
+
+def drift_section(drift: dict[str, Any] | None) -> str:
+    """The comparison with a previous run, when `drift.json` exists (else "")."""
+    if drift is None:
+        return ""
+    yes = '<span class="warn">yes</span>'
+    verdicts = [f"{kind} drift: {yes if drift[key] else 'no'}"
+                for key, kind in (("schema_drift", "schema"), ("distribution_drift", "distribution"))
+                if isinstance(drift.get(key), bool)]
+    intro = (f"<p>Compared to <code>{_text(drift.get('compared_to'))}</code>"
+             + (" \u2014 " + " \u00b7 ".join(verdicts) if verdicts else "") + ".</p>")
+    changes = _schema(drift) + _presence(drift) + _distribution(drift) + _labels(drift)
+    return section("drift", "Drift", intro + (changes or "<p>No change found.</p>"))

@@ -1,0 +1,212 @@
+"""The report's data sections: the feature table (from `stats.json`, else from
+`feature_spec.json`) and the image statistics, as HTML fragments.
+
+The statistics are read defensively: a field missing or of an unexpected type shows as a
+dash, never as an error, because `stats.json` comes from another module's evolving writer
+and may be older or newer than this renderer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from transforms.report.charts import bar_chart_svg, histogram_svg
+from transforms.report.markup import MISSING, esc, fmt_number, fmt_percent, section, table
+
+__all__ = ["features_section", "image_stats_section", "ordered_splits"]
+
+_TOP_VALUES_SHOWN = 3
+_TOP_VALUE_CHARS = 40
+_LABEL_BARS = 50
+#: Features shown per split: a page stays readable (and small) for very wide data.
+_FEATURES_SHOWN = 1000
+
+
+def _dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def ordered_splits(names: Sequence[str], manifest: dict[str, Any]) -> list[str]:
+    """`names` in the manifest's split order, the others after them sorted."""
+    declared = [split for split in _list(manifest.get("splits")) if split in names]
+    return declared + sorted(name for name in names if name not in declared)
+
+
+def _quantile(numeric: dict[str, Any], q: float) -> Any:
+    for pair in _list(numeric.get("quantiles")):
+        if isinstance(pair, list) and len(pair) == 2 and pair[0] == q:
+            return pair[1]
+    return None
+
+
+def _numeric_cell(numeric: dict[str, Any]) -> str:
+    lines = [
+        f"min {fmt_number(numeric.get('min'))} \u00b7 median {fmt_number(_quantile(numeric, 0.5))} "
+        f"\u00b7 max {fmt_number(numeric.get('max'))}",
+        f"mean {fmt_number(numeric.get('mean'))} \u00b7 std {fmt_number(numeric.get('std'))}",
+    ]
+    if numeric.get("zeros"):
+        lines.append(f"zeros {fmt_number(numeric['zeros'])}")
+    # NaN and infinities are worth a look (a model sees them as they are): in warning colour.
+    special = [f"{name} {fmt_number(numeric.get(key))}" for key, name in (("nan", "NaN"), ("inf", "inf"))
+               if numeric.get(key)]
+    if special:
+        lines.append('<span class="warn">' + " \u00b7 ".join(special) + "</span>")
+    return "<br>".join(lines)
+
+
+def _short(text: str) -> str:
+    if not text:
+        return "(empty)"
+    return text if len(text) <= _TOP_VALUE_CHARS else text[: _TOP_VALUE_CHARS - 1] + "\u2026"
+
+
+def _bytes_cell(summary: dict[str, Any]) -> str:
+    length = _dict(summary.get("length"))
+    lines = [
+        f"distinct \u2248{fmt_number(summary.get('distinct'))} \u00b7 length "
+        f"{fmt_number(length.get('min'))}\u2013{fmt_number(length.get('max'))} "
+        f"(mean {fmt_number(length.get('mean'))})",
+    ]
+    top = [entry for entry in _list(summary.get("top")) if isinstance(entry, dict)]
+    if top:
+        shown = ", ".join(f"<code>{esc(_short(str(entry.get('value'))))}</code> "
+                          f"({fmt_number(entry.get('count'))})" for entry in top[:_TOP_VALUES_SHOWN])
+        lines.append(f"top: {shown}")
+    return "<br>".join(lines)
+
+
+def _histogram_cell(name: str, stats: dict[str, Any]) -> str:
+    numeric = _dict(stats.get("numeric"))
+    histogram = _dict(numeric.get("histogram"))
+    counts = [count for count in _list(histogram.get("counts")) if isinstance(count, (int, float))]
+    if counts:
+        return histogram_svg(counts, _list(histogram.get("edges")), title=f"{name}: histogram")
+    top = [entry for entry in _list(_dict(stats.get("bytes")).get("top")) if isinstance(entry, dict)]
+    counts = [entry.get("count") for entry in top if isinstance(entry.get("count"), (int, float))]
+    if counts:
+        values = "\n".join(f"{_short(str(entry.get('value')))}: {entry.get('count')}" for entry in top)
+        return histogram_svg(counts, title=f"{name}: most frequent values\n{values}")
+    return ""
+
+
+def _values_per_record(stats: dict[str, Any]) -> str:
+    per_record = _dict(stats.get("values_per_record"))
+    if not per_record:
+        return MISSING
+    low, high = per_record.get("min"), per_record.get("max")
+    if low == high:
+        return fmt_number(low)
+    return f"{fmt_number(low)}\u2013{fmt_number(high)} (mean {fmt_number(per_record.get('mean'))})"
+
+
+def _split_features_table(split_stats: dict[str, Any]) -> str:
+    records = split_stats.get("records")
+    features = sorted(_dict(split_stats.get("features")).items())
+    rows = []
+    for name, stats in features[:_FEATURES_SHOWN]:
+        stats = _dict(stats)
+        if stats.get("numeric"):
+            summary = _numeric_cell(_dict(stats["numeric"]))
+        elif stats.get("bytes"):
+            summary = _bytes_cell(_dict(stats["bytes"]))
+        else:
+            summary = MISSING
+        rows.append([f"<code>{esc(name)}</code>", esc(stats.get("kind", MISSING)),
+                     fmt_percent(stats.get("records"), records), _values_per_record(stats),
+                     summary, _histogram_cell(name, stats)])
+    if not rows:
+        return "<p>No features.</p>"
+    hidden = len(features) - _FEATURES_SHOWN
+    more = f'<p class="note">and {hidden:,} more features (see stats.json)</p>' if hidden > 0 else ""
+    return table(["feature", "kind", "present", "values per record", "statistics", "distribution"],
+                 rows, "features") + more
+
+
+def _spec_features(feature_spec: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """(name, entry) of every feature a feature spec lists (SequenceExample specs: both parts,
+    named `context:` and `sequence:`)."""
+    if "sequence" in feature_spec:
+        return [(f"{part}:{name}", _dict(entry)) for part in ("context", "sequence")
+                for name, entry in sorted(_dict(feature_spec.get(part)).items())]
+    return [(name, _dict(entry)) for name, entry in sorted(_dict(feature_spec.get("features")).items())]
+
+
+def _spec_features_table(feature_spec: dict[str, Any]) -> str:
+    rows = []
+    for name, entry in _spec_features(feature_spec):
+        presence = _dict(entry.get("presence"))
+        low, high = presence.get("min_values"), presence.get("max_values")
+        per_record = MISSING if low is None else (
+            fmt_number(low) if low == high else f"{fmt_number(low)}\u2013{fmt_number(high)}")
+        rows.append([f"<code>{esc(name)}</code>", esc(entry.get("dtype", MISSING)),
+                     esc(entry.get("kind", MISSING)),
+                     fmt_percent(presence.get("records"), presence.get("of")), per_record])
+    if not rows:
+        return "<p>No features.</p>"
+    return table(["feature", "dtype", "kind", "present", "values per record"], rows, "features")
+
+
+def features_section(stats: dict[str, Any] | None, feature_spec: dict[str, Any] | None,
+                     manifest: dict[str, Any]) -> str:
+    """The features: per split with statistics from `stats.json`, else the feature spec's
+    dtypes, kinds and presence over all splits."""
+    if stats is not None:
+        splits = _dict(stats.get("splits"))
+        parts = []
+        for split in ordered_splits(list(splits), manifest):
+            split_stats = _dict(splits[split])
+            parts.append(f"<h3>{esc(split)} <small>{fmt_number(split_stats.get('records'))} records"
+                         f"</small></h3>{_split_features_table(split_stats)}")
+        return section("features", "Features", "".join(parts) or "<p>No statistics.</p>")
+    if feature_spec is not None:
+        body = ('<p class="note">No statistics for this output (no stats.json): dtypes, kinds '
+                'and presence over all splits from feature_spec.json.</p>')
+        body += _spec_features_table(feature_spec)
+        return section("features", "Features", body)
+    return section("features", "Features", "<p>No stats.json and no feature_spec.json.</p>")
+
+
+def _counts_inline(counts: dict[str, Any]) -> str:
+    items = sorted(((str(key), value) for key, value in counts.items()), key=lambda item: item[0])
+    return " \u00b7 ".join(f"{esc(key)}: {fmt_number(value)}" for key, value in items) or MISSING
+
+
+def _dimension_cell(name: str, numeric: dict[str, Any]) -> str:
+    histogram = _dict(numeric.get("histogram"))
+    chart = histogram_svg(_list(histogram.get("counts")), _list(histogram.get("edges")),
+                          title=f"{name}: histogram")
+    return (f"{chart} {fmt_number(numeric.get('min'))}\u2013{fmt_number(numeric.get('max'))} "
+            f"(mean {fmt_number(numeric.get('mean'))})")
+
+
+def image_stats_section(stats: dict[str, Any] | None, manifest: dict[str, Any]) -> str:
+    """Per split: image formats, sizes, channels and labels, when `stats.json` has them."""
+    splits = _dict((stats or {}).get("splits"))
+    parts = []
+    for split in ordered_splits(list(splits), manifest):
+        images = _dict(_dict(splits[split]).get("images"))
+        if not images:
+            continue
+        rows = [["formats", _counts_inline(_dict(images.get("formats")))],
+                ["width", _dimension_cell("width", _dict(images.get("width")))],
+                ["height", _dimension_cell("height", _dict(images.get("height")))],
+                ["channels", _counts_inline(_dict(images.get("channels")))]]
+        labels = _dict(images.get("labels"))
+        parts.append(f"<h3>{esc(split)}</h3>" + table(None, rows, "images"))
+        if labels:
+            bars = sorted(((str(label), count) for label, count in labels.items()
+                           if isinstance(count, (int, float))), key=lambda item: (-item[1], item[0]))
+            more = len(bars) - _LABEL_BARS
+            parts.append("<h4>records per label</h4>")
+            parts.append(bar_chart_svg(bars[:_LABEL_BARS], title=f"{split}: records per label"))
+            if more > 0:
+                parts.append(f"<p class=\"note\">and {more:,} more labels</p>")
+    if not parts:
+        return ""
+    return section("images", "Images", "".join(parts))

@@ -1,0 +1,212 @@
+"""stats.json: every batch's statistics merged per split, as one JSON document (Beam-free).
+
+The commit hands `merge_batches` the sink's count entries (see
+`transforms.shard_writers.batch_counts`); `stats_document` renders the result:
+
+    {"schema_version": 1,
+     "splits": {SPLIT: {"records": N,
+        "features": {NAME: {"kind": "int64"|"float"|"bytes", "records": R,
+            "values_per_record": {"min", "max", "mean"},
+            "numeric": {"count", "min", "max", "mean", "std", "zeros", "nan", "inf",
+                        "quantiles": [[rank, value], ...], "histogram": {"edges", "counts"}},
+            "bytes": {"count", "length": {"min", "max", "mean"}, "distinct", "top": [...]}}},
+        "images": {"formats", "width", "height", "channels", "labels"}}},
+     "dead_letters": {"total", "by_reason", "examples"}}
+
+A split whose records some converter did not describe (SequenceExample outputs; runs with
+statistics switched off) has `"features": {}`. Features the feature spec declares but no
+record carries are listed with 0 records. Quantiles 0.0 and 1.0 are the exact min and max;
+the others and the histogram (10 equal-width bins over [min, max], each holding the values
+>= its left edge and < its right edge, the last also its right edge) come from the KLL
+sketch (see `transforms.stats.sketches` for the error bounds).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from transforms.stats.dead_letters import merge_examples
+from transforms.stats.sketches import (
+    BatchStats,
+    FeatureTotal,
+    ImageTotal,
+    NumericTotal,
+)
+
+__all__ = [
+    "HISTOGRAM_BINS",
+    "QUANTILE_RANKS",
+    "SCHEMA_VERSION",
+    "STATS_NAME",
+    "SplitStats",
+    "declared_kinds",
+    "merge_batches",
+    "numeric_summary",
+    "stats_document",
+]
+
+STATS_NAME = "stats.json"
+SCHEMA_VERSION = 1
+QUANTILE_RANKS = (0.0, 0.01, 0.05, 0.25, 0.5, 0.75, 0.95, 0.99, 1.0)
+HISTOGRAM_BINS = 10
+TOP_VALUES = 10
+_KINDS = {"int64": "int64", "float32": "float", "float": "float", "string": "bytes", "bytes": "bytes"}
+
+
+@dataclasses.dataclass
+class SplitStats:
+    """One split's merged statistics; `known` is False when some batch with records had none."""
+
+    features: dict[str, FeatureTotal] = dataclasses.field(default_factory=dict)
+    images: ImageTotal | None = None
+    known: bool = True
+
+
+def merge_batches(counts: Sequence[tuple]) -> tuple[dict[str, SplitStats], dict[str, list[dict]]]:
+    """Each split's statistics and the dead-letter examples, from the sink's count entries
+    (key, split, input, written, dead, record_rows, presence, stats, examples), merged in
+    batch-key order."""
+    merged: dict[str, SplitStats] = {}
+    examples = []
+    for entry in sorted(counts, key=lambda entry: (entry[0], entry[1])):
+        key, split, written = entry[0], entry[1], entry[3]
+        stats = entry[7] if len(entry) > 7 else None
+        if len(entry) > 8 and entry[8]:
+            examples.append((key, entry[8]))
+        target = merged.setdefault(split, SplitStats())
+        if not isinstance(stats, BatchStats):
+            if written:
+                target.known = False
+            continue
+        for part in stats.features:
+            total = target.features.get(part.name)
+            if total is None:
+                total = target.features[part.name] = FeatureTotal(part.name, part.kind)
+            total.add(part)
+        if stats.images is not None:
+            if target.images is None:
+                target.images = ImageTotal()
+            target.images.add(stats.images)
+    return merged, merge_examples(examples)
+
+
+def declared_kinds(feature_spec_json: bytes | None) -> dict[str, str]:
+    """{feature: kind} of an Example output's feature_spec.json ({} for other layouts)."""
+    if not feature_spec_json:
+        return {}
+    try:
+        spec = json.loads(feature_spec_json)
+    except ValueError:
+        return {}
+    features = spec.get("features") if isinstance(spec, dict) else None
+    if not isinstance(features, dict):
+        return {}
+    return {name: _KINDS[entry["dtype"]] for name, entry in features.items()
+            if isinstance(entry, dict) and entry.get("dtype") in _KINDS}
+
+
+def _number(value: Any) -> Any:
+    if value is None or isinstance(value, int):
+        return value
+    return float(value)
+
+
+def numeric_summary(total: NumericTotal) -> dict[str, Any]:
+    """The "numeric" entry of one feature (also an image's "width"/"height")."""
+    out: dict[str, Any] = {
+        "count": total.count, "min": _number(total.min), "max": _number(total.max),
+        "mean": float(total.mean) if total.finite else None,
+        "std": total.std if total.finite else None,
+        "zeros": total.zeros, "nan": total.nan, "inf": total.inf,
+    }
+    if total.kll is None or not total.finite:
+        out["quantiles"] = [[rank, None] for rank in QUANTILE_RANKS]
+        out["histogram"] = {"edges": [], "counts": []}
+        return out
+    values = total.kll.get_quantiles(list(QUANTILE_RANKS), True)
+    values[0], values[-1] = total.min, total.max
+    if isinstance(total.min, int):  # int64 values: the sketch returns some of them, as floats
+        values = [int(value) for value in values]
+    out["quantiles"] = [[rank, _number(value)] for rank, value in zip(QUANTILE_RANKS, values, strict=True)]
+    low, high = float(total.min), float(total.max)
+    edges = np.linspace(low, high, HISTOGRAM_BINS + 1)
+    if high > low:
+        inner = sorted(set(edges[1:-1].tolist()))
+        below = dict(zip(inner, total.kll.get_cdf(inner, False)[:-1], strict=True))
+        cumulative = [0] + [round(below[e] * total.finite) for e in edges[1:-1].tolist()]
+        cumulative.append(total.finite)
+        cumulative = np.maximum.accumulate(np.minimum(cumulative, total.finite))
+        counts = np.diff(cumulative).tolist()
+    else:
+        counts = [total.finite] + [0] * (HISTOGRAM_BINS - 1)
+    out["histogram"] = {"edges": [float(e) for e in edges], "counts": [int(c) for c in counts]}
+    return out
+
+
+def _feature(total: FeatureTotal) -> dict[str, Any]:
+    records = total.records
+    out: dict[str, Any] = {
+        "kind": total.kind, "records": records,
+        "values_per_record": {"min": total.values_min or 0, "max": total.values_max or 0,
+                              "mean": total.values_total / records if records else 0.0},
+    }
+    if total.numeric is not None:
+        out["numeric"] = numeric_summary(total.numeric)
+    if total.bytes is not None:
+        b = total.bytes
+        out["bytes"] = {
+            "count": b.count,
+            "length": {"min": b.length_min or 0, "max": b.length_max or 0,
+                       "mean": b.length_total / b.count if b.count else 0.0},
+            "distinct": int(round(b.distinct)),
+            "top": [{"value": value, "count": count} for value, count in b.top(TOP_VALUES)],
+        }
+    return out
+
+
+def _images(images: ImageTotal, features: Mapping[str, FeatureTotal]) -> dict[str, Any]:
+    def size(name: str) -> dict[str, Any]:
+        total = features.get(name)
+        return numeric_summary(total.numeric if total is not None and total.numeric is not None
+                               else NumericTotal())
+
+    return {"formats": dict(sorted(images.formats.items())), "width": size("image/width"),
+            "height": size("image/height"),
+            "channels": {str(k): v for k, v in sorted(images.channels.items())},
+            "labels": dict(sorted(images.labels.items()))}
+
+
+def stats_document(merged: Mapping[str, SplitStats], totals: Mapping[str, Any],
+                   splits: Sequence[str] = (), declared: Mapping[str, str] | None = None,
+                   examples: Mapping[str, list] | None = None) -> dict[str, Any]:
+    """The stats.json document. `totals` is the manifest's "counts" (records per split,
+    dead letters by reason); `splits` the declared splits; `declared` the feature kinds of
+    feature_spec.json (features no record carries are listed with 0 records)."""
+    per_split = totals.get("splits") or {}
+    out_splits: dict[str, Any] = {}
+    for split in sorted(set(per_split) | set(splits) | set(merged)):
+        stats = merged.get(split, SplitStats())
+        features: dict[str, Any] = {}
+        if stats.known:
+            for name, total in stats.features.items():
+                features[name] = _feature(total)
+            for name, kind in (declared or {}).items():
+                if name not in features:
+                    features[name] = _feature(FeatureTotal(name, kind))
+        entry: dict[str, Any] = {"records": (per_split.get(split) or {}).get("written", 0),
+                                 "features": dict(sorted(features.items()))}
+        if stats.images is not None and stats.known:
+            entry["images"] = _images(stats.images, stats.features)
+        out_splits[split] = entry
+    reasons = dict(totals.get("dead_letter_reasons") or {})
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "splits": out_splits,
+        "dead_letters": {"total": totals.get("dead_letter", 0), "by_reason": reasons,
+                         "examples": dict(examples or {})},
+    }

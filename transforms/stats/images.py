@@ -1,0 +1,80 @@
+"""A batch's statistics from the features of the image Examples it holds (Beam-free).
+
+The image converter keeps, per record, the feature values it put in the Example except the
+image bytes themselves (`image/encoded`: only their length, and their identity through
+`image/key/sha256`, so the distinct count of `image/encoded` counts distinct images and it
+has no top values). Images take milliseconds each, so the per-record Python here is noise;
+the values are turned into Arrow arrays and summarised like tabular columns.
+"""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import pyarrow as pa
+
+from transforms.stats.columns import feature_partial
+from transforms.stats.sketches import (
+    BatchStats,
+    FeaturePartial,
+    ImagePartial,
+    bytes_partial,
+    counted,
+)
+
+__all__ = ["ENCODED", "image_batch_stats"]
+
+ENCODED = "image/encoded"
+_TYPES = {"int64": pa.int64(), "float": pa.float32(), "bytes": pa.binary()}
+
+
+def _text(value) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+
+def _values(kind: str, values: Sequence) -> list:
+    if kind == "bytes":
+        return [value.encode("utf-8") if isinstance(value, str) else bytes(value) for value in values]
+    return list(values)
+
+
+def _encoded(lengths: Sequence[int], keys: Sequence[str]) -> FeaturePartial | None:
+    if not lengths:
+        return None
+    distinct = collections.Counter(keys)
+    part = bytes_partial(np.asarray(lengths, dtype=np.int64), list(distinct),
+                         np.fromiter(distinct.values(), np.int64, len(distinct)), frequent=False)
+    return FeaturePartial(ENCODED, "bytes", len(lengths), 1, 1, len(lengths), bytes=part)
+
+
+def image_batch_stats(records: Sequence[Mapping[str, tuple[str, Sequence]]],
+                      encoded_lengths: Sequence[int]) -> BatchStats:
+    """The statistics of a batch of image records: `records` holds each record's features
+    ({name: (kind, values)}, without `image/encoded`), `encoded_lengths` the byte length of
+    each record's `image/encoded`."""
+    kinds: dict[str, str] = {}
+    for record in records:
+        for name, (kind, _) in record.items():
+            kinds.setdefault(name, kind)
+    parts = []
+    for name in sorted(kinds):
+        kind = kinds[name]
+        rows = [_values(kind, record[name][1]) if name in record else None for record in records]
+        part = feature_partial(name, kind, pa.array(rows, pa.list_(_TYPES[kind])))
+        if part is not None:
+            parts.append(part)
+    keys = [_text(record.get("image/key/sha256", ("bytes", [""]))[1][0]) for record in records]
+    encoded = _encoded(encoded_lengths, keys)
+    if encoded is not None:
+        parts.append(encoded)
+        parts.sort(key=lambda part: part.name)
+
+    def first(name: str) -> list:
+        return [record[name][1][0] for record in records if name in record and record[name][1]]
+
+    images = ImagePartial(formats=counted(_text(value) for value in first("image/format")),
+                          channels=counted(int(value) for value in first("image/channels")),
+                          labels=counted(_text(value) for value in first("image/class/text")))
+    return BatchStats(features=tuple(parts), images=images)

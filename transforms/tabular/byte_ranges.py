@@ -1,0 +1,347 @@
+"""Where a CSV/TSV or JSON Lines file can be cut into byte ranges that are read independently:
+`find_boundaries` scans a file once and returns exact record starts at or after target
+offsets, each with the data rows and lines before it; `RangeReader` reads one range.
+
+The contract is that of Beam's splittable text source: the range [start, end) holds the
+records that start in it, so cutting at record starts reads every record exactly once. A
+boundary is always the byte after a newline (LF) that ends a record; with the counts before
+it a range's reader numbers its rows and lines as the whole file would (dead letters keep
+their true `row` and `line`).
+
+CSV quoting follows Arrow's CSV parser, which the reader uses: a quote opens a quoted field
+only at the start of a field (after a delimiter or a line end, or at the file start); inside
+one a doubled quote is a quote and a single one closes it, after which the field goes on
+unquoted; anywhere else a quote is an ordinary byte. Whether a newline ends a record hence
+depends on every quote before it, so no range can find its start on its own: the scan runs
+sequentially over the file, but vectorised over runs of consecutive quotes. A run of k
+quotes (k odd) toggles the state when inside a quoted field or at a field start, and closes
+(or leaves unquoted) elsewhere; even runs change nothing. The state after each run is then a
+cumulative sum since the last "close". Blocks without a quote (or outside quotes, with no
+blank line and no carriage return) take a path of plain `bytes` searches.
+
+Records as the readers count them: CSV rows are the records that are not empty lines
+(Arrow's `ignore_empty_lines`; LF, CRLF and a lone CR end a line), minus the header; JSON
+Lines rows are the lines holding more than whitespace. Beam-free and format-agnostic: the
+caller says the bytes (`TextDialect`), valid for UTF-8 and ASCII-compatible single-byte text.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+__all__ = ["BLOCK_BYTES", "Boundary", "RangeReader", "Scan", "TextDialect", "find_boundaries"]
+
+#: Bytes scanned at once (numpy works on one block; its position arrays scale with it).
+BLOCK_BYTES = 8 << 20
+
+_LF, _CR = 0x0A, 0x0D
+_BOM = b"\xef\xbb\xbf"
+_WHITESPACE = b" \t\n\r\x0b\x0c"  # what bytes.strip() removes: a JSON line of these is blank
+_IS_WHITESPACE = np.zeros(256, bool)
+_IS_WHITESPACE[list(_WHITESPACE)] = True
+
+
+@dataclasses.dataclass(frozen=True)
+class TextDialect:
+    """How a text file's bytes delimit records.
+
+    Attributes:
+      kind: "csv" (CSV/TSV as Arrow reads it) or "jsonl" (one record per LF-ended line).
+      quote: CSV: the quote byte, or None when quoting is off.
+      delimiter: CSV: the field delimiter byte.
+      header: CSV: the first record holds the column names (not a data row).
+      bom: a UTF-8 byte order mark opening the file is dropped by the reader (not data).
+    """
+
+    kind: str
+    quote: int | None = None
+    delimiter: int | None = None
+    header: bool = False
+    bom: bool = False
+
+    def __post_init__(self):
+        if self.kind not in ("csv", "jsonl"):
+            raise ValueError(f"unknown text kind {self.kind!r}")
+        if self.kind == "csv" and self.delimiter is None:
+            raise ValueError("a CSV dialect needs a delimiter byte")
+
+
+@dataclasses.dataclass(frozen=True)
+class Boundary:
+    """A record start: where a byte range may begin.
+
+    Attributes:
+      offset: byte offset of the record's first byte (just after an LF).
+      rows_before: data rows before it (header and blank lines excluded).
+      lines_before: LF bytes before it (JSON Lines line numbers are 1 + this + ...).
+    """
+
+    offset: int
+    rows_before: int
+    lines_before: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Scan:
+    """The outcome of `find_boundaries`.
+
+    Attributes:
+      size: bytes read (the file's size).
+      boundaries: the first record start at or after each target, increasing, distinct,
+        inside the file (0 < offset < size), after the CSV header.
+      open_quote: the file ends inside a quoted field (the reader then dead-letters the
+        lines the unclosed quote would swallow, which needs the whole file in one unit).
+    """
+
+    size: int
+    boundaries: tuple[Boundary, ...]
+    open_quote: bool = False
+
+
+class RangeReader(io.RawIOBase):
+    """The bytes [start, end) of a seekable binary stream, as a stream of its own."""
+
+    def __init__(self, raw, start: int, end: int | None):
+        super().__init__()
+        if start:
+            raw.seek(start)
+        self._raw = raw
+        self._left = None if end is None else max(end - start, 0)
+
+    def readable(self) -> bool:
+        return True
+
+    def read(self, size: int | None = -1) -> bytes:
+        if self._left is None:
+            return self._raw.read(-1 if size is None else size)
+        if size is None or size < 0 or size > self._left:
+            size = self._left
+        if not size:
+            return b""
+        data = self._raw.read(size)
+        self._left -= len(data)
+        return data
+
+    def readinto(self, buffer) -> int:
+        data = self.read(len(buffer))
+        buffer[: len(data)] = data
+        return len(data)
+
+
+class _Scanner:
+    """The sequential state of one scan: fed consecutive blocks that never end inside a run
+    of quotes or on a CR (so a block's quote runs and CRLFs are whole)."""
+
+    def __init__(self, dialect: TextDialect, targets: Sequence[int]):
+        self.dialect = dialect
+        self.targets = sorted(set(int(t) for t in targets if t > 0))
+        self.boundaries: list[Boundary] = []
+        self.quoted = False  # inside a quoted field at the current position
+        self.prev_byte: int | None = None  # the byte before the block (None: file start)
+        self.records = 0  # non-empty records (the CSV header included) ended so far
+        self.lines = 0  # LF bytes so far
+        self.record_start = 0  # where the record being read started
+        self.pending_content = False  # that record holds data bytes before the block
+        self.bom_end = -1  # where a leading byte order mark ends
+
+    def feed(self, data: bytes, base: int) -> None:
+        if base == 0 and self.dialect.bom and data.startswith(_BOM):
+            # The reader drops it: the first record (and field) starts after it.
+            self.record_start = self.bom_end = len(_BOM)
+        if not self._feed_plain(data, base):
+            self._feed_general(data, base)
+        self.prev_byte = data[-1]
+
+    # ---- the common case: no quote, no blank line, no CR: plain bytes searches
+    def _feed_plain(self, data: bytes, base: int) -> bool:
+        d = self.dialect
+        if self.quoted or (d.quote is not None and bytes([d.quote]) in data):
+            return False
+        if b"\n\n" in data or b"\r" in data:
+            return False
+        first = self.record_start - base  # 0 when the block starts a record
+        if first >= 0 and not self.pending_content and data[first:first + 1] in (b"\n", b""):
+            return False  # the block opens with an empty line
+        if d.kind == "jsonl":
+            if first < 0 and not self.pending_content:
+                return False  # a line begun with whitespace only in an earlier block
+            if first >= 0 and not self.pending_content and data[first:first + 1] in (
+                    b" ", b"\t", b"\x0b", b"\x0c"):
+                return False
+            if any(b"\n" + bytes([w]) in data for w in b" \t\x0b\x0c"):
+                return False
+        # Every line ends a non-empty record: records are counted by LFs.
+        for target in self._targets_within(base, len(data)):
+            end = data.find(b"\n", max(target - 1 - base, 0))
+            if end < 0:
+                break
+            ended = data.count(b"\n", 0, end + 1)
+            self._add_boundary(base + end + 1, self.records + ended, self.lines + ended)
+        ended = data.count(b"\n")
+        self.records += ended
+        self.lines += ended
+        last = data.rfind(b"\n")
+        if last >= 0:
+            self.record_start = base + last + 1
+            self.pending_content = last + 1 < len(data)
+        else:
+            self.pending_content = self.pending_content or bool(data[max(first, 0):])
+        return True
+
+    # ---- anything else: numpy over the block's line ends and quote runs
+    def _feed_general(self, data: bytes, base: int) -> None:
+        d = self.dialect
+        arr = np.frombuffer(data, np.uint8)
+        n = len(arr)
+        lf = np.flatnonzero(arr == _LF)
+        ends = lf
+        if d.kind == "csv" and b"\r" in data:
+            cr = np.flatnonzero(arr == _CR)
+            after = np.minimum(cr + 1, n - 1)
+            lone = cr[(cr == n - 1) | (arr[after] != _LF)]
+            if len(lone):
+                ends = np.union1d(lf, lone)
+        if d.kind == "csv" and d.quote is not None:
+            ends = ends[~self._quoted_at(arr, ends, base)]
+        first = max(self.record_start - base, 0)
+        starts = np.empty(len(ends), np.int64)
+        if len(ends):
+            starts[0] = first
+            starts[1:] = ends[:-1] + 1
+        if d.kind == "csv":
+            crlf = (arr[ends] == _LF) & (ends >= 1) & (ends - 1 >= starts)
+            crlf[crlf] = arr[ends[crlf] - 1] == _CR
+            nonempty = ends - crlf > starts
+        else:
+            nonempty = self._json_nonempty(data, arr, starts, ends)
+        if len(ends) and self.pending_content:
+            nonempty[0] = True
+        records_to = self.records + np.cumsum(nonempty)  # records ended up to each end
+        is_lf = arr[ends] == _LF
+        for target in self._targets_within(base, n):
+            # The first LF ending a record at or after target - 1 (after the header).
+            eligible = is_lf & (ends >= target - 1 - base)
+            if d.kind == "csv" and d.header:
+                eligible &= records_to >= 1
+            hits = np.flatnonzero(eligible)
+            if not len(hits):
+                break
+            k = int(hits[0])
+            end = int(ends[k])
+            lines = self.lines + int(np.searchsorted(lf, end, side="right"))
+            self._add_boundary(base + end + 1, int(records_to[k]), lines)
+        if len(ends):
+            self.records = int(records_to[-1])
+            last = int(ends[-1])
+            self.record_start = base + last + 1
+            tail = data[last + 1:]
+            self.pending_content = bool(tail.strip() if d.kind == "jsonl" else tail)
+        else:
+            tail = data[first:]
+            self.pending_content = self.pending_content or bool(
+                tail.strip() if d.kind == "jsonl" else tail)
+        self.lines += len(lf)
+
+    def _json_nonempty(self, data: bytes, arr: np.ndarray, starts: np.ndarray,
+                       ends: np.ndarray) -> np.ndarray:
+        """Which lines hold more than whitespace: only lines that start with whitespace (or
+        are empty) are looked at byte by byte."""
+        nonempty = ends > starts
+        doubtful = np.flatnonzero(nonempty)
+        doubtful = doubtful[_IS_WHITESPACE[arr[starts[doubtful]]]]
+        for k in doubtful.tolist():
+            nonempty[k] = bool(data[starts[k]:ends[k]].strip())
+        return nonempty
+
+    def _quoted_at(self, arr: np.ndarray, positions: np.ndarray, base: int) -> np.ndarray:
+        """Whether each position (a CR or LF, never a quote) lies inside a quoted field;
+        advances `quoted` to the block's end."""
+        d = self.dialect
+        initial = self.quoted
+        quotes = np.flatnonzero(arr == d.quote)
+        if not len(quotes):
+            return np.full(len(positions), initial)
+        opens = np.empty(len(quotes), bool)
+        opens[0] = True
+        opens[1:] = np.diff(quotes) != 1
+        first_of_run = np.flatnonzero(opens)
+        run_start = quotes[first_of_run]
+        odd = (np.diff(np.append(first_of_run, len(quotes))) & 1).astype(bool)
+        before = arr[np.maximum(run_start - 1, 0)]
+        field_start = (before == d.delimiter) | (before == _LF) | (before == _CR)
+        at_zero = run_start == 0
+        if at_zero.any():  # the byte before is the previous block's last, or the file start
+            field_start[at_zero] = self.prev_byte is None or self.prev_byte in (
+                d.delimiter, _LF, _CR)
+        if base <= self.bom_end:
+            field_start |= run_start == self.bom_end - base
+        # An odd run toggles inside quotes or at a field start, and elsewhere closes (or keeps
+        # unquoted); an even run changes nothing. State after run i: toggles since the last
+        # close, added to the block's initial state when no close came before.
+        toggle = odd & field_start
+        close = odd & ~field_start
+        index = np.arange(len(run_start))
+        last_close = np.maximum.accumulate(np.where(close, index, -1))
+        toggles = np.cumsum(toggle)
+        since = toggles - np.where(last_close >= 0, toggles[np.maximum(last_close, 0)], 0)
+        state = ((np.where(last_close >= 0, 0, int(initial)) + since) & 1).astype(bool)
+        self.quoted = bool(state[-1])
+        run = np.searchsorted(run_start, positions, side="right") - 1
+        return np.where(run >= 0, state[np.maximum(run, 0)], initial)
+
+    def _targets_within(self, base: int, n: int) -> list[int]:
+        """Targets a boundary of this block can serve (the rest wait for later blocks)."""
+        return [t for t in self.targets if t - 1 < base + n]
+
+    def _add_boundary(self, offset: int, records: int, lines: int) -> None:
+        if self.boundaries and self.boundaries[-1].offset >= offset:
+            return  # targets within one record share its boundary
+        rows = records - (1 if self.dialect.kind == "csv" and self.dialect.header else 0)
+        self.boundaries.append(Boundary(offset, rows, lines))
+        self.targets = [t for t in self.targets if t > offset]
+
+
+def _quote_free_cut(data: bytes, quote: int | None) -> int:
+    """The end of `data` without a trailing run of quotes or a trailing CR (which the next
+    block's bytes decide)."""
+    cut = len(data)
+    while cut and (data[cut - 1] == _CR or data[cut - 1] == quote):
+        cut -= 1
+    return cut
+
+
+def find_boundaries(read: Callable[[int], bytes], targets: Sequence[int],
+                    dialect: TextDialect, block_bytes: int = BLOCK_BYTES) -> Scan:
+    """Scans a file (`read(n)` returns its next bytes, b"" at the end) for the first record
+    start at or after each target offset.
+
+    Targets beyond the last record start find nothing; targets falling in one record share
+    its boundary. Reads the whole file once, one block at a time.
+    """
+    scanner = _Scanner(dialect, targets)
+    carry = b""
+    base = 0
+    while True:
+        more = read(block_bytes)
+        data = carry + more if carry else more
+        if more and base == 0 and len(data) < len(_BOM):
+            carry = data  # the first block shows whether a byte order mark opens the file
+            continue
+        if more:
+            # Cut after the last LF (or at least off a trailing quote run or CR).
+            cut = data.rfind(b"\n") + 1 or _quote_free_cut(data, dialect.quote)
+            data, carry = data[:cut], data[cut:]
+        else:
+            carry = b""
+        if data:
+            scanner.feed(data, base)
+            base += len(data)
+        if not more:
+            break
+    size = base
+    boundaries = tuple(b for b in scanner.boundaries if 0 < b.offset < size)
+    return Scan(size=size, boundaries=boundaries, open_quote=scanner.quoted)

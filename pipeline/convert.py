@@ -263,7 +263,7 @@ def _convert_planned(options: PipelineOptions, argv: list[str], conv: ConvertOpt
                  else LOCAL_PARALLEL_MIN_BYTES)
     parallel = len(plan.work_units) > 1 and plan.input_bytes >= min_bytes
     with runner_for(options, argv, parallel, work_units=len(plan.work_units)) as runner:
-        planned = in_process_plan(plan) if runs_in_process(options) else plan
+        planned = in_process_plan(plan, sink) if runs_in_process(options) else plan
         pipeline = beam.Pipeline(runner=runner, options=options)
         build_pipeline(pipeline, planned, sink)
         if is_local(options) and not conv.quiet:

@@ -8,7 +8,8 @@ writes the manifest. This shape is what Beam 2.77's DaskRunner can run correctly
 keeps memory bounded on the local runner (no shuffle of the data in the default sharding).
 
 On the local in-process runner the work units travel as one `WorkUnitGroup`, converted on
-forked processes (`in_process_plan`).
+forked processes (`in_process_plan`); where the converter can, each child also writes what it
+converts to temporary shards, and the sink only passes the file names on to the commit.
 """
 
 from __future__ import annotations
@@ -42,6 +43,8 @@ class ConversionPlan:
       input_bytes: total size of the input files, when known (sizes the local runner).
       local_processes: processes the converter may fork to convert the work units at once
         on the local in-process runner (its DoFn then takes a `WorkUnitGroup`); 1: never.
+      children_write: the converter's forked children can write their batches to temporary
+        shards themselves (`WorkUnitGroup.writer`).
     """
 
     converter_label: str
@@ -53,15 +56,22 @@ class ConversionPlan:
     summary: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     input_bytes: int = 0
     local_processes: int = 1
+    children_write: bool = False
 
 
-def in_process_plan(plan: ConversionPlan) -> ConversionPlan:
+def in_process_plan(plan: ConversionPlan, sink: WriteToShardedTFRecord | None = None) -> ConversionPlan:
     """`plan` for the local in-process runner: its work units as one `WorkUnitGroup`,
-    converted on `plan.local_processes` forked processes, when there are several of both."""
+    converted on `plan.local_processes` forked processes, when there are several of both.
+
+    With `sink`, children that can (`plan.children_write`) write their own temporary shards
+    when the sink rolls shards (not with `num_shards`, which deals records after a shuffle):
+    the parent then never receives the converted bytes, a serial path it would otherwise be.
+    """
     processes = min(plan.local_processes, len(plan.work_units))
     if processes <= 1 or not fork_available():
         return plan
-    group = WorkUnitGroup(tuple(plan.work_units), processes)
+    writes = sink is not None and plan.children_write and not sink.config.sharding.num_shards
+    group = WorkUnitGroup(tuple(plan.work_units), processes, sink.config if writes else None)
     return dataclasses.replace(plan, work_units=[group])
 
 

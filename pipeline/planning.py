@@ -148,6 +148,7 @@ def _plan_tabular(conv: ConvertOptions, input_path: str, output: str) -> Convers
         summary=summary,
         input_bytes=sum(int((unit.extra or {}).get("size") or 0) for unit in units),
         local_processes=processes,
+        children_write=spec.sequence is None,  # sequences shuffle their rows before writing
     )
 
 

@@ -74,10 +74,14 @@ class WorkUnitGroup:
     Attributes:
       units: the work units, in plan order.
       processes: how many forked processes convert them at once.
+      writer: the sink's configuration (`transforms.shard_writers.SinkConfig`) when each
+        child writes what it converts to temporary shards itself, so that no converted byte
+        goes through the parent; None: the children send their batches to the parent.
     """
 
     units: tuple[WorkUnit, ...]
     processes: int
+    writer: Any = None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -66,7 +66,9 @@ __all__ = [
     "TRIGGER_RESULT",
     "TempShard",
     "WriteGroupedShard",
+    "RollingShardWriter",
     "WriteRollingShards",
+    "WrittenBatch",
     "batch_counts",
     "deal_to_shards",
 ]
@@ -352,35 +354,45 @@ def _cumulative_sizes(kind: str, payloads: Sequence[bytes]) -> np.ndarray:
     return totals
 
 
-class WriteRollingShards(beam.DoFn):
-    """Writes each bundle's records to temp shards, rolling at the byte/record caps."""
+@dataclasses.dataclass(frozen=True)
+class WrittenBatch:
+    """Batches a converter wrote to temporary shards itself (`RollingShardWriter` in a forked
+    child): what the writer would have emitted for them, file results and counts, which the
+    sink passes on to the commit unchanged."""
+
+    results: tuple[tuple[str, Any], ...]
+
+
+class RollingShardWriter:
+    """Writes RecordBatches to temporary shards, rolling at the byte/record caps; returns,
+    per batch, the writer's results for the commit: `(FILE_RESULT, temp path)` for every
+    shard it opens, then the batch's counts (`batch_counts`).
+
+    The writing half of the sink in plain Python: `WriteRollingShards` runs one per bundle,
+    and a forked converter runs one per work unit, so that every process writes what it
+    converts. `close()` closes the open shards (writing their sidecars); until then the
+    commit must not run.
+    """
 
     def __init__(self, config: SinkConfig):
         self._config = config
         self._open: dict[tuple[str, str], TempShard] = {}
+        self._heartbeat = _Heartbeat(config) if config.report_progress else None
+        self.shards_opened = 0
 
-    def setup(self):
-        prepare_worker()
-        self._records_written = Metrics.counter(COUNTERS, "records_written")
-        self._dead_lettered = Metrics.counter(COUNTERS, "records_dead_lettered")
-        self._shards_opened = Metrics.counter(COUNTERS, "temp_shards_opened")
-        self._heartbeat = _Heartbeat(self._config) if self._config.report_progress else None
-
-    def start_bundle(self):
-        self._open = {}
-
-    def process(self, batch: RecordBatch):
+    def write(self, batch: RecordBatch) -> list[tuple[str, Any]]:
+        results: list[tuple[str, Any]] = []
         if batch.records:
-            yield from self._write(TFRECORD_KIND, batch.split, batch.key, batch.records)
-            self._records_written.inc(len(batch.records))
+            self._write(TFRECORD_KIND, batch.split, batch.key, batch.records, results)
         if batch.dead_letters:
-            yield from self._write(DEAD_LETTER_KIND, batch.split, batch.key, batch.dead_letters)
-            self._dead_lettered.inc(len(batch.dead_letters))
+            self._write(DEAD_LETTER_KIND, batch.split, batch.key, batch.dead_letters, results)
         if self._heartbeat is not None:
             self._heartbeat.add(batch.key, len(batch.records), len(batch.dead_letters))
-        yield batch_counts(batch)
+        results.append(batch_counts(batch))
+        return results
 
-    def _write(self, kind: str, split: str, key: str, payloads: Sequence[bytes]):
+    def _write(self, kind: str, split: str, key: str, payloads: Sequence[bytes],
+               results: list[tuple[str, Any]]) -> None:
         slot = (kind, split if kind == TFRECORD_KIND else DEAD_LETTER_DIR)
         totals = _cumulative_sizes(kind, payloads)
         start = 0
@@ -390,8 +402,8 @@ class WriteRollingShards(beam.DoFn):
                 # Ordered by (batch, offset in batch): deterministic however bundles fall.
                 shard = TempShard(self._config, kind, slot[1], f"{key}#{start:010d}")
                 self._open[slot] = shard
-                self._shards_opened.inc()
-                yield (FILE_RESULT, shard.path)
+                self.shards_opened += 1
+                results.append((FILE_RESULT, shard.path))
             take = self._how_many_fit(shard, totals, start)
             if take == 0:
                 shard.close()
@@ -419,10 +431,41 @@ class WriteRollingShards(beam.DoFn):
             return 1 if shard.records == 0 else 0
         return remaining
 
-    def finish_bundle(self):
+    def close(self) -> None:
         for shard in self._open.values():
             shard.close()
         self._open = {}
+
+
+class WriteRollingShards(beam.DoFn):
+    """Writes each bundle's records to temp shards, rolling at the byte/record caps; passes
+    on what converters wrote themselves (`WrittenBatch`)."""
+
+    def __init__(self, config: SinkConfig):
+        self._config = config
+        self._writer: RollingShardWriter | None = None
+
+    def setup(self):
+        prepare_worker()
+        self._records_written = Metrics.counter(COUNTERS, "records_written")
+        self._dead_lettered = Metrics.counter(COUNTERS, "records_dead_lettered")
+        self._shards_opened = Metrics.counter(COUNTERS, "temp_shards_opened")
+
+    def start_bundle(self):
+        self._writer = RollingShardWriter(self._config)
+
+    def process(self, batch: RecordBatch | WrittenBatch):
+        if isinstance(batch, WrittenBatch):
+            yield from batch.results
+            return
+        opened = self._writer.shards_opened
+        yield from self._writer.write(batch)
+        self._records_written.inc(len(batch.records))
+        self._dead_lettered.inc(len(batch.dead_letters))
+        self._shards_opened.inc(self._writer.shards_opened - opened)
+
+    def finish_bundle(self):
+        self._writer.close()
 
 
 class _Heartbeat:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 
 import apache_beam as beam
 from apache_beam.metrics import Metrics
@@ -31,6 +32,7 @@ from transforms.forked_pool import forked_map
 from transforms.input_formats import check_tabular_format
 from transforms.ordered_pool import check_threads, default_threads
 from transforms.records import RecordBatch, WorkUnit, WorkUnitGroup
+from transforms.shard_writers import RollingShardWriter, WrittenBatch
 from transforms.tabular.convert import convert_unit, split_assigner
 from transforms.tabular.spec import ConversionSpec
 from transforms.worker import prepare_worker
@@ -98,7 +100,10 @@ class ConvertTabular(beam.DoFn):
     def process(self, element: WorkUnit | WorkUnitGroup):
         if self._assigner is None:
             self.setup()
-        if isinstance(element, WorkUnitGroup):
+        if isinstance(element, WorkUnitGroup) and element.writer is not None:
+            results = forked_map(functools.partial(self._convert_and_write, element.writer),
+                                 element.units, element.processes)
+        elif isinstance(element, WorkUnitGroup):
             results = forked_map(self._convert, element.units, element.processes)
         else:
             results = self._convert(element)
@@ -117,3 +122,15 @@ class ConvertTabular(beam.DoFn):
         config = self.config
         return convert_unit(unit, config.spec, config.fmt, config.batch_rows, self._assigner,
                             self._threads)
+
+    def _convert_and_write(self, writer_config, unit: WorkUnit):
+        """`_convert`, each result's batches written to temporary shards here (in the forked
+        child) and replaced by what the writer reports: the parent receives file names and
+        counts, never records."""
+        writer = RollingShardWriter(writer_config)
+        try:
+            for result in self._convert(unit):
+                written = [item for batch in result.batches for item in writer.write(batch)]
+                yield dataclasses.replace(result, batches=[WrittenBatch(tuple(written))])
+        finally:
+            writer.close()

@@ -2,10 +2,15 @@
 """Benchmark of rows grouped into SequenceExamples against a straightforward TensorFlow loop.
 
     python benchmarks/sequence_benchmark.py [--rows 1000000] [--groups 10000] [--files 4]
+                                            [--repeats 3]
 
 Writes `--rows` event rows (session, ts, page, dwell) of `--groups` sessions as CSV, spread
 over `--files` files in shuffled order (every session has rows in several files), then times,
-each in its own child process, GZIP output:
+each in its own child process, GZIP output, `--repeats` times in turn (the median is
+reported), as `run_benchmarks.py` does: our packages byte-compiled once first (as `pip install`
+does; else a checkout without bytecode compiles them on every start), and before each run,
+untimed, `os.sync()` and one read of the input (so no run pays for the previous one's writes
+or a cold page cache):
 
 * ours: `python -m pipeline convert ... --spec` with a `sequence:` section (group by session,
   order by ts, session as context), the whole process, start-up and imports included;
@@ -24,6 +29,8 @@ import glob
 import json
 import os
 import random
+import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -31,6 +38,10 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+if str(REPO) not in sys.path:  # run as a plain script from a checkout
+    sys.path.insert(0, str(REPO))
+
+from benchmarks.measure import byte_compile_project  # noqa: E402
 
 SPEC = """\
 features:
@@ -106,11 +117,36 @@ def _sequences(files: list[str]) -> set:
     return out
 
 
+def _settle(pattern: str) -> None:
+    """Untimed, before each run: flush earlier writes, then read the input once."""
+    os.sync()
+    for path in glob.glob(pattern):
+        with open(path, "rb") as handle:
+            while handle.read(1 << 20):
+                pass
+
+
+def _ours(pattern: str, work: str, ours_dir: str) -> float:
+    shutil.rmtree(ours_dir, ignore_errors=True)
+    start = time.perf_counter()
+    subprocess.run([sys.executable, "-m", "pipeline", "convert", "--input", pattern, "--format",
+                    "csv", "--spec", os.path.join(work, "spec.yaml"), "--output", ours_dir,
+                    "--compression", "gzip", "--quiet"], check=True, cwd=REPO)
+    return time.perf_counter() - start
+
+
+def _theirs(pattern: str, tf_file: str) -> float:
+    done = subprocess.run([sys.executable, __file__, "--worker", json.dumps([pattern, tf_file])],
+                          capture_output=True, text=True, check=True, cwd=REPO)
+    return float(done.stdout.strip().splitlines()[-1])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--groups", type=int, default=10_000)
     parser.add_argument("--files", type=int, default=4)
+    parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--work-dir", default=None)
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -118,17 +154,19 @@ def main() -> None:
         print(tf_loop(*json.loads(args.worker)))
         return
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    byte_compile_project()
     work = args.work_dir or tempfile.mkdtemp(prefix="sequence-bench-")
     pattern = write_events(work, args.rows, args.groups, args.files)
     ours_dir, tf_file = os.path.join(work, "ours"), os.path.join(work, "tf.tfrecord.gz")
-    start = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "pipeline", "convert", "--input", pattern, "--format",
-                    "csv", "--spec", os.path.join(work, "spec.yaml"), "--output", ours_dir,
-                    "--compression", "gzip", "--quiet"], check=True, cwd=REPO)
-    ours = time.perf_counter() - start
-    done = subprocess.run([sys.executable, __file__, "--worker", json.dumps([pattern, tf_file])],
-                          capture_output=True, text=True, check=True, cwd=REPO)
-    theirs = float(done.stdout.strip().splitlines()[-1])
+    times: dict[str, list[float]] = {"ours": [], "tf": []}
+    for _ in range(max(1, args.repeats)):
+        _settle(pattern)
+        times["ours"].append(_ours(pattern, work, ours_dir))
+        _settle(pattern)
+        times["tf"].append(_theirs(pattern, tf_file))
+    ours, theirs = statistics.median(times["ours"]), statistics.median(times["tf"])
+    print(f"runs (s): ours {', '.join(f'{t:.2f}' for t in times['ours'])}; "
+          f"TF loop {', '.join(f'{t:.2f}' for t in times['tf'])}", file=sys.stderr)
     with open(os.path.join(ours_dir, "manifest.json")) as handle:
         shards = [os.path.join(ours_dir, s["path"]) for s in json.load(handle)["shards"]]
     if _sequences(shards) != _sequences([tf_file]):

@@ -20,7 +20,8 @@ Where each concern lives (each module's docstring states its one job):
   transforms/tabular/: spec (+ sequence_spec), values, columns, plan, chunks,
       csv_reader/json_reader/parquet_reader, read, sniff, infer, convert,
       transform
-  transforms/sequence/: grouped rows to SequenceExamples: rows, assemble, transform, estimate
+  transforms/sequence/: grouped rows to SequenceExamples: rows, buckets, assemble, transform,
+      estimate
   transforms/images/: config, plan, convert, headers, processing, paths
   transforms/report/: report.html: collect (+ dead_letters, thumbnails), charts, markup,
       render (+ render_stats, render_drift), build
@@ -28,6 +29,7 @@ Where each concern lives (each module's docstring states its one job):
       (+ compression_sniffing), tfrecord_reader, tfrecord_index, manifest_format,
       example_codec (reference), example_columns + varints + example_encoder (vectorised),
       wire_scan + example_decoder (vectorised) + example_table (to Arrow), sequence_codec
+      (reference) + sequence_encoder (vectorised)
   transforms/reading/ (Beam-free): reading an output back: output (manifest, feature spec,
       shards), parts, features (dense or varlen), records, decode, examples,
       tensorflow, torch, grain

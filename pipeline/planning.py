@@ -129,10 +129,14 @@ def _plan_tabular(conv: ConvertOptions, input_path: str, output: str) -> Convers
         summary["spec_yaml"] = spec_yaml
     converter, processes = ConvertTabular(config), conv.converter_processes or default_threads()
     if spec.sequence is not None:
+        from transforms.sequence.buckets import bucket_count
         from transforms.sequence.transform import ConvertToSequences
 
-        # One element per work unit: the rows are shuffled by group key after reading.
-        converter, processes = ConvertToSequences(config), 1
+        # Work units are read as for Examples (on forked processes on the local runner), then
+        # rows are shuffled by buckets of group keys, as many as the input's size asks for.
+        size = sum(int((unit.extra or {}).get("size") or 0) for unit in units)
+        summary["sequence_buckets"] = buckets = bucket_count(size, spec.sequence)
+        converter = ConvertToSequences(config, buckets)
     return ConversionPlan(
         converter_label=f"Convert{conv.format.capitalize()}",
         work_units=units,

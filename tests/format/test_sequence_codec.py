@@ -13,10 +13,11 @@ from transforms.format.example_codec import INT64_MAX, INT64_MIN
 from transforms.format.example_columns import column_from_values
 from transforms.format.sequence_codec import (
     decode_sequence_example,
-    encode_sequence_batch,
     encode_sequence_example,
     is_sequence_example,
 )
+from transforms.format.sequence_encoder import encode_sequence_batch, encode_sequence_framed
+from transforms.format.tfrecord_format import FramedRecords
 
 CONTEXT = {"user": ("bytes", [b"u1"]), "age": ("int64", [42]), "w": ("float", [0.5, 1.5])}
 LISTS = {"ts": ("int64", [[1], [2], []]), "tags": ("bytes", [[b"a", b"b"], [], ["c"]]),
@@ -103,6 +104,44 @@ def test_batch_encoder_matches_the_reference(batch):
     for s in range(len(lengths)):
         reference = encode_sequence_example(
             {n: (kinds[n], v[s]) for n, v in context.items() if v[s] is not None},
+            {n: (kinds[n], [cell or [] for cell in v[offsets[s]:offsets[s + 1]]])
+             for n, v in steps.items()})
+        assert encoded[s] == reference
+
+
+@settings(max_examples=60, deadline=None)
+@given(_batches())
+def test_framed_batch_is_the_framed_payloads(batch):
+    kinds, lengths, context, steps = batch
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    args = (len(lengths), [column_from_values(n, kinds[n], v) for n, v in context.items()], offsets,
+            [column_from_values(n, kinds[n], v) for n, v in steps.items()])
+    framed = encode_sequence_framed(*args)
+    assert framed == FramedRecords.frame(encode_sequence_batch(*args))
+    assert framed.data == FramedRecords.frame(encode_sequence_batch(*args)).data
+
+
+def test_large_batch_of_short_and_long_sequences_matches_the_reference():
+    """Multi-byte lengths everywhere: long names, long values, sequences of 0..300 steps."""
+    rng = np.random.default_rng(5)
+    lengths = rng.integers(0, 300, 40).tolist()
+    num_steps = sum(lengths)
+    name = "n" * 200
+    big = [None if i % 7 == 0 else [bytes(rng.integers(0, 256, int(rng.integers(0, 300)), np.uint8))]
+           for i in range(num_steps)]
+    ints = [[int(v) for v in rng.integers(-2**63, 2**63 - 1, int(i % 4), dtype=np.int64)]
+            for i in range(num_steps)]
+    floats = [[float(v) for v in rng.random(i % 3).astype(np.float32)] for i in range(num_steps)]
+    context = {"c": [[b"x" * (s * 5)] for s in range(len(lengths))]}
+    steps = {name: big, "i": ints, "f": floats}
+    kinds = {name: "bytes", "i": "int64", "f": "float", "c": "bytes"}
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    encoded = encode_sequence_batch(
+        len(lengths), [column_from_values(n, kinds[n], v) for n, v in context.items()], offsets,
+        [column_from_values(n, kinds[n], v) for n, v in steps.items()])
+    for s in range(len(lengths)):
+        reference = encode_sequence_example(
+            {n: (kinds[n], v[s]) for n, v in context.items()},
             {n: (kinds[n], [cell or [] for cell in v[offsets[s]:offsets[s + 1]]])
              for n, v in steps.items()})
         assert encoded[s] == reference

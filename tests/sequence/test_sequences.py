@@ -13,8 +13,8 @@ from pipeline.cli import run
 from tests.helpers import in_memory_args
 from transforms.format.sequence_codec import decode_sequence_example
 from transforms.manifest import read_manifest
-from transforms.sequence.assemble import assemble_sequences
-from transforms.sequence.rows import SequenceRows
+from transforms.sequence.buckets import assemble_bucket
+from transforms.sequence.rows import KEY_COLUMN, ROW_COLUMN, SPLIT_COLUMN, SequenceRows
 from transforms.tabular.spec import SpecError, parse_spec
 from transforms.tfrecord_io import read_tfrecord_file
 
@@ -152,8 +152,13 @@ def test_tensorflow_reads_every_sequence_back(tf, tmp_path, fmt):
     assert run(["verify", str(tmp_path / "out")]) == 0
 
 
-def test_dask_output_is_record_identical(tmp_path):
+@pytest.mark.parametrize("bucket_bytes", [None, 2000])
+def test_dask_output_is_record_identical(tmp_path, bucket_bytes):
+    """Also with many small buckets, each assembled in several passes (bucket_bytes)."""
     _write(tmp_path / "in", "csv")
+    if bucket_bytes:
+        spec = tmp_path / "in" / "spec.yaml"
+        spec.write_text(spec.read_text() + f"  bucket_bytes: {bucket_bytes}\n")
     assert _convert(tmp_path / "in", tmp_path / "local", "csv", "--num-shards", "2",
                     *in_memory_args()) == 0
     assert _convert(tmp_path / "in", tmp_path / "dask", "csv", "--num-shards", "2",
@@ -192,9 +197,12 @@ sequence: {group_by: user, order_by: ts, context: [user, country]}
     assert run(["verify", str(tmp_path / "out")]) == 0
 
 
-def _fragment(rows, order, split="data"):
-    return SequenceRows(split=split, source="f.csv", rows=rows, order=order,
-                        values={"user": [b"u"] * len(rows), "ts": order})
+def _fragment(rows, order, key=b"u", source="f.csv", chunk="00000000:00000000"):
+    n = len(rows)
+    return SequenceRows(chunk, source, pa.RecordBatch.from_pydict({
+        KEY_COLUMN: pa.array([key] * n, pa.binary()), ROW_COLUMN: pa.array(rows, pa.int64()),
+        SPLIT_COLUMN: pa.array([0] * n, pa.int8()), "user": pa.array([key] * n, pa.binary()),
+        "ts": pa.array(order, pa.int64())}))
 
 
 def test_truncate_and_the_group_cap():
@@ -203,14 +211,16 @@ features: [{name: user, type: string}, {name: ts, type: int64}]
 sequence: {group_by: user, order_by: ts, context: [user], max_length: 2, overflow: truncate,
            max_group_rows: 4}
 """)
-    batches = list(assemble_sequences(b"u", [_fragment([1, 2], [3, 1]), _fragment([3], [2])], spec))
-    assert len(batches) == 1 and batches[0].record_rows == 2 and len(batches[0].records) == 1
+    batches = list(assemble_bucket(0, [_fragment([1, 2], [3, 1]), _fragment([3], [2])], spec,
+                                   ["data"]))
+    assert [(b.record_rows, len(b.records), len(b.dead_letters)) for b in batches] == \
+        [(2, 1, 0), (0, 0, 1)]
     _, lists = decode_sequence_example(batches[0].records[0])
     assert lists["ts"] == ("int64", [[1], [2]])
-    assert [json.loads(d)["reason"] for d in batches[0].dead_letters] == ["sequence_truncated"]
-    big = list(assemble_sequences(b"u", [_fragment([1, 2, 3], [1, 2, 3]), _fragment([4, 5], [4, 5])],
-                                  spec))
-    assert [len(b.dead_letters) for b in big] == [3, 2] and not any(b.records for b in big)
+    assert [json.loads(d)["reason"] for d in batches[1].dead_letters] == ["sequence_truncated"]
+    big = list(assemble_bucket(0, [_fragment([1, 2, 3], [1, 2, 3]), _fragment([4, 5], [4, 5])],
+                               spec, ["data"]))
+    assert sum(len(b.dead_letters) for b in big) == 5 and not any(b.records for b in big)
     assert {json.loads(d)["group_rows"] for b in big for d in b.dead_letters} == {5}
 
 

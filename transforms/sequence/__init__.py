@@ -1,2 +1,3 @@
-"""Rows grouped by key into tf.train.SequenceExamples: reading (`rows`), assembling one
-group (`assemble`) and the Beam transform (`transform`)."""
+"""Rows grouped by key into tf.train.SequenceExamples: reading into buckets of groups (`rows`),
+assembling a bucket within the memory cap (`buckets`), ordering and encoding held groups
+(`assemble`), the Beam transform (`transform`) and the --dry-run estimate (`estimate`)."""

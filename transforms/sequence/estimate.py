@@ -1,8 +1,8 @@
 """The `--dry-run` estimate of a sequence conversion: sequences, their size and shards.
 
 The first rows of the input (up to `sample_rows`) are read and grouped exactly as the
-conversion would (`read_sequence_rows`, `assemble_sequences`), in memory. When the sample
-covers the whole input the counts are exact; otherwise the number of sequences is
+conversion would (`read_sequence_rows`, `assemble_bucket`), in memory, in one bucket. When
+the sample covers the whole input the counts are exact; otherwise the number of sequences is
 extrapolated from the sample's rows per sequence, which undercounts groups that are spread
 over the input (their rows outside the sample look like a continuation of sampled groups):
 the estimate says `exact: false` then. Beam-free.
@@ -18,7 +18,7 @@ from typing import Any
 
 from transforms.format.tfrecord_format import framed_size
 from transforms.records import RecordBatch, WorkUnit
-from transforms.sequence.assemble import assemble_sequences
+from transforms.sequence.buckets import assemble_bucket
 from transforms.sequence.rows import READ_COUNTS, read_sequence_rows, sequence_assigner
 from transforms.tabular.spec import ConversionSpec
 
@@ -66,7 +66,7 @@ def estimate_sequences(units: Sequence[WorkUnit], spec: ConversionSpec, fmt: str
     (the tabular estimate's row count; `total_exact` when it is exact)."""
     assigner = sequence_assigner(spec)
     batch_rows = max(1, min(sample_rows, 65536))
-    groups: dict[bytes, list] = defaultdict(list)
+    fragments: list = []
     sampled = dead = 0
     complete = True
     for unit in units:
@@ -76,25 +76,24 @@ def estimate_sequences(units: Sequence[WorkUnit], spec: ConversionSpec, fmt: str
         chunk = None
         for key, value in read_sequence_rows(unit, spec, fmt, batch_rows, assigner):
             if key.startswith(READ_COUNTS):
-                if key != chunk and sampled >= sample_rows:  # whole chunks only
+                if value.key != chunk and sampled >= sample_rows:  # whole chunks only
                     complete = False
                     break
-                chunk = key
+                chunk = value.key  # one batch per split of the chunk
                 sampled += value.input_count
                 dead += len(value.dead_letters)
             else:
-                groups[key].append(value)
+                fragments.append(value)
     per_split: dict[str, int] = defaultdict(int)
     sequences = rows_written = size = 0
-    for key, fragments in groups.items():
-        batch: RecordBatch
-        for batch in assemble_sequences(key, fragments, spec):
-            sequences += len(batch.records)
-            rows_written += batch.rows_written
-            dead += len(batch.dead_letters)
-            sizes = sum(framed_size(len(record)) for record in batch.records)
-            per_split[batch.split] += sizes
-            size += sizes
+    batch: RecordBatch
+    for batch in assemble_bucket(0, fragments, spec, assigner.names):
+        sequences += len(batch.records)
+        rows_written += batch.rows_written
+        dead += len(batch.dead_letters)
+        sizes = sum(framed_size(len(record)) for record in batch.records)
+        per_split[batch.split] += sizes
+        size += sizes
     exact = complete and total_exact
     rows = sampled if exact else max(total_rows, sampled)
     rate = dead / sampled if sampled else 0.0

@@ -1,43 +1,49 @@
-"""Reading side of the sequence conversion: a tabular work unit -> rows keyed by group.
+"""Reading side of the sequence conversion: a tabular work unit -> rows keyed by bucket.
 
 Each chunk is read and its values converted exactly as for Examples (`transforms.tabular`:
 same readers, same value rules, same dead letters). Then every good row gets its group key
-(the `group_by` columns' key text, joined like split keys) and its split (assigned by the
-group key, so a sequence never straddles splits), and the chunk yields:
+(the `group_by` columns' key text, joined like split keys), its split (assigned by the
+group key, so a sequence never straddles splits) and its bucket (a hash of the group key
+modulo the planned bucket count, so a group is in exactly one bucket), and the chunk yields:
 
-* `(READ_COUNTS + batch key, RecordBatch)`: per split, the chunk's dead letters (bad values,
-  rows without a group key or order value, rows the reader rejected) and its input row
-  count: the sink's accounting of every row read;
-* `(GROUP + group key, SequenceRows)`: per group, the chunk's good rows of that group,
-  values converted, ready to be ordered and encoded once the group is complete.
+* `(READ_COUNTS + batch key + split, RecordBatch)`: per split, the chunk's dead letters (bad
+  values, rows without a group key or order value, rows the reader rejected) and its input
+  row count: the sink's accounting of every row read;
+* `(bucket_key(b), SequenceRows)`: per bucket, the chunk's good rows of that bucket as
+  Arrow columns (group key, row number, split, converted values), to be grouped, ordered
+  and encoded once the bucket is complete (`transforms.sequence.buckets`).
 
-Beam-free; `transforms.sequence.transform` wires it into the pipeline.
+Everything is computed over whole columns; Python runs per bad row and, when there are
+several splits or buckets, per distinct group key of a chunk. Beam-free;
+`transforms.sequence.transform` wires it into the pipeline.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
+import zlib
 from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from transforms.records import DEFAULT_SPLIT, RecordBatch, WorkUnit, batch_key, dead_letter
 from transforms.splits import SplitAssigner
-from transforms.tabular.chunks import KEY_SEPARATOR, Chunk, join_keys
-from transforms.tabular.columns import key_text_array
+from transforms.tabular.chunks import KEY_SEPARATOR, Chunk
+from transforms.tabular.columns import TARGET_TYPES, key_text_array
 from transforms.tabular.convert import feature_columns, file_failure_batch
 from transforms.tabular.read import read_chunks
-from transforms.tabular.spec import ConversionSpec
+from transforms.tabular.spec import ConversionSpec, FeatureSpec
 from transforms.tabular.values import canonical_text
 
-__all__ = ["GROUP", "READ_COUNTS", "SEQUENCE_REASONS", "SequenceRows", "read_sequence_rows",
-           "sequence_assigner"]
+__all__ = ["GROUP", "READ_COUNTS", "SEQUENCE_REASONS", "SequenceRows", "bucket_key",
+           "read_sequence_rows", "sequence_assigner", "shipped_features"]
 
 #: First byte of the shuffle key of a read chunk's counts and dead letters (passed through).
 READ_COUNTS = b"\x00"
-#: First byte of the shuffle key of a group's rows.
+#: First byte of the shuffle key of a bucket's rows.
 GROUP = b"\x01"
 
 #: Dead-letter reason codes of the sequence conversion, beyond the tabular ones.
@@ -49,30 +55,74 @@ SEQUENCE_REASONS = {
     "group_too_large": "a row of a group with more rows than max_group_rows",
 }
 
+# Columns of a `SequenceRows` batch beside the features (a feature cannot be named so:
+# feature names do not start with a NUL byte).
+KEY_COLUMN, ROW_COLUMN, SPLIT_COLUMN = "\0key", "\0row", "\0split"
 
-@dataclasses.dataclass
+
+def bucket_key(bucket: int) -> bytes:
+    """The shuffle key of bucket `bucket`."""
+    return GROUP + bucket.to_bytes(4, "big")
+
+
+@dataclasses.dataclass(frozen=True)
 class SequenceRows:
-    """The good rows of one group from one chunk (one shuffle value).
+    """The good rows of one chunk that fall in one bucket (one shuffle value).
 
     Attributes:
-      split: the group's split.
+      key: the chunk's batch key (`records.batch_key`): names the batches of its dead
+        letters when the rows cannot be held (deterministically, whichever order the
+        shuffle delivers fragments in).
       source: the file the rows came from.
-      rows: 1-based row number of each row in `source`.
-      order: each row's order_by value (None for every row without order_by).
-      values: feature name -> each row's converted value (None: missing; a list for list
-        features; bytes for bytes/string, Python floats holding float32 values).
+      batch: Arrow columns, one row per input row: KEY_COLUMN (group key bytes),
+        ROW_COLUMN (1-based row number in `source`), SPLIT_COLUMN (index into the
+        split names) and every shipped feature (`shipped_features`; null: missing).
+
+    Pickled as an Arrow IPC stream: compact (only this fragment's bytes) and cheap.
     """
 
-    split: str
+    key: str
     source: str
-    rows: list[int]
-    order: list
-    values: dict[str, list]
+    batch: pa.RecordBatch
+
+    @property
+    def num_rows(self) -> int:
+        return self.batch.num_rows
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes the fragment holds in memory."""
+        return self.batch.get_total_buffer_size()
+
+    def __reduce__(self):
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, self.batch.schema) as writer:
+            writer.write_batch(self.batch)
+        return _from_ipc, (self.key, self.source, sink.getvalue())
+
+
+def _from_ipc(key: str, source: str, data) -> SequenceRows:
+    return SequenceRows(key, source, pa.ipc.open_stream(data).read_next_batch())
 
 
 def sequence_assigner(spec: ConversionSpec) -> SplitAssigner:
     """The spec's split assigner (one split named "data" when it declares none)."""
     return SplitAssigner(spec.split_weights or {DEFAULT_SPLIT: 1})
+
+
+def shipped_features(spec: ConversionSpec) -> list[FeatureSpec]:
+    """The features a fragment carries: those a SequenceExample holds (context and feature
+    lists) and the order_by feature, in spec order."""
+    sequence = spec.sequence
+    names = [feature.name for feature in spec.features]
+    wanted = {*sequence.context, *sequence.feature_list_names(names), sequence.order_by}
+    return [feature for feature in spec.features if feature.name in wanted]
+
+
+def feature_type(feature: FeatureSpec) -> pa.DataType:
+    """The Arrow type a shipped feature has in every fragment (so fragments concatenate)."""
+    target = TARGET_TYPES[feature.type]
+    return pa.list_(target) if feature.is_list else target
 
 
 def _reading_spec(spec: ConversionSpec) -> ConversionSpec:
@@ -95,7 +145,7 @@ def _key_text(value: Any) -> bytes:
     return text if isinstance(text, bytes) else text.encode("utf-8")
 
 
-def _group_keys(chunk: Chunk, spec: ConversionSpec) -> tuple[list[bytes], np.ndarray]:
+def _group_keys(chunk: Chunk, spec: ConversionSpec) -> tuple[pa.Array, np.ndarray]:
     """Each row's group key bytes (joined like split keys), and which rows miss a value."""
     group_by, n = spec.sequence.group_by, chunk.num_rows
     missing = np.zeros(n, bool)
@@ -103,22 +153,48 @@ def _group_keys(chunk: Chunk, spec: ConversionSpec) -> tuple[list[bytes], np.nda
         missing |= _source_missing(chunk, column)
     if chunk.mode == "python":
         columns = [chunk.columns.get(c) or [None] * n for c in group_by]
-        return [KEY_SEPARATOR.join(_key_text(column[i]) for column in columns)
-                for i in range(n)], missing
+        return pa.array([KEY_SEPARATOR.join(_key_text(column[i]) for column in columns)
+                         for i in range(n)], pa.binary()), missing
     arrays = [key_text_array(chunk.columns.get(c), n, text=chunk.mode == "text") for c in group_by]
-    return join_keys(arrays, n), missing
+    if len(arrays) == 1:
+        return arrays[0], missing
+    return pc.binary_join_element_wise(*arrays, pa.scalar(KEY_SEPARATOR, pa.binary())), missing
 
 
-def _order_values(values: list | None, num_rows: int) -> tuple[list, np.ndarray]:
+def _order_missing(values: pa.Array | None, num_rows: int) -> np.ndarray:
     if values is None:
-        return [None] * num_rows, np.zeros(num_rows, bool)
-    missing = np.array([v is None or (isinstance(v, float) and math.isnan(v)) for v in values], bool)
-    return values, missing
+        return np.zeros(num_rows, bool)
+    missing = np.asarray(values.is_null(), bool)
+    if pa.types.is_floating(values.type):
+        missing |= np.asarray(pc.fill_null(pc.is_nan(values), True), bool)
+    return missing
+
+
+def _splits_and_buckets(keys: pa.Array, assigner: SplitAssigner,
+                        buckets: int) -> tuple[np.ndarray, np.ndarray]:
+    """Each row's split index and bucket, computed once per distinct key of the chunk.
+
+    The bucket hash is CRC-32 (zlib), the split hash CRC-32C: independent of each other, so
+    buckets hold every split alike.
+    """
+    n = len(keys)
+    if len(assigner.names) == 1 and buckets == 1:
+        return np.zeros(n, np.int8), np.zeros(n, np.int64)
+    encoded = keys.dictionary_encode()
+    distinct = encoded.dictionary.to_pylist()
+    index = np.asarray(encoded.indices, np.int64)
+    names = {name: i for i, name in enumerate(assigner.names)}
+    splits = np.fromiter((names[s] for s in assigner.assign_many(distinct)), np.int8, len(distinct))
+    if buckets == 1:
+        bucket = np.zeros(len(distinct), np.int64)
+    else:
+        bucket = np.fromiter((zlib.crc32(k) % buckets for k in distinct), np.int64, len(distinct))
+    return splits[index], bucket[index]
 
 
 def read_sequence_rows(unit: WorkUnit, spec: ConversionSpec, fmt: str, batch_rows: int,
-                       assigner: SplitAssigner) -> Iterator[tuple[bytes, Any]]:
-    """Reads one work unit: yields its keyed counts batches and group rows (module docstring).
+                       assigner: SplitAssigner, buckets: int = 1) -> Iterator[tuple[bytes, Any]]:
+    """Reads one work unit: yields its keyed counts batches and bucket rows (module docstring).
 
     A file that cannot be read (or fails midway) yields one dead letter counting one input
     row, as in the Example conversion; rows read before the failure stay read.
@@ -131,68 +207,78 @@ def read_sequence_rows(unit: WorkUnit, spec: ConversionSpec, fmt: str, batch_row
         except StopIteration:
             return
         except Exception as error:  # noqa: BLE001 - any read failure is this file's failure
-            yield READ_COUNTS + batch_key(unit.index, chunk_index).encode(), \
-                file_failure_batch(unit, error, assigner, chunk_index, rows_read)[0]
+            batch = file_failure_batch(unit, error, assigner, chunk_index, rows_read)[0]
+            yield READ_COUNTS + f"{batch.key}:{batch.split}".encode(), batch
             return
-        yield from _chunk_outputs(chunk, spec, assigner, unit)
+        yield from _chunk_outputs(chunk, spec, assigner, unit, buckets)
         chunk_index, rows_read = chunk.index + 1, rows_read + chunk.input_count
 
 
-def _chunk_outputs(chunk: Chunk, spec: ConversionSpec, assigner: SplitAssigner,
-                   unit: WorkUnit) -> Iterator[tuple[bytes, Any]]:
-    n = chunk.num_rows
+def _bad_rows(chunk: Chunk, spec: ConversionSpec, features, missing_key: np.ndarray,
+              missing_order: np.ndarray) -> dict[int, tuple]:
+    """Row -> (reason, message, column, feature) of each row that cannot join a group."""
     sequence = spec.sequence
-    features = feature_columns(chunk, spec)
-    values = {feature.name: column.values.to_pylist() for feature, column in features}
-    bad: dict[int, tuple[str, str, str | None, str | None]] = {}  # row -> reason, message, ...
+    bad: dict[int, tuple[str, str, str | None, str | None]] = {}
     for feature, column in features:
         for row, error in column.errors.items():
             bad.setdefault(row, (error.reason, error.message, error.column, feature.name))
-    keys, missing_key = _group_keys(chunk, spec)
-    order, missing_order = _order_values(values.get(sequence.order_by), n)
     for row in np.flatnonzero(missing_key).tolist():
         bad.setdefault(row, ("missing_group_key", f"group_by column(s) {list(sequence.group_by)} "
                              f"missing", None, None))
     for row in np.flatnonzero(missing_order).tolist():
         bad.setdefault(row, ("missing_order_value", f"order_by feature {sequence.order_by!r} is "
                              f"missing or NaN", None, sequence.order_by))
-    splits = assigner.assign_many(keys)
+    return bad
+
+
+def _chunk_outputs(chunk: Chunk, spec: ConversionSpec, assigner: SplitAssigner,
+                   unit: WorkUnit, buckets: int) -> Iterator[tuple[bytes, Any]]:
+    n = chunk.num_rows
+    features = feature_columns(chunk, spec)
+    values = {feature.name: column.values for feature, column in features}
+    keys, missing_key = _group_keys(chunk, spec)
+    missing_order = _order_missing(values.get(spec.sequence.order_by), n)
+    bad = _bad_rows(chunk, spec, features, missing_key, missing_order)
+    splits, bucket = _splits_and_buckets(keys, assigner, buckets)
+    names = assigner.names
     key = batch_key(unit.index, chunk.index)
-    dead: dict[str, list[bytes]] = {}
-    counts: dict[str, int] = {}
-    groups: dict[bytes, list[int]] = {}
-    for row in range(n):
-        split = splits[row]
-        counts[split] = counts.get(split, 0) + 1
-        if row in bad:
-            reason, message, column, feature = bad[row]
-            dead.setdefault(split, []).append(dead_letter(
-                source=unit.path, reason=reason, message=message, split=split,
-                row=int(chunk.row_numbers[row]), column=column, raw=chunk.raw(row),
-                feature=feature, **chunk.details(row)))
-        else:
-            groups.setdefault(keys[row], []).append(row)
-    failure_splits = assigner.assign_many([failure.key for failure in chunk.failures])
-    for failure, split in zip(chunk.failures, failure_splits, strict=True):
-        counts[split] = counts.get(split, 0) + 1
+    dead: dict[int, list[bytes]] = {}
+    for row in sorted(bad):
+        reason, message, column, feature = bad[row]
+        split = int(splits[row])
         dead.setdefault(split, []).append(dead_letter(
-            source=unit.path, reason=failure.reason, message=failure.message, split=split,
+            source=unit.path, reason=reason, message=message, split=names[split],
+            row=int(chunk.row_numbers[row]), column=column, raw=chunk.raw(row),
+            feature=feature, **chunk.details(row)))
+    counts = np.bincount(splits, minlength=len(names)) if n else np.zeros(len(names), np.int64)
+    failure_splits = assigner.assign_many([failure.key for failure in chunk.failures])
+    for failure, name in zip(chunk.failures, failure_splits, strict=True):
+        split = names.index(name)
+        counts[split] += 1
+        dead.setdefault(split, []).append(dead_letter(
+            source=unit.path, reason=failure.reason, message=failure.message, split=name,
             row=failure.row, raw=failure.raw, **failure.details))
-    for split in sorted(counts):
-        yield READ_COUNTS + f"{key}:{split}".encode(), RecordBatch(
-            key=key, split=split, dead_letters=dead.get(split, []), input_count=counts[split])
-    written = _written_features(spec)
-    for group_key, rows in groups.items():
-        yield GROUP + group_key, SequenceRows(
-            split=splits[rows[0]], source=unit.path,
-            rows=[int(chunk.row_numbers[row]) for row in rows],
-            order=[order[row] for row in rows],
-            values={name: [values[name][row] for row in rows] for name in written})
-
-
-def _written_features(spec: ConversionSpec) -> list[str]:
-    """The features a SequenceExample holds (context and feature lists), in spec order."""
-    sequence = spec.sequence
-    names = [feature.name for feature in spec.features]
-    written = set(sequence.context) | set(sequence.feature_list_names(names))
-    return [name for name in names if name in written]
+    for split in np.flatnonzero(counts).tolist():
+        yield READ_COUNTS + f"{key}:{names[split]}".encode(), RecordBatch(
+            key=key, split=names[split], dead_letters=dead.get(split, []),
+            input_count=int(counts[split]))
+    good = np.ones(n, bool)
+    good[list(bad)] = False
+    rows = np.flatnonzero(good)
+    if not rows.size:
+        return
+    # Good rows grouped by bucket (row order kept within a bucket), each column taken once.
+    rows = rows[np.argsort(bucket[rows], kind="stable")]
+    bounds = np.searchsorted(bucket[rows], np.arange(buckets + 1))
+    take = pa.array(rows)
+    columns = {KEY_COLUMN: keys.take(take).cast(pa.binary()),
+               ROW_COLUMN: pa.array(np.asarray(chunk.row_numbers, np.int64)[rows]),
+               SPLIT_COLUMN: pa.array(splits[rows])}
+    for feature in shipped_features(spec):
+        array = values[feature.name].take(take)
+        wanted = feature_type(feature)
+        columns[feature.name] = array if array.type == wanted else array.cast(wanted)
+    batch = pa.RecordBatch.from_pydict(columns)
+    for b in np.flatnonzero(np.diff(bounds)).tolist():
+        start, stop = int(bounds[b]), int(bounds[b + 1])
+        yield bucket_key(b), SequenceRows(key, unit.path, batch.slice(start, stop - start))

@@ -3,11 +3,14 @@
     work units -> ReadRows (ParDo) -> GroupRows (GroupByKey) -> AssembleSequences (ParDo)
                -> RecordBatches for the sharded sink
 
-The shuffle brings every row of a group together, whichever file and work unit it came
-from. The reading step's count batches ride through the same shuffle under keys of their
-own (`rows.READ_COUNTS`), so the transform has a single output and a single path, which
-every runner (Dask's included) runs alike. Each group's output is deterministic (see
-`transforms.sequence.assemble`).
+The shuffle is keyed by bucket (`transforms.sequence.buckets`: a hash of the group key into
+a count planned from the input size), so it brings every row of a group together,
+whichever file and work unit it came from, and thousands of groups per key. The reading
+step's count batches ride through the same shuffle under keys of their own
+(`rows.READ_COUNTS`), so the transform has a single output and a single path, which every
+runner (Dask's included) runs alike. Shuffled values are bytes we pickle ourselves (a
+bucket fragment as an Arrow IPC stream), so Beam's coder neither pickles nor samples
+objects. Each bucket's output is deterministic (see `transforms.sequence.assemble`).
 
 Metrics (namespace "tfrecord_pipeline", as the Example conversion): `rows_read`,
 `sequences_written`, `dead_letter`.
@@ -15,64 +18,97 @@ Metrics (namespace "tfrecord_pipeline", as the Example conversion): `rows_read`,
 
 from __future__ import annotations
 
-from typing import Any
+import contextlib
+import pickle
+from collections.abc import Iterable, Iterator
 
 import apache_beam as beam
 from apache_beam.metrics import Metrics
 
 from transforms.coders import RecordBatchCoder  # noqa: F401 - registers the coder
-from transforms.records import RecordBatch, WorkUnit
-from transforms.sequence.assemble import assemble_sequences
-from transforms.sequence.rows import GROUP, READ_COUNTS, read_sequence_rows, sequence_assigner
+from transforms.forked_pool import forked_map
+from transforms.records import RecordBatch, WorkUnit, WorkUnitGroup
+from transforms.sequence.buckets import assemble_bucket
+from transforms.sequence.rows import GROUP, READ_COUNTS, SequenceRows, read_sequence_rows, sequence_assigner
 from transforms.tabular.transform import METRICS_NAMESPACE, TabularConfig
 from transforms.worker import prepare_worker
 
 __all__ = ["AssembleSequences", "ConvertToSequences", "ReadSequenceRows"]
 
 
-@beam.typehints.with_output_types(beam.typehints.Tuple[bytes, Any])
-class ReadSequenceRows(beam.DoFn):
-    """Reads a tabular WorkUnit into keyed group rows and count batches (`rows`)."""
+class _Unpickled(Iterable[SequenceRows]):
+    """A GroupByKey's values unpickled, as re-iterable as the values are."""
 
-    def __init__(self, config: TabularConfig):
+    def __init__(self, values: Iterable[bytes]):
+        self._values = values
+
+    def __iter__(self) -> Iterator[SequenceRows]:
+        return map(pickle.loads, self._values)
+
+
+@beam.typehints.with_output_types(beam.typehints.Tuple[bytes, bytes])
+class ReadSequenceRows(beam.DoFn):
+    """Reads a tabular WorkUnit into keyed bucket rows and count batches (`rows`), pickled."""
+
+    def __init__(self, config: TabularConfig, buckets: int = 1):
         super().__init__()
         if config.spec.sequence is None:
             raise ValueError("ReadSequenceRows needs a spec with a 'sequence:' section")
+        if not isinstance(buckets, int) or buckets < 1:
+            raise ValueError(f"buckets must be a positive integer, got {buckets!r}")
         self.config = config
+        self.buckets = buckets
         self._assigner = None
 
     def setup(self):
         prepare_worker()
         self._assigner = sequence_assigner(self.config.spec)
 
-    def process(self, element: WorkUnit):
+    def process(self, element: WorkUnit | WorkUnitGroup):
         if self._assigner is None:
             self.setup()
+        if isinstance(element, WorkUnitGroup):  # the local runner: units read on forked processes
+            results = forked_map(self._read, element.units, element.processes)
+        else:
+            results = self._read(element)
+        with contextlib.closing(results):  # a failure downstream stops the forked workers
+            for key, payload, rows in results:
+                if rows:
+                    Metrics.counter(METRICS_NAMESPACE, "rows_read").inc(rows)
+                yield key, payload
+
+    def _read(self, unit: WorkUnit) -> Iterator[tuple[bytes, bytes, int]]:
+        """(shuffle key, pickled value, input rows it counts) of each output of `unit`."""
         config = self.config
-        for key, value in read_sequence_rows(element, config.spec, config.fmt, config.batch_rows,
-                                             self._assigner):
-            if key.startswith(READ_COUNTS):
-                Metrics.counter(METRICS_NAMESPACE, "rows_read").inc(value.input_count)
-            yield key, value
+        for key, value in read_sequence_rows(unit, config.spec, config.fmt, config.batch_rows,
+                                             self._assigner, self.buckets):
+            rows = value.input_count if key.startswith(READ_COUNTS) else 0
+            yield key, pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL), rows
 
 
 @beam.typehints.with_output_types(RecordBatch)  # encoded by RecordBatchCoder
 class AssembleSequences(beam.DoFn):
-    """One shuffled key -> RecordBatches: count batches pass, groups are assembled."""
+    """One shuffled key -> RecordBatches: count batches pass, buckets are assembled."""
 
     def __init__(self, config: TabularConfig):
         super().__init__()
         self.config = config
+        self._split_names = None
 
     def setup(self):
         prepare_worker()
+        self._split_names = sequence_assigner(self.config.spec).names
 
     def process(self, element):
+        if self._split_names is None:
+            self.setup()
         key, values = element
         if key.startswith(READ_COUNTS):
-            batches = values
+            batches = map(pickle.loads, values)
         else:
-            batches = assemble_sequences(key[len(GROUP):], values, self.config.spec)
+            bucket = int.from_bytes(key[len(GROUP):], "big")
+            batches = assemble_bucket(bucket, _Unpickled(values), self.config.spec,
+                                      self._split_names)
         for batch in batches:
             if batch.records:
                 Metrics.counter(METRICS_NAMESPACE, "sequences_written").inc(len(batch.records))
@@ -84,10 +120,11 @@ class AssembleSequences(beam.DoFn):
 class ConvertToSequences(beam.PTransform):
     """Work units in, RecordBatches of serialized SequenceExamples out (module docstring)."""
 
-    def __init__(self, config: TabularConfig):
+    def __init__(self, config: TabularConfig, buckets: int = 1):
         super().__init__()
         self.config = config
-        self._read = ReadSequenceRows(config)  # fails fast on a spec without `sequence:`
+        # Fails fast on a spec without `sequence:`; `buckets`: `buckets.bucket_count`.
+        self._read = ReadSequenceRows(config, buckets)
 
     def expand(self, units):
         return (

@@ -15,8 +15,12 @@
                                     # (context feature `chunk_feature` holds the chunk index),
                                     # or keep their first max_length steps
       chunk_feature: sequence_chunk
-      max_group_rows: 1000000       # a larger group is never held whole: its rows are
-                                    # dead letters (`group_too_large`, with its size)
+      max_group_rows: 1000000       # a larger group's rows are dead letters
+                                    # (`group_too_large`, with its size), never held beyond
+                                    # bucket_bytes
+      bucket_bytes: 134217728       # rows are shuffled in buckets of groups: a worker holds
+                                    # at most this many bytes of a bucket's rows at once
+                                    # (plus one group); the plan sizes buckets to half of it
 
 Rows dropped by `truncate` are dead letters (`sequence_truncated`), so every input row is
 either in a written SequenceExample or a dead letter. `SequenceSpec.feature_spec` gives the
@@ -35,6 +39,7 @@ from transforms.tabular.spec_errors import SpecError, reject_unknown_keys
 __all__ = [
     "CONTEXT_MISMATCH_POLICIES",
     "DEFAULT_CHUNK_FEATURE",
+    "DEFAULT_BUCKET_BYTES",
     "DEFAULT_MAX_GROUP_ROWS",
     "OVERFLOW_POLICIES",
     "SEQUENCE_RECORD",
@@ -44,8 +49,12 @@ __all__ = [
 CONTEXT_MISMATCH_POLICIES = ("dead_letter", "first")
 OVERFLOW_POLICIES = ("split", "truncate")
 DEFAULT_CHUNK_FEATURE = "sequence_chunk"
-#: Rows a group may have before it is dead-lettered instead of held in memory whole.
+#: Rows a group may have before it is dead-lettered instead of assembled.
 DEFAULT_MAX_GROUP_ROWS = 1_000_000
+#: Bytes of a bucket's rows (as Arrow columns) one worker holds at once to group them.
+DEFAULT_BUCKET_BYTES = 128 << 20
+# Above this, a bucket's columns could overflow Arrow's 32-bit offsets when concatenated.
+_MAX_BUCKET_BYTES = 1 << 30
 #: The `record` of a `feature_spec.json` describing SequenceExamples.
 SEQUENCE_RECORD = "sequence_example"
 
@@ -83,9 +92,10 @@ class SequenceSpec:
     overflow: str = "split"
     chunk_feature: str = DEFAULT_CHUNK_FEATURE
     max_group_rows: int = DEFAULT_MAX_GROUP_ROWS
+    bucket_bytes: int = DEFAULT_BUCKET_BYTES
 
     _KEYS = ("group_by", "order_by", "context", "feature_lists", "context_mismatch",
-             "max_length", "overflow", "chunk_feature", "max_group_rows")
+             "max_length", "overflow", "chunk_feature", "max_group_rows", "bucket_bytes")
 
     def __post_init__(self):
         object.__setattr__(self, "group_by", _names("group_by", self.group_by, allow_empty=False))
@@ -106,6 +116,9 @@ class SequenceSpec:
             raise SpecError(f"{_WHERE}: 'chunk_feature' must be a feature name, "
                             f"got {self.chunk_feature!r}")
         _positive_int("max_group_rows", self.max_group_rows)
+        if _positive_int("bucket_bytes", self.bucket_bytes) > _MAX_BUCKET_BYTES:
+            raise SpecError(f"{_WHERE}: 'bucket_bytes' must be at most {_MAX_BUCKET_BYTES}, "
+                            f"got {self.bucket_bytes!r}")
         overlap = sorted(set(self.context) & set(self.feature_lists or ()))
         if overlap:
             raise SpecError(f"{_WHERE}: {overlap} are in both 'context' and 'feature_lists'")
@@ -171,6 +184,8 @@ class SequenceSpec:
         if self.chunk_feature != DEFAULT_CHUNK_FEATURE:
             out["chunk_feature"] = self.chunk_feature
         out["max_group_rows"] = self.max_group_rows
+        if self.bucket_bytes != DEFAULT_BUCKET_BYTES:
+            out["bucket_bytes"] = self.bucket_bytes
         return out
 
     def feature_spec(self, features: Sequence[Any], version: int) -> dict[str, Any]:

@@ -3,7 +3,8 @@
     python benchmarks/run_benchmarks.py --scale [--rows 5000000] [--rows-wide 2000000]
         [--images 20000] [--baseline-rows 1000000] [--memory-rows 50000000] [--skip ...]
 
-One run, every path in its own child process, GZIP output throughout:
+One run, every path in its own child process, GZIP output throughout (images: uncompressed,
+like the plain loop they are compared with):
 
 * ours (`python -m pipeline convert`, default local runner) on the TF tutorial data as one
   CSV file and as 8 files, the 20-column table (8 files) and a JPEG folder tree: rows/s,
@@ -16,7 +17,9 @@ One run, every path in its own child process, GZIP output throughout:
 * a plain single-process loop over the images (read, parse the header, encode, frame, write);
 * Dask: ours with `--runner dask` on a LocalCluster of 1 and of 2 worker processes started
   here, on the 8 files and on the one file;
-* memory: ours on the 8 files at `--rows` and at `--memory-rows` rows: peak RSS ratio.
+* memory: ours on the 8 files at `--rows` and at `--memory-rows` rows: peak RSS ratio;
+* the local runner's two modes on the `--memory-rows` input: Beam's worker processes (the
+  default above 1 GB) against one process converting on forked children.
 
 Targets (issue: scale) are checked and printed with the table; results go to `--out` as
 JSON and Markdown. Needs an otherwise idle machine and ~3x the data's size of free disk.
@@ -53,6 +56,7 @@ TARGETS = (
     ("ours / Beam WriteToTFRecord, rows/s", "tutorial_8/ours", "beam", 25.0),
     ("ours / TensorFlow writer loop, rows/s", "tutorial_8/ours", "tf", 15.0),
     ("images: ours / plain loop, images/s", "images/ours", "images/plain_loop", 1.5),
+    ("50M rows: forked converters / Beam's worker processes", "large/forked", "memory/ours", 1.15),
 )
 
 
@@ -189,7 +193,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             _run("wide_8/ours", _ours(wide.pattern, "csv", wide.spec_path), wide.rows, work, results)
         if "images" not in skip:
             images = write_images(args.images, os.path.join(work, "images"), SEED + 3)
-            _run("images/ours", _ours(images.root, "image-folder", None), images.count, work, results)
+            # Uncompressed, as the plain loop writes (JPEG bytes do not compress anyway).
+            _run("images/ours", [*_ours(images.root, "image-folder", None), "--compression", "none"],
+                 images.count, work, results)
             _baseline("images/plain_loop".replace("/", "_"), {"kind": "plain_loop", "root": images.root},
                       images.count, work, results)
             results["images/plain_loop"] = results.pop("images_plain_loop")
@@ -205,6 +211,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             _run("memory/ours", _ours(large.pattern, "csv", large.spec_path), large.rows, work, results)
             memory = {"small_rows": args.rows, "large_rows": large.rows,
                       "ratio": results["memory/ours"]["peak_rss"] / results["tutorial_8/ours"]["peak_rss"]}
+            # Above LOCAL_PARALLEL_MIN_BYTES the local runner uses Beam's worker processes; the
+            # same input in one process, its work units on forked converters that write their
+            # own shards: the private pool must beat Beam's mode to keep its place.
+            _run("large/forked", _ours(large.pattern, "csv", large.spec_path,
+                                       "--direct_running_mode=in_memory"), large.rows, work, results)
     finally:
         if not args.work_dir:
             shutil.rmtree(work, ignore_errors=True)

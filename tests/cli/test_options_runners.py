@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import os
 import sys
@@ -165,9 +166,11 @@ def test_progress_writes_whole_lines_where_the_stream_is_not_a_terminal():
         assert stream.getvalue() == expected
 
 
-@pytest.mark.parametrize("fmt", ["csv", "image-folder"])
-def test_local_parallel_threshold_depends_on_the_format(tmp_path, monkeypatch, fmt):
-    """Images need far less work per byte than CSV, so they go parallel much later."""
+@pytest.mark.parametrize(("fmt", "children_write"),
+                         [("csv", False), ("csv", True), ("image-folder", False)])
+def test_local_parallel_threshold_depends_on_the_format(tmp_path, monkeypatch, fmt, children_write):
+    """Images need far less work per byte than CSV, so they go parallel much later; tabular
+    conversions whose forked children write their own shards never need Beam's workers."""
     import contextlib
 
     from pipeline import convert as convert_module
@@ -194,9 +197,16 @@ def test_local_parallel_threshold_depends_on_the_format(tmp_path, monkeypatch, f
             yield runner
 
     monkeypatch.setattr(convert_module, "runner_for", spy)
+    real_plan = convert_module.plan_conversion
+
+    def plan(*args):
+        planned = real_plan(*args)
+        return dataclasses.replace(planned, children_write=planned.children_write and children_write)
+
+    monkeypatch.setattr(convert_module, "plan_conversion", plan)
     assert run(["convert", "--input", source, "--format", fmt, "--output",
                 str(tmp_path / "out"), "--quiet"]) == 0
-    assert seen == [fmt == "csv"]
+    assert seen == [fmt == "csv" and not children_write]
 
 
 @pytest.mark.parametrize(("units", "threads", "partitions"),

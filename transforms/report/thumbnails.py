@@ -1,5 +1,6 @@
-"""Contact sheets of an image output: `contact_sheets` picks the first records of each label in
-shard order (the manifest's order, so the same output always gives the same pictures) and
+"""Contact sheets of an image output: `contact_sheets` picks records of each label, first from
+the head of every shard, then on through each shard, in the manifest's order (so the same
+output always gives the same pictures), and
 turns their `image/encoded` bytes into small JPEG thumbnails as `data:` URIs.
 
 Bounded in memory and time: shards are streamed record by record (`read_tfrecord_file`,
@@ -173,16 +174,32 @@ def contact_sheets(output_dir: str, manifest: dict[str, Any], labels: Sequence[s
     """
     sampler = _Sampler(labels, per_label, max_labels)
     compression = manifest.get("compression")
-    for entry in manifest.get("shards") or ():
-        if sampler.full() or sampler.spent():
-            break
-        path = fs.join_path(output_dir, entry["path"])
-        try:
-            with contextlib.closing(read_tfrecord_file(path, compression)) as payloads:
-                for payload in payloads:
-                    sampler.add(payload, str(entry.get("split")), labels)
-                    if sampler.full() or sampler.spent():
-                        break
-        except (OSError, ValueError) as error:  # a corrupt shard: `verify` is the tool for that
-            _LOG.warning("report: stopped reading %s for thumbnails: %s", path, error)
+    shards = list(manifest.get("shards") or ())
+    # First the head of every shard (a label's images often sit in shards of their own, so a
+    # plain scan would read all of the first labels' shards before meeting the others), then
+    # the rest of each shard in order, while sheets are not full and the budget lasts.
+    for first, limit in ((0, per_label), (per_label, None)):
+        for entry in shards:
+            if sampler.full() or sampler.spent():
+                break
+            _scan(sampler, fs.join_path(output_dir, entry["path"]), compression,
+                  str(entry.get("split")), labels, first, limit)
     return [sheet for sheet in sampler.sheets.values() if sheet.thumbnails]
+
+
+def _scan(sampler: _Sampler, path: str, compression: str | None, split: str,
+          labels: Sequence[str] | None, first: int, limit: int | None) -> None:
+    """Offers the sampler the records `first` .. `first + limit` of one shard (all from
+    `first` when `limit` is None)."""
+    try:
+        with contextlib.closing(read_tfrecord_file(path, compression)) as payloads:
+            for index, payload in enumerate(payloads):
+                if limit is not None and index >= first + limit:
+                    return
+                if index < first:
+                    continue
+                sampler.add(payload, split, labels)
+                if sampler.full() or sampler.spent():
+                    return
+    except (OSError, ValueError) as error:  # a corrupt shard: `verify` is the tool for that
+        _LOG.warning("report: stopped reading %s for thumbnails: %s", path, error)

@@ -17,6 +17,8 @@ like the plain loop they are compared with):
 * a plain single-process loop over the images (read, parse the header, encode, frame, write);
 * Dask: ours with `--runner dask` on a LocalCluster of 1 and of 2 worker processes started
   here, on the 8 files and on the one file;
+* a manifest planned as data: the launcher's peak RSS and time planning (`--dry-run`) an
+  image manifest of `--manifest-rows` rows and of a tenth of them (the rows name the JPEGs);
 * memory: ours on the 8 files at `--rows` and at `--memory-rows` rows: peak RSS ratio;
 * the local runner's two modes on the `--memory-rows` input: the default (one process
   converting on forked children) against Beam's worker processes.
@@ -121,6 +123,27 @@ def _dask(name: str, workers: int, command: list[str], rows: int, work: str, res
     results[f"{name}/{workers}"].pop("cores_busy")
 
 
+def _plan_manifest(name: str, rows: int, image_files: Sequence[str], work: str, results: dict) -> None:
+    """Plans (--dry-run) a manifest of `rows` rows naming `image_files` in turn."""
+    manifest = os.path.join(work, f"{name.replace('/', '_')}.csv")
+    with open(manifest, "w", encoding="utf-8") as out:
+        out.write("image,label\n")
+        for start in range(0, rows, 100_000):
+            out.write("".join(f"{image_files[i % len(image_files)]},{i % 7}\n"
+                              for i in range(start, min(rows, start + 100_000))))
+    command = [sys.executable, "-m", "pipeline", "convert", "--input", manifest, "--format",
+               "image-manifest", "--image-column", "image", "--label-column", "label",
+               "--dry-run", "--output", os.path.join(work, "out", "manifest_plan")]
+    log = os.path.join(work, "logs", name.replace("/", "_"))
+    measured = measure(command, log)
+    planned = Path(log).read_text(encoding="utf-8", errors="replace")
+    results[name] = {"seconds": measured.wall_seconds, "rows": rows, "peak_rss": measured.peak_rss,
+                     "rows_per_second": rows / measured.wall_seconds,
+                     "ok": measured.returncode == 0 and f'"images_planned": {rows}' in planned}
+    os.remove(manifest)
+    print(f"  {name}: {measured.wall_seconds:.1f} s, {measured.peak_rss / 2**20:.0f} MiB", flush=True)
+
+
 def _targets(results: dict) -> list[dict[str, Any]]:
     rows = []
     for label, mine, theirs, goal in TARGETS:
@@ -143,6 +166,11 @@ def _markdown(report: dict) -> str:
     for t in report["targets"]:
         met = "yes" if t["met"] else "**no**"
         lines.append(f"| {t['target']} | {t['value']:.2f} | {t['goal']} | {met} |")
+    plans = [report["results"].get(f"manifest_plan/{size}") for size in ("small", "large")]
+    if all(plans):
+        lines += ["", f"Launcher planning an image manifest of {plans[1]['rows']:,} rows: peak RSS "
+                      f"{plans[1]['peak_rss'] / 2**20:,.0f} MiB ({plans[0]['peak_rss'] / 2**20:,.0f} MiB "
+                      f"at {plans[0]['rows']:,} rows), {plans[1]['seconds']:.1f} s"]
     memory = report.get("memory")
     if memory:
         lines += ["", f"Peak RSS at {memory['large_rows']:,} rows / at {memory['small_rows']:,} rows: "
@@ -157,6 +185,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--images", type=int, default=20_000)
     parser.add_argument("--baseline-rows", type=int, default=1_000_000)
     parser.add_argument("--memory-rows", type=int, default=50_000_000)
+    parser.add_argument("--manifest-rows", type=int, default=2_000_000)
     parser.add_argument("--skip", default="", help="comma-separated: wide,images,baselines,dask,memory")
     parser.add_argument("--work-dir")
     parser.add_argument("--out", default=str(REPO / "benchmarks" / "results" / "scale.json"))
@@ -199,6 +228,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             _baseline("images/plain_loop".replace("/", "_"), {"kind": "plain_loop", "root": images.root},
                       images.count, work, results)
             results["images/plain_loop"] = results.pop("images_plain_loop")
+            files = sorted(str(p) for p in Path(images.root).rglob("*.jpg"))
+            _plan_manifest("manifest_plan/small", args.manifest_rows // 10, files, work, results)
+            _plan_manifest("manifest_plan/large", args.manifest_rows, files, work, results)
         if "dask" not in skip:
             for workers in (1, 2):
                 _dask("dask_8", workers, _ours(tutorial.pattern, "csv", tutorial.spec_path),

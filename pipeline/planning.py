@@ -210,7 +210,7 @@ def _plan_images(conv: ConvertOptions, input_path: str, output: str) -> Conversi
     return ConversionPlan(
         converter_label="ConvertImages",
         work_units=plan.work_units,
-        converter=ConvertImages(config),
+        converter=ConvertImages(config, plan.source),
         splits=plan.splits or (DEFAULT_SPLIT,),
         extra_files=extra_files,
         manifest_metadata={
@@ -221,6 +221,7 @@ def _plan_images(conv: ConvertOptions, input_path: str, output: str) -> Conversi
         summary={
             "images_planned": plan.input_count,
             "work_units": len(plan.work_units),
+            **({"planning": plan.planning} if plan.planning else {}),
             "labels": list(plan.labels),
             "splits": list(plan.splits),
             "allowed_roots": list(plan.allowed_roots),

@@ -120,6 +120,23 @@ def test_dask_images_match_the_local_runner(tmp_path):
     assert local and local == _records_by_split(str(tmp_path / "dask"))
 
 
+def test_dask_manifest_planned_as_data_matches_the_local_runner(tmp_path):
+    """A manifest's byte ranges spread over the Dask workers give the local run's records."""
+    sample = os.path.join(os.path.dirname(__file__), "..", "..", "pipeline", "sample_data", "images")
+    shutil.copytree(sample, tmp_path / "images")
+    files = sorted(f"images/{label}/{name}" for label in os.listdir(tmp_path / "images")
+                   for name in os.listdir(tmp_path / "images" / label))
+    rows = [f"{files[i % len(files)]},{files[i % len(files)].split('/')[1]},{i}" for i in range(600)]
+    (tmp_path / "m.csv").write_text("image,label,n\n" + "\n".join(rows) + "\n")
+    args = ["convert", "--input", str(tmp_path / "m.csv"), "--format", "image-manifest",
+            "--image-column", "image", "--label-column", "label", "--num-shards", "1"]
+    assert run([*args, "--output", str(tmp_path / "local"), *in_memory_args()]) == 0
+    assert run([*args, "--output", str(tmp_path / "dask"), "--runner", "dask", "--quiet"]) == 0
+    local = _records_by_split(str(tmp_path / "local"))
+    assert local and sum(map(len, local.values())) == 600
+    assert local == _records_by_split(str(tmp_path / "dask"))
+
+
 def test_portable_runner_with_local_job_service_and_loopback(reference, tmp_path):
     root, _, expected = reference
     port = free_port()

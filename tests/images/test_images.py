@@ -50,7 +50,7 @@ def write(path, data: bytes) -> str:
 
 def convert(plan, config: ImageConfig | None = None):
     """Runs ConvertImages.process over every work unit: (batches, records, dead letters)."""
-    fn = ConvertImages(config or ImageConfig())
+    fn = ConvertImages(config or ImageConfig(), plan.source)
     fn.setup()
     batches = [batch for unit in plan.work_units for batch in fn.process(unit)]
     records = {}
@@ -60,6 +60,13 @@ def convert(plan, config: ImageConfig | None = None):
             records[features["image/filename"][0].decode()] = features
     dead = [json.loads(doc) for batch in batches for doc in batch.dead_letters]
     return batches, records, dead
+
+
+def planned_items(plan) -> list[dict]:
+    """Every planned item of `plan`, in plan order (read as the workers read them)."""
+    return [item for unit in plan.work_units
+            for item in (unit.extra["items"] if "items" in (unit.extra or {})
+                         else plan.source.items(unit))]
 
 
 def rendering(**options) -> ImageConfig:
@@ -671,8 +678,8 @@ def test_manifest_spec_splits_are_stable(tmp_path):
                       "splits: {train: 50, test: 50}\nsplit_key: [photographer]\n")
     plan = plan_image_manifest(str(base / "m.csv"), "image", spec=spec)
     again = plan_image_manifest(str(base / "m.csv"), "image", spec=spec)
-    splits = [item["split"] for u in plan.work_units for item in u.extra["items"]]
-    assert splits == [item["split"] for u in again.work_units for item in u.extra["items"]]
+    splits = [item["split"] for item in planned_items(plan)]
+    assert splits == [item["split"] for item in planned_items(again)]
     assert set(splits) == {"train", "test"} and plan.splits == ("train", "test")
 
 

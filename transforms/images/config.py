@@ -32,6 +32,8 @@ __all__ = [
     "VALIDATE_MODES",
     "ImageConfig",
     "ImagePlan",
+    "SPLIT_DIRECTORIES",
+    "planned_item",
 ]
 
 #: The choices of `ImageConfig.validate`, the default first.
@@ -66,6 +68,10 @@ REASONS = {
     "invalid_json": "a JSONL manifest line that is not a JSON object",
     "invalid_encoding": "a manifest row with bytes invalid in its encoding",
 }
+
+#: Top-level folder names that make ROOT/<split>/<label>/<file> trees, and the split names a
+#: manifest's split column may use when the spec declares none.
+SPLIT_DIRECTORIES = ("train", "validation", "test")
 
 #: The image features every record carries (the class features only with labels).
 IMAGE_FEATURES = {
@@ -186,12 +192,29 @@ class ImageConfig:
             object.__setattr__(self, "allowed_roots", tuple(normalize_root(r) for r in roots))
 
 
+def planned_item(uri: str, split: str, *, filename: str, label: int | None = None,
+                 text: str | None = None, size: int | None = None, row: int | None = None,
+                 features: Mapping[str, tuple[str, list]] | None = None,
+                 reject: tuple[str, str, str | None] | None = None, raw: str | None = None) -> dict:
+    """One planned input, as the converter takes it: the image at `uri` for `split`, or,
+    with `reject` = (reason, message, column), an entry already known to be a dead letter.
+    `label`/`text`: the label's index and name; `row`/`raw`: the manifest row it came from;
+    `features`: the converted extra columns; `size`: the file size when listed."""
+    return {"uri": uri, "split": split, "filename": filename, "label": label, "text": text,
+            "size": size, "row": row, "features": dict(features or {}), "reject": reject,
+            "raw": raw}
+
+
 @dataclasses.dataclass(frozen=True)
 class ImagePlan:
     """The result of planning, for the launcher.
 
     Attributes:
-      work_units: feed to `beam.Create`; each holds its images in `extra["items"]`.
+      work_units: feed to `beam.Create`; each holds its images in `extra["items"]` (planned
+        on the launcher), or names a part of the input that `source` reads in the worker.
+      source: what turns a work unit without items into items, in the worker (it has an
+        `items(unit)` method; `ConvertImages` takes it); None when every unit has items.
+      planning: how the input was planned, for the plan summary.
       labels: the label map; a label's index is its position.
       splits: split names the work units use, in a stable order.
       allowed_roots: the roots every image URI is confined to.
@@ -207,6 +230,8 @@ class ImagePlan:
     input_count: int
     extra_features: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     extra_spec: ConversionSpec | None = None
+    source: Any = None
+    planning: str = ""
 
     @property
     def labels_txt(self) -> bytes:

@@ -114,13 +114,16 @@ class ConvertImages(beam.DoFn):
     every image that cannot be stored becomes one dead letter with its reason code.
     """
 
-    def __init__(self, config: ImageConfig | None = None):
+    def __init__(self, config: ImageConfig | None = None, source: Any = None):
+        """`source`: what reads the items of work units planned as data (the plan's
+        `ImagePlan.source`, e.g. `transforms.images.manifest_rows.ManifestRows`)."""
         super().__init__()
         self._config = config or ImageConfig()
+        self._source = source
 
     def __getstate__(self):
         # Runtime caches (filesystem clients, counters) are rebuilt on the worker.
-        return {"_config": self._config}
+        return {"_config": self._config, "_source": self._source}
 
     def __setstate__(self, state):
         self.__dict__.update(state)
@@ -146,15 +149,20 @@ class ConvertImages(beam.DoFn):
         if not hasattr(self, "_written"):
             self.setup()
         extra = unit.extra or {}
-        roots = tuple(extra.get("allowed_roots") or ())
-        items = extra.get("items", ())
+        if "items" in extra:
+            items, roots = extra["items"], tuple(extra.get("allowed_roots") or ())
+        elif self._source is not None:  # planned as data: the items are read here
+            items, roots = self._source.items(unit), tuple(self._source.roots)
+        else:
+            raise ValueError(f"work unit {unit.index} of {unit.path} has no items and "
+                             f"ConvertImages was given no source to read them")
         chunk = _Chunk()
         chunk_index = 0
         # Images are read, checked and framed on `threads` threads (file reads, hashing,
         # CRCs and Pillow release the GIL); results arrive in item order.
         outcomes = ordered_map(functools.partial(self._outcome, roots=roots), items,
                                self._config.threads or default_threads())
-        for item, outcome in zip(items, outcomes, strict=True):
+        for item, outcome in outcomes:
             split = item["split"]
             chunk.count(split)
             if isinstance(outcome, _Converted):
@@ -178,13 +186,14 @@ class ConvertImages(beam.DoFn):
                 chunk, chunk_index = _Chunk(), chunk_index + 1
         yield from chunk.batches(unit.index, chunk_index)
 
-    def _outcome(self, item: Mapping[str, Any], roots: tuple[str, ...]) -> _Converted | DeadLetterError:
-        """The framed record of one image, or why it was refused (runs on a pool thread:
-        Beam metrics are counted by the caller)."""
+    def _outcome(self, item: Mapping[str, Any], roots: tuple[str, ...]
+                 ) -> tuple[Mapping[str, Any], _Converted | DeadLetterError]:
+        """The item with its framed record, or with why it was refused (runs on a pool
+        thread: Beam metrics are counted by the caller)."""
         try:
-            return self._convert(item, roots)
+            return item, self._convert(item, roots)
         except DeadLetterError as reject:
-            return reject
+            return item, reject
 
     def _convert(self, item: Mapping[str, Any], roots: tuple[str, ...]) -> _Converted:
         if item.get("reject"):

@@ -15,7 +15,6 @@ from apache_beam.io.filesystems import FileSystems
 
 from pipeline.graph import ConversionPlan
 from pipeline.options import IMAGE_FORMATS, TABULAR_FORMATS, ConvertOptions, output_options
-from transforms import fs
 from transforms.format.manifest_format import FEATURE_SPEC_NAME
 from transforms.ordered_pool import default_threads
 from transforms.records import DEFAULT_SPLIT
@@ -46,11 +45,8 @@ def _input_listing(input_path: str, fmt: str) -> list[list]:
     then makes the next run's listing differ from the fingerprint, so that run converts
     again (or asks for --overwrite) instead of skipping a file this run never planned.
     """
-    pattern = input_path
-    if fmt == "image-folder":
-        pattern = fs.join_path(input_path.rstrip("/"), "**")
     listing = []
-    for result in FileSystems.match([pattern]):
+    for result in FileSystems.match([input_path]):
         for metadata in result.metadata_list:
             listing.append([metadata.path, metadata.size_in_bytes,
                             getattr(metadata, "last_updated_in_seconds", None)])
@@ -184,12 +180,14 @@ def _plan_images(conv: ConvertOptions, input_path: str, output: str) -> Conversi
     from transforms.images.plan import plan_image_folder, plan_image_manifest
 
     config = _image_config(conv)
-    listing = _input_listing(input_path, conv.format)
     if conv.format == "image-folder":
         plan = plan_image_folder(input_path, allowed_roots=_allowed_roots(conv),
                                  labels=conv.labels_file)
+        # The walk that planned the tree digested its listing: no second listing is held.
+        listing: list = [["listing-sha256", plan.listing_digest]]
         spec_text = ""
     else:
+        listing = _input_listing(input_path, conv.format)
         if not conv.image_column:
             raise ValueError("--format image-manifest needs --image-column")
         if conv.labels_file and not conv.label_column:

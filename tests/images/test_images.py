@@ -422,10 +422,11 @@ def test_decompression_bombs(tmp_path):
 
 def test_pillow_decompression_bomb_error_is_a_dead_letter(tmp_path, monkeypatch):
     write(tmp_path / "r" / "a" / "photo.tif", samples.build("tiff_rgb"))
-    fn = ConvertImages(ImageConfig())
+    plan = plan_image_folder(str(tmp_path / "r"))
+    fn = ConvertImages(ImageConfig(), plan.source)
     fn.setup()
     monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 1000)  # Pillow's own guard trips first
-    (batch,) = fn.process(plan_image_folder(str(tmp_path / "r")).work_units[0])
+    (batch,) = fn.process(plan.work_units[0])
     assert [json.loads(doc)["reason"] for doc in batch.dead_letters] == ["decompression_bomb"]
 
 
@@ -505,9 +506,10 @@ def test_labels_come_only_from_folders_with_images_and_work_units_group_images(t
     write(root / "docs" / "readme.md", b"# not a label")
     plan = plan_image_folder(str(root), images_per_unit=64)
     assert plan.labels == ("cat", "dog")
-    assert [len(unit.extra["items"]) for unit in plan.work_units] == [64, 64, 23]
-    assert [unit.index for unit in plan.work_units] == [0, 1, 2]
-    assert plan.work_units[0].paths[0] == str(root / "cat" / "001.jpg")
+    # Slices of each folder's listing (cat, docs, dog), never across folders.
+    assert [len(list(plan.source.items(unit))) for unit in plan.work_units] == [64, 11, 1, 64, 11]
+    assert [unit.index for unit in plan.work_units] == [0, 1, 2, 3, 4]
+    assert next(plan.source.items(plan.work_units[0]))["uri"] == str(root / "cat" / "001.jpg")
     assert plan.labels_txt == b"cat\ndog\n"
     assert plan.extra_files()["labels.txt"] == b"cat\ndog\n"
 
@@ -523,7 +525,7 @@ def test_missing_root_is_an_error(tmp_path):
 def test_work_units_and_converter_pickle(tmp_path):
     write(tmp_path / "r" / "a" / "x.jpg", samples.build("jpeg_rgb"))
     plan = plan_image_folder(str(tmp_path / "r"))
-    fn = pickle.loads(pickle.dumps(ConvertImages(rendering(resize=(8, 8)))))
+    fn = pickle.loads(pickle.dumps(ConvertImages(rendering(resize=(8, 8)), plan.source)))
     unit = pickle.loads(pickle.dumps(plan.work_units[0]))
     (batch,) = fn.process(unit)
     assert len(batch.records) == 1
@@ -544,7 +546,7 @@ def test_sample_data_converts_in_a_beam_pipeline(tf):
 
     with beam.Pipeline(runner=FnApiRunner()) as pipeline:  # no Prism download attempt
         batches = (pipeline | beam.Create(list(plan.work_units))
-                   | beam.ParDo(ConvertImages(ImageConfig())))
+                   | beam.ParDo(ConvertImages(ImageConfig(), plan.source)))
         assert_that(batches, check)
 
 

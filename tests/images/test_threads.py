@@ -26,7 +26,7 @@ def test_threaded_image_conversion_gives_the_same_batches(tmp_path):
     plan = plan_image_folder(str(tmp_path), images_per_unit=10)
 
     def run(threads):
-        fn = ConvertImages(ImageConfig(threads=threads))
+        fn = ConvertImages(ImageConfig(threads=threads), plan.source)
         fn.setup()
         return [b for unit in plan.work_units for b in fn.process(unit)]
 

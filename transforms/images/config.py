@@ -215,6 +215,8 @@ class ImagePlan:
       source: what turns a work unit without items into items, in the worker (it has an
         `items(unit)` method; `ConvertImages` takes it); None when every unit has items.
       planning: how the input was planned, for the plan summary.
+      listing_digest: a folder tree's listing (paths, sizes, mtimes) as a SHA-256, for the
+        run fingerprint; empty for a manifest.
       labels: the label map; a label's index is its position.
       splits: split names the work units use, in a stable order.
       allowed_roots: the roots every image URI is confined to.
@@ -232,6 +234,7 @@ class ImagePlan:
     extra_spec: ConversionSpec | None = None
     source: Any = None
     planning: str = ""
+    listing_digest: str = ""
 
     @property
     def labels_txt(self) -> bytes:

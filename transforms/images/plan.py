@@ -1,9 +1,10 @@
 """Planning image conversions on the launcher: class-folder trees (`plan_image_folder`) and
 CSV/TSV/JSONL manifests (`plan_image_manifest`) become an `ImagePlan` of `WorkUnit`s.
 
-A manifest is planned as data: its work units are byte ranges that the workers read
-(`transforms.images.manifest_rows`), so neither the launcher nor the job graph holds its
-rows. A folder tree's listing is planned as units of ~64 images each.
+Both are planned as data: a manifest's work units are byte ranges that the workers read
+(`transforms.images.manifest_rows`), a tree's are slices of its folders' listings that the
+workers list again (`transforms.images.folder_slices`), so neither the launcher nor the job
+graph holds a row per image.
 
 Planning never reads an image. Inputs already known to be bad (hidden files, non-image
 extensions, unknown labels, paths outside the allowed roots, manifest rows that do not
@@ -21,7 +22,8 @@ from collections.abc import Iterable, Sequence
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
-from transforms.images.config import IMAGE_FEATURES, SPLIT_DIRECTORIES, ImagePlan, planned_item
+from transforms.images.config import IMAGE_FEATURES, SPLIT_DIRECTORIES, ImagePlan
+from transforms.images.folder_slices import IMAGE_EXTENSIONS, FolderSlices, survey_folder
 from transforms.images.manifest_rows import ManifestRows
 from transforms.images.paths import default_allowed_roots, normalize_root, normalize_uri
 from transforms.input_formats import TABULAR_EXTENSIONS
@@ -41,13 +43,13 @@ __all__ = [
     "plan_image_manifest",
 ]
 
-#: File extensions (lower case) taken as images in a class-folder tree.
-IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".gif", ".bmp", ".webp", ".tif", ".tiff")
 DEFAULT_IMAGES_PER_UNIT = 64
 #: The tabular formats a manifest may have.
 MANIFEST_FORMATS = ("csv", "tsv", "jsonl")
 # Compression suffixes a manifest name may end with (Beam decompresses them when reading).
 _COMPRESSION_SUFFIXES = (".gz", ".bz2", ".zst", ".deflate")
+# A folder tree becomes about this many slices (at least one per folder).
+_FOLDER_SLICES = 256
 # A manifest becomes up to this many byte ranges (the plan's size stays flat) ...
 _MANIFEST_RANGES = 256
 # ... of at least this many bytes.
@@ -87,6 +89,11 @@ def plan_image_folder(
     """Plans ROOT/<label>/**/<file>, or ROOT/<split>/<label>/**/<file> when a top-level
     folder is named train, validation or test.
 
+    The tree is planned as data: the launcher walks it once, one folder at a time, and its
+    work units are slices of a folder's sorted listing, listed again in the workers
+    (`transforms.images.folder_slices`): whole multiples of `images_per_unit` files, about
+    `_FOLDER_SLICES` of them (at least one per folder).
+
     Labels are the sorted names of the label folders holding at least one image; a
     label's index is its position. `labels` (a list, or the path of a labels.txt) fixes
     the map instead, so indices stay the same when a class has no images in a run; images
@@ -99,81 +106,24 @@ def plan_image_folder(
       FileNotFoundError: ROOT holds no file.
       ValueError: ROOT mixes split folders with other folders.
     """
+    if images_per_unit < 1:
+        raise ValueError(f"images_per_unit must be positive, got {images_per_unit}")
     root_uri = normalize_uri(root).rstrip("/\\") if "://" not in root else root.rstrip("/")
     roots = tuple(normalize_root(r) for r in (allowed_roots or (root_uri,)))
-    separator = "/" if "://" in root_uri else os.sep
-    prefix = root_uri + separator
-    files = sorted(_list_files(root_uri, prefix))
-    if not files:
-        raise FileNotFoundError(f"no files under {root}")
-    relative = [(path, size, path[len(prefix):].split(separator)) for path, size in files]
-    top = {parts[0] for _, _, parts in relative if len(parts) > 1 and not parts[0].startswith(".")}
-    split_mode = bool(top & set(SPLIT_DIRECTORIES))
-    if split_mode and top - set(SPLIT_DIRECTORIES):
-        raise ValueError(
-            f"{root} mixes split folders ({', '.join(sorted(top & set(SPLIT_DIRECTORIES)))}) with "
-            f"other folders ({', '.join(sorted(top - set(SPLIT_DIRECTORIES)))}) at its top level"
-        )
-    given = _read_labels(labels) if labels is not None else None
-    entries = []
-    for path, size, parts in relative:
-        split = DEFAULT_SPLIT
-        rest = parts
-        if split_mode and len(parts) > 1 and parts[0] in SPLIT_DIRECTORIES:
-            split, rest = parts[0], parts[1:]
-        label = rest[0] if len(rest) > 1 else None
-        if any(part.startswith(".") for part in parts):
-            reject = ("hidden_file", "hidden file or folder", None)
-        elif label is None:
-            reject = ("no_label", "file is not inside a label folder", None)
-        elif os.path.splitext(parts[-1])[1].lower() not in IMAGE_EXTENSIONS:
-            reject = ("not_an_image_extension",
-                      f"extension {os.path.splitext(parts[-1])[1] or '(none)'!r} is not one of "
-                      f"{', '.join(IMAGE_EXTENSIONS)}", None)
-        elif given is not None and label not in given:
-            reject = ("unknown_label", f"label folder {label!r} is not in the label list", None)
-        else:
-            reject = None
-        entries.append((path, size, split, label, "/".join(parts), reject))
-    labels = given if given is not None else tuple(
-        sorted({label for *_, label, _, reject in entries if reject is None}))
-    index = {label: i for i, label in enumerate(labels)}
-    items = [
-        planned_item(path, split, filename=filename, label=index.get(label), text=label, size=size,
-              reject=reject)
-        for path, size, split, label, filename, reject in entries
-    ]
+    survey = survey_folder(root_uri, images_per_unit)
+    label_map = _read_labels(labels) if labels is not None else survey.label_folders
+    units = survey.slices(images_per_unit, _FOLDER_SLICES)
     return ImagePlan(
-        work_units=_units(root_uri, items, roots, images_per_unit),
-        labels=labels,
-        splits=_split_order(item["split"] for item in items),
+        work_units=units,
+        labels=label_map,
+        splits=_split_order(survey.splits),
         allowed_roots=roots,
-        input_count=len(items),
+        input_count=survey.files,
+        source=FolderSlices(root_uri, roots, survey.split_mode, label_map),
+        planning=(f"planned as data: {len(units)} slices of the folder listings, listed again "
+                  f"in the workers"),
+        listing_digest=survey.listing_digest,
     )
-
-
-def _list_files(root_uri: str, prefix: str) -> list[tuple[str, int | None]]:
-    """(path, size or None) of every file under a root.
-
-    Remote roots are listed by Beam's FileSystems. Local roots are walked here with the
-    same rules as Beam's local listing (symlinked folders are not followed) except that
-    dangling symlinks are kept (size None, reported as `missing_file` when read) instead
-    of silently dropped.
-    """
-    if "://" in root_uri:
-        matched = FileSystems.match([prefix + "**"])[0].metadata_list
-        return [(m.path, m.size_in_bytes) for m in matched if not m.path.endswith("/")]
-    if not os.path.isdir(root_uri):
-        raise FileNotFoundError(f"{root_uri} is not a folder")
-    found = []
-    for folder, _, names in os.walk(root_uri):
-        for name in names:
-            path = os.path.join(folder, name)
-            try:
-                found.append((path, os.path.getsize(path)))
-            except OSError:
-                found.append((path, None))
-    return found
 
 
 def _read_labels(labels: Sequence[str] | str) -> tuple[str, ...]:

@@ -1,11 +1,13 @@
-"""Image manifests planned as data: byte ranges of the manifest read in the workers give
-exactly the records and dead letters of the manifest read whole on the launcher, the plan
-stays small however many rows, and the dry run still counts every row."""
+"""Image inputs planned as data. Manifests: byte ranges of the manifest read in the workers
+give exactly the records and dead letters of the manifest read whole on the launcher, the
+plan stays small however many rows, and the dry run still counts every row. Folder trees:
+slices of the folders' listings read every file once, whatever the slice size."""
 
 from __future__ import annotations
 
 import gzip
 import json
+import os
 import pickle
 import random
 
@@ -13,9 +15,9 @@ import pytest
 
 from pipeline.cli import run
 from tests.images import image_samples as samples
-from tests.images.test_images import convert, write
+from tests.images.test_images import convert, planned_items, write
 from transforms.images import plan as plan_module
-from transforms.images.plan import plan_image_manifest
+from transforms.images.plan import plan_image_folder, plan_image_manifest
 from transforms.tabular.spec import parse_spec
 
 SPEC = parse_spec("""
@@ -82,7 +84,7 @@ def _outcome(plan):
     for batch in sorted(batches, key=lambda b: b.key):
         records.setdefault(batch.split, []).extend(batch.records)
     splits = sorted((batch.split, batch.input_count) for batch in batches)
-    return records, sorted(dead, key=lambda doc: doc["row"]), splits
+    return records, sorted(dead, key=lambda doc: (doc.get("row") or 0, doc["source"])), splits
 
 
 @pytest.mark.parametrize("fmt, build", [("csv", _csv_manifest), ("jsonl", _jsonl_manifest)])
@@ -145,3 +147,65 @@ def test_dry_run_counts_the_rows_of_a_manifest_planned_as_data(tmp_path, capsys)
     assert code == 0
     assert "images_planned: 5001" in out or '"images_planned": 5001' in out
     assert "planned as data" in out
+
+
+# --------------------------------------------------------------------------- folder trees
+
+
+def _tree(root, seed: int) -> list[str]:
+    """A split tree with nested folders, hidden files, non-images and files in the wrong
+    place; returns every file's relative path."""
+    rng = random.Random(seed)
+    data = {".jpg": samples.build("jpeg_rgb"), ".png": samples.build("png_gray"), ".txt": b"text"}
+    paths = []
+    for i in range(rng.randint(150, 250)):
+        split = rng.choice(["train", "test"])
+        folder = rng.choice(["cat", "dog", "cat/nested", ".hidden", ""])
+        name = rng.choice(["", "."]) + f"{i:04d}" + rng.choice([".jpg", ".png", ".txt"])
+        relative = "/".join(part for part in (split, folder, name) if part)
+        write(root / relative, data[os.path.splitext(name)[1]])
+        paths.append(relative)
+    return paths
+
+
+@pytest.mark.parametrize("seed", [4, 5])
+def test_folder_slices_read_every_file_once(tmp_path, seed):
+    root = tmp_path / "tree"
+    paths = _tree(root, seed)
+    one_slice = plan_image_folder(str(root), images_per_unit=10_000)
+    sliced = plan_image_folder(str(root), images_per_unit=random.Random(seed).randint(1, 7))
+    assert len(sliced.work_units) > 2 * len(one_slice.work_units)
+    assert sliced.input_count == one_slice.input_count == len(paths)
+    assert (sliced.labels, sliced.splits) == (one_slice.labels, one_slice.splits) == (
+        ("cat", "dog"), ("train", "test"))
+    expected = _outcome(one_slice)
+    records, dead, splits = _outcome(sliced)
+    assert records == expected[0] and sum(map(len, records.values())) > 0
+    assert sorted(doc["source"] for doc in dead) == sorted(doc["source"] for doc in expected[1])
+    assert sum(count for _, count in splits) == len(paths)
+    filenames = [item["filename"] for item in planned_items(sliced)]
+    assert sorted(filenames) == sorted(paths)  # every file in exactly one slice
+
+
+def test_a_file_added_after_planning_is_read_once(tmp_path):
+    root = tmp_path / "tree"
+    for i in range(0, 40, 2):
+        write(root / "cat" / f"{i:03d}.jpg", samples.build("jpeg_rgb"))
+    plan = plan_image_folder(str(root), images_per_unit=4)
+    for i in (1, 17, 99):  # before the first cut, between cuts, after the last
+        write(root / "cat" / f"{i:03d}.jpg", samples.build("jpeg_rgb"))
+    filenames = [item["filename"] for item in planned_items(plan)]
+    assert len(filenames) == len(set(filenames)) == 23
+    assert {"cat/001.jpg", "cat/017.jpg", "cat/099.jpg"} <= set(filenames)
+
+
+def test_a_large_tree_becomes_a_bounded_number_of_slices(tmp_path):
+    root = tmp_path / "tree"
+    for folder in ("a", "b", "c"):
+        (root / folder).mkdir(parents=True)
+        for i in range(1500):
+            (root / folder / f"{i:05d}.jpg").write_bytes(b"x")
+    plan = plan_image_folder(str(root), images_per_unit=4)
+    assert plan.input_count == 4500
+    assert 200 <= len(plan.work_units) <= plan_module._FOLDER_SLICES + 3
+    assert "planned as data" in plan.planning

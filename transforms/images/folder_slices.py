@@ -1,0 +1,222 @@
+"""What a class-folder tree becomes: `FolderSlices`, one definition used twice.
+
+* On the launcher, `survey_folder` walks the tree once, one folder at a time, keeping per
+  folder only its file count, whether it holds an image, and every `step`-th file name (the
+  candidate cuts). A work unit names one folder and a range of file names in it, a slice of
+  its sorted listing: [first, stop), either end open. The plan therefore does not grow with
+  the number of images (about `max_slices` units, plus one per folder), and the launcher
+  holds no listing.
+* In the workers, `FolderSlices.items(unit)` lists that folder again, keeps the names in
+  the unit's range and applies the tree's rules (`entry_rules`) to each file. A file that
+  appears between planning and reading falls in exactly one slice (the ranges cover every
+  name); one that disappears is a `missing_file` dead letter or simply not read.
+
+The rules: ROOT/<label>/**/<file>, or ROOT/<split>/<label>/**/<file> when a top-level folder
+is named train, validation or test; hidden files and folders, files without an image
+extension and files directly in ROOT (or in a split folder) are dead letters. Local trees
+are walked with `os.walk` (symlinked folders are not followed, dangling symlinks are kept
+and reported `missing_file` when read); other filesystems are listed by Beam's FileSystems,
+which returns the whole listing at once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import os
+from collections.abc import Iterator, Sequence
+
+from apache_beam.io.filesystems import FileSystems
+
+from transforms.images.config import SPLIT_DIRECTORIES, planned_item
+from transforms.records import DEFAULT_SPLIT, WorkUnit
+
+__all__ = ["IMAGE_EXTENSIONS", "FolderSlices", "FolderSurvey", "entry_rules", "survey_folder"]
+
+#: File extensions (lower case) taken as images in a class-folder tree.
+IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".gif", ".bmp", ".webp", ".tif", ".tiff")
+
+
+def _separator(root: str) -> str:
+    return "/" if "://" in root else os.sep
+
+
+def entry_rules(parts: Sequence[str], split_mode: bool, labels: dict[str, int] | None
+                ) -> tuple[str, str | None, tuple[str, str, None] | None]:
+    """(split, label folder, reject) of the file at ROOT/<parts...>.
+
+    `labels`: the label map; None while it is being found (no `unknown_label` then).
+    """
+    split, rest = DEFAULT_SPLIT, list(parts)
+    if split_mode and len(parts) > 1 and parts[0] in SPLIT_DIRECTORIES:
+        split, rest = parts[0], rest[1:]
+    label = rest[0] if len(rest) > 1 else None
+    extension = os.path.splitext(parts[-1])[1]
+    if any(part.startswith(".") for part in parts):
+        reject = ("hidden_file", "hidden file or folder", None)
+    elif label is None:
+        reject = ("no_label", "file is not inside a label folder", None)
+    elif extension.lower() not in IMAGE_EXTENSIONS:
+        reject = ("not_an_image_extension", f"extension {extension or '(none)'!r} is not one of "
+                  f"{', '.join(IMAGE_EXTENSIONS)}", None)
+    elif labels is not None and label not in labels:
+        reject = ("unknown_label", f"label folder {label!r} is not in the label list", None)
+    else:
+        reject = None
+    return split, label, reject
+
+
+def _list_folder(folder: str) -> list[tuple[str, int | None, float | None]]:
+    """(name, size or None, mtime or None) of the files directly in `folder`, sorted."""
+    if "://" in folder:
+        matched = FileSystems.match([folder.rstrip("/") + "/*"])[0].metadata_list
+        return sorted((m.path.rsplit("/", 1)[1], m.size_in_bytes,
+                       getattr(m, "last_updated_in_seconds", None))
+                      for m in matched if not m.path.endswith("/"))
+    found = []
+    for name in os.listdir(folder):
+        path = os.path.join(folder, name)
+        if os.path.isdir(path):  # as os.walk: a symlink to a folder is a folder (not followed)
+            continue
+        try:
+            status = os.stat(path)
+            found.append((name, status.st_size, status.st_mtime))
+        except OSError:
+            found.append((name, None, None))  # a dangling symlink: missing_file when read
+    return sorted(found)
+
+
+def _walk(root: str) -> Iterator[tuple[str, list[tuple[str, int | None, float | None]]]]:
+    """(folder, its files) of every folder under `root` holding files, folders in sorted order."""
+    if "://" in root:
+        matched = FileSystems.match([root.rstrip("/") + "/**"])[0].metadata_list
+        folders: dict[str, list] = {}
+        for m in matched:
+            if not m.path.endswith("/"):
+                folder, name = m.path.rsplit("/", 1)
+                folders.setdefault(folder, []).append(
+                    (name, m.size_in_bytes, getattr(m, "last_updated_in_seconds", None)))
+        for folder in sorted(folders):
+            yield folder, sorted(folders[folder])
+        return
+    if not os.path.isdir(root):
+        raise FileNotFoundError(f"{root} is not a folder")
+    for folder, subfolders, _ in os.walk(root):
+        subfolders.sort()
+        files = _list_folder(folder)
+        if files:
+            yield folder, files
+
+
+@dataclasses.dataclass(frozen=True)
+class _Folder:
+    path: str
+    parts: tuple[str, ...]  # relative to the root
+    files: int
+    has_image: bool  # a visible file with an image extension
+    cuts: tuple[str, ...]  # every `step`-th name, from the first
+
+
+@dataclasses.dataclass(frozen=True)
+class FolderSurvey:
+    """What the launcher learns from walking a tree once (module docstring).
+
+    Attributes:
+      files: every file under the root (each becomes a record or a dead letter).
+      split_mode: the tree has split folders (train, validation, test) at its top.
+      label_folders: the label folders holding at least one visible image, sorted.
+      splits: the split of every folder holding files.
+      listing_digest: SHA-256 of every file's relative path, size and mtime, in walk order.
+      folders: per folder with files, its candidate cuts (for `slices`).
+    """
+
+    files: int
+    split_mode: bool
+    label_folders: tuple[str, ...]
+    splits: tuple[str, ...]
+    listing_digest: str
+    folders: tuple[_Folder, ...]
+
+    def slices(self, step: int, max_slices: int) -> tuple[WorkUnit, ...]:
+        """Work units of whole multiples of `step` files, about `max_slices` of them (at
+        least one per folder)."""
+        stride = max(1, -(-self.files // (max_slices * step)))
+        units = []
+        for folder in self.folders:
+            cuts = folder.cuts[::stride]
+            for k, first in enumerate(cuts):
+                units.append(WorkUnit(path=folder.path, index=len(units), extra={
+                    "first": first if k else None,
+                    "stop": cuts[k + 1] if k + 1 < len(cuts) else None,
+                }))
+        return tuple(units)
+
+
+def survey_folder(root: str, step: int) -> FolderSurvey:
+    """Walks the tree at `root` once (module docstring).
+
+    Raises:
+      FileNotFoundError: `root` is not a folder or holds no file.
+      ValueError: `root` mixes split folders with other folders.
+    """
+    separator = _separator(root)
+    prefix = root + separator
+    digest = hashlib.sha256()
+    folders = []
+    for path, files in _walk(root):
+        parts = tuple(path[len(prefix):].split(separator)) if path != root else ()
+        for name, size, mtime in files:
+            digest.update(repr(("/".join([*parts, name]), size, mtime)).encode("utf-8"))
+        names = [name for name, _, _ in files]
+        has_image = any(not name.startswith(".") and os.path.splitext(name)[1].lower()
+                        in IMAGE_EXTENSIONS for name in names)
+        folders.append(_Folder(path, parts, len(names), has_image, tuple(names[::step])))
+    if not folders:
+        raise FileNotFoundError(f"no files under {root}")
+    top = {f.parts[0] for f in folders if f.parts and not f.parts[0].startswith(".")}
+    split_mode = bool(top & set(SPLIT_DIRECTORIES))
+    if split_mode and top - set(SPLIT_DIRECTORIES):
+        raise ValueError(
+            f"{root} mixes split folders ({', '.join(sorted(top & set(SPLIT_DIRECTORIES)))}) with "
+            f"other folders ({', '.join(sorted(top - set(SPLIT_DIRECTORIES)))}) at its top level"
+        )
+    labels, splits = set(), []
+    for folder in folders:
+        split, label, reject = entry_rules([*folder.parts, "image.jpg"], split_mode, None)
+        splits.append(split)
+        if folder.has_image and reject is None:
+            labels.add(label)
+    return FolderSurvey(sum(f.files for f in folders), split_mode, tuple(sorted(labels)),
+                        tuple(dict.fromkeys(splits)), digest.hexdigest(), tuple(folders))
+
+
+@dataclasses.dataclass(frozen=True)
+class FolderSlices:
+    """How the workers read the slices of one tree (module docstring).
+
+    Attributes:
+      root: the tree's root.
+      roots: the allowed roots every image must lie in.
+      split_mode: the tree has split folders at its top.
+      labels: the label map; a label's index is its position.
+    """
+
+    root: str
+    roots: tuple[str, ...]
+    split_mode: bool
+    labels: tuple[str, ...]
+
+    def items(self, unit: WorkUnit) -> Iterator[dict]:
+        """The planned item of every file of the slice `unit`, in name order."""
+        separator = _separator(self.root)
+        extra = unit.extra or {}
+        first, stop = extra.get("first"), extra.get("stop")
+        folder = unit.path
+        parts = (folder[len(self.root) + 1:].split(separator) if folder != self.root else [])
+        index = {label: i for i, label in enumerate(self.labels)}
+        for name, size, _ in _list_folder(folder):
+            if (first is not None and name < first) or (stop is not None and name >= stop):
+                continue
+            split, label, reject = entry_rules([*parts, name], self.split_mode, index)
+            yield planned_item(folder + separator + name, split, filename="/".join([*parts, name]),
+                               label=index.get(label), text=label, size=size, reject=reject)

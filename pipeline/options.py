@@ -243,7 +243,7 @@ class ConvertOptions(PipelineOptions):
               help="chunks (tabular) or images of one work unit converted at once on each "
                    "worker; 0: one per CPU the worker may use; 1 (default): no extra threads")
         _flag(group, "converter-processes", type=_non_negative_int, default=0,
-              help="tabular formats on the local in-process runner: work units converted at "
+              help="on the local in-process runner: work units converted at "
                    "once in forked processes (Linux); 0 (default): one per CPU; 1: none. Other "
                    "runners spread work units over their own workers")
         _flag(group, "compare-to", default=None,

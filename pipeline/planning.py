@@ -228,6 +228,8 @@ def _plan_images(conv: ConvertOptions, input_path: str, output: str) -> Conversi
             int(item.get("size") or 0)
             for unit in plan.work_units for item in (unit.extra or {}).get("items", ())
         ),
+        local_processes=conv.converter_processes or default_threads(),
+        children_write=True,
     )
 
 

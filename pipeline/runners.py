@@ -3,13 +3,14 @@
 * Local (default, `--runner direct`/`DirectRunner`): Beam's FnApiRunner, chosen explicitly.
   Beam 2.77's DirectRunner first tries to download the Prism runner binary from the
   internet, which stalls on networks that hang instead of refusing; the FnApiRunner needs
-  no network. Tabular Example conversions run in one process whatever their size: the
+  no network. Tabular Example and image conversions run in one process whatever their size: the
   converter gets the work units as one group and converts them on forked children, which
   start in milliseconds and write their own shards (`runs_in_process`,
   `pipeline.graph.in_process_plan`, `transforms.forked_pool`); measured faster than Beam's
   worker processes at 1.5 GB, with half the memory (see `pipeline.convert`). Other inputs
-  of several work units run in `multi_processing` mode with one worker per core when larger
-  than `LOCAL_PARALLEL_MIN_BYTES` (images: `LOCAL_PARALLEL_MIN_IMAGE_BYTES`), because a
+  (sequences, or where fork is missing) of several work units run in `multi_processing`
+  mode with one worker per core when larger than `LOCAL_PARALLEL_MIN_BYTES` (images:
+  `LOCAL_PARALLEL_MIN_IMAGE_BYTES`), because a
   worker process costs seconds to start (it imports Beam). Explicit `--direct_running_mode`
   / `--direct_num_workers` always win.
   `multi_threading` was seen to lose elements in Beam 2.77 and is refused.

@@ -28,9 +28,9 @@ import json
 import time
 import uuid
 from collections import defaultdict, deque
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, TypeVar
 
 import apache_beam as beam
 import crc32c
@@ -71,8 +71,11 @@ __all__ = [
     "WrittenBatch",
     "batch_counts",
     "deal_to_shards",
+    "write_results",
 ]
 
+
+R = TypeVar("R")
 
 #: TensorFlow's performance guide recommends 100-200 MB per TFRecord file.
 DEFAULT_MAX_SHARD_BYTES = 200 * 1024 * 1024
@@ -435,6 +438,22 @@ class RollingShardWriter:
         for shard in self._open.values():
             shard.close()
         self._open = {}
+
+
+def write_results(config: SinkConfig, results: Iterable[R]) -> Iterator[R]:
+    """A converter's results, each with its `batches` written to temporary shards here and
+    replaced by one `WrittenBatch` of what the writer reports (run in a forked converter:
+    the parent then receives file names and counts, never records). `results` are
+    dataclasses or named tuples with a `batches` field."""
+    writer = RollingShardWriter(config)
+    try:
+        for result in results:
+            written = [item for batch in result.batches for item in writer.write(batch)]
+            batches = [WrittenBatch(tuple(written))]
+            yield (result._replace(batches=batches) if hasattr(result, "_replace")
+                   else dataclasses.replace(result, batches=batches))
+    finally:
+        writer.close()
 
 
 class WriteRollingShards(beam.DoFn):

@@ -155,8 +155,15 @@ def test_the_sample_is_bounded_per_label_and_in_labels(images):
 
 def test_a_corrupt_shard_leaves_the_other_sheets_and_the_report(images, tmp_path):
     out = _copy(images, tmp_path)
-    shard = out / read_manifest(str(out))["shards"][0]["path"]
-    shard.write_bytes(shard.read_bytes()[:100])
+    shards = [out / shard["path"] for shard in read_manifest(str(out))["shards"]]
+    def thumbnails():
+        return sum(len(sheet.thumbnails) for sheet in collect_report_data(str(out)).contact_sheets)
+    whole = thumbnails()
+    assert len(shards) > 1 and whole > 0
+    shards[0].write_bytes(shards[0].read_bytes()[:100])
+    assert 0 < thumbnails() < whole  # the other shards' images are still sampled
+    for shard in shards[1:]:
+        shard.write_bytes(shard.read_bytes()[:100])
     assert collect_report_data(str(out)).contact_sheets == []
     assert "No image could be sampled" in build_report(str(out))
 

@@ -21,6 +21,7 @@ Output features (the TF object-detection / TFDS convention, `IMAGE_FEATURES`):
 from __future__ import annotations
 
 import collections
+import contextlib
 import functools
 import hashlib
 import io
@@ -36,6 +37,7 @@ from apache_beam.metrics import Metrics
 from PIL import Image
 
 from transforms.coders import RecordBatchCoder  # noqa: F401 - registers the coder
+from transforms.forked_pool import forked_map
 from transforms.format.example_codec import encode_example_parts
 from transforms.format.tfrecord_format import FramedRecords, frame_parts
 from transforms.images.config import ImageConfig
@@ -43,7 +45,8 @@ from transforms.images.headers import HeaderError, ImageInfo, parse_header, snif
 from transforms.images.paths import is_real_path_within_roots, is_remote, is_within_roots, opened_real_path
 from transforms.images.processing import decode_fully, exif_orientation, needs_render, render
 from transforms.ordered_pool import default_threads, ordered_map
-from transforms.records import DeadLetterError, RecordBatch, WorkUnit, batch_key, dead_letter
+from transforms.records import DeadLetterError, RecordBatch, WorkUnit, WorkUnitGroup, batch_key, dead_letter
+from transforms.shard_writers import write_results
 from transforms.stats.images import ENCODED, image_batch_stats
 from transforms.stats.sketches import stats_enabled
 from transforms.worker import prepare_worker
@@ -64,6 +67,8 @@ class _Chunk:
         self.dead = collections.defaultdict(list)
         self.counts = collections.Counter()
         self.size = 0
+        self.reencoded = 0
+        self.reasons: collections.Counter = collections.Counter()  # dead letters by reason
         # Per split: each record's features but its image bytes, and those bytes' lengths
         # (for the batch's statistics, see `transforms.stats.images`).
         self.features = collections.defaultdict(list)
@@ -75,15 +80,21 @@ class _Chunk:
         self.counts[split] += 1
 
     def add_record(self, split: str, framed: bytes, features: Mapping[str, Any],
-                   encoded_length: int) -> None:
+                   encoded_length: int, reencoded: bool) -> None:
         self.records[split].append(framed)
         self.size += len(framed)
         self.features[split].append(features)
         self.encoded_lengths[split].append(encoded_length)
+        self.reencoded += reencoded
 
-    def add_dead_letter(self, split: str, document: bytes) -> None:
+    def add_dead_letter(self, split: str, reason: str, document: bytes) -> None:
         self.dead[split].append(document)
         self.size += len(document)
+        self.reasons[reason] += 1
+
+    def result(self, unit_index: int, chunk_index: int) -> _ChunkResult:
+        return _ChunkResult(list(self.batches(unit_index, chunk_index)),
+                            sum(map(len, self.records.values())), self.reencoded, self.reasons)
 
     def batches(self, unit_index: int, chunk_index: int) -> Iterator[RecordBatch]:
         for split in self.order:
@@ -99,6 +110,15 @@ class _Chunk:
             )
 
 
+class _ChunkResult(NamedTuple):
+    """A chunk's batches and what the runner's process counts in Beam metrics."""
+
+    batches: list  # RecordBatches, or one WrittenBatch once a forked child wrote them
+    written: int
+    reencoded: int
+    dead: Mapping[str, int]  # dead letters by reason
+
+
 class _Converted(NamedTuple):
     framed: bytes  # the Example, framed as a TFRecord
     reencoded: bool  # the image was rendered again (resized, converted, ...)
@@ -111,7 +131,10 @@ class ConvertImages(beam.DoFn):
     """Reads and converts the images of a `WorkUnit`; yields one RecordBatch per split.
 
     Records are serialized tf.train.Examples (see the module docstring for features);
-    every image that cannot be stored becomes one dead letter with its reason code.
+    every image that cannot be stored becomes one dead letter with its reason code. A
+    `WorkUnitGroup` (the local in-process runner's element) is converted on forked
+    processes (`transforms.forked_pool.forked_map`) that write their own temporary shards
+    when the group says so; metrics are counted here, in the runner's process.
     """
 
     def __init__(self, config: ImageConfig | None = None, source: Any = None):
@@ -139,15 +162,41 @@ class ConvertImages(beam.DoFn):
         self._dead = Metrics.counter(_COUNTERS, "images_dead_lettered")
         self._reasons = {}
 
-    def _count_reason(self, reason: str) -> None:
-        counter = self._reasons.get(reason)
-        if counter is None:
-            counter = self._reasons[reason] = Metrics.counter(_COUNTERS, f"image_dead_letter_{reason}")
-        counter.inc()
-
-    def process(self, unit: WorkUnit) -> Iterator[RecordBatch]:
+    def process(self, element: WorkUnit | WorkUnitGroup) -> Iterator[RecordBatch]:
         if not hasattr(self, "_written"):
             self.setup()
+        if isinstance(element, WorkUnitGroup):
+            # The local in-process runner's element: units converted on forked children,
+            # each writing its own temporary shards when the sink allows it.
+            convert = (functools.partial(self._convert_and_write, element.writer)
+                       if element.writer is not None else self._convert_unit)
+            results = forked_map(convert, element.units, element.processes)
+        else:
+            results = self._convert_unit(element)
+        with contextlib.closing(results):  # a failure downstream stops the forked workers
+            for result in results:
+                self._count(result)
+                yield from result.batches
+
+    def _count(self, result: _ChunkResult) -> None:
+        """Beam metrics, counted in the runner's process (a forked child's would be lost)."""
+        self._written.inc(result.written)
+        self._converted.inc(result.reencoded)
+        for reason, count in result.dead.items():
+            self._dead.inc(count)
+            counter = self._reasons.get(reason)
+            if counter is None:
+                counter = self._reasons[reason] = Metrics.counter(
+                    _COUNTERS, f"image_dead_letter_{reason}")
+            counter.inc(count)
+
+    def _convert_and_write(self, writer_config, unit: WorkUnit) -> Iterator[_ChunkResult]:
+        """`_convert_unit`, its batches written to temporary shards in the forked child
+        (`transforms.shard_writers.write_results`)."""
+        return write_results(writer_config, self._convert_unit(unit))
+
+    def _convert_unit(self, unit: WorkUnit) -> Iterator[_ChunkResult]:
+        """The images of one work unit, in chunks of at most ~`_MAX_CHUNK_BYTES`."""
         extra = unit.extra or {}
         if "items" in extra:
             items, roots = extra["items"], tuple(extra.get("allowed_roots") or ())
@@ -166,15 +215,11 @@ class ConvertImages(beam.DoFn):
             split = item["split"]
             chunk.count(split)
             if isinstance(outcome, _Converted):
-                chunk.add_record(split, outcome.framed, outcome.features, outcome.encoded_length)
-                self._written.inc()
-                if outcome.reencoded:
-                    self._converted.inc()
+                chunk.add_record(split, outcome.framed, outcome.features, outcome.encoded_length,
+                                 outcome.reencoded)
             else:
                 reject = outcome
-                self._dead.inc()
-                self._count_reason(reject.reason)
-                chunk.add_dead_letter(split, dead_letter(
+                chunk.add_dead_letter(split, reject.reason, dead_letter(
                     source=item["uri"], reason=reject.reason, message=reject.message,
                     split=split, row=item.get("row"), column=reject.column, raw=item.get("raw"),
                     filename=item.get("filename"), label=item.get("text"),
@@ -182,9 +227,9 @@ class ConvertImages(beam.DoFn):
             # Memory stays bounded even for a unit of very large images: its records
             # leave in several chunks once they hold more than _MAX_CHUNK_BYTES.
             if chunk.size >= _MAX_CHUNK_BYTES:
-                yield from chunk.batches(unit.index, chunk_index)
+                yield chunk.result(unit.index, chunk_index)
                 chunk, chunk_index = _Chunk(), chunk_index + 1
-        yield from chunk.batches(unit.index, chunk_index)
+        yield chunk.result(unit.index, chunk_index)
 
     def _outcome(self, item: Mapping[str, Any], roots: tuple[str, ...]
                  ) -> tuple[Mapping[str, Any], _Converted | DeadLetterError]:

@@ -66,15 +66,23 @@ def entry_rules(parts: Sequence[str], split_mode: bool, labels: dict[str, int] |
     return split, label, reject
 
 
-def _list_folder(folder: str) -> list[tuple[str, int | None, float | None]]:
-    """(name, size or None, mtime or None) of the files directly in `folder`, sorted."""
+def _in_range(name: str, first: str | None, stop: str | None) -> bool:
+    return (first is None or name >= first) and (stop is None or name < stop)
+
+
+def _list_folder(folder: str, first: str | None = None, stop: str | None = None
+                 ) -> list[tuple[str, int | None, float | None]]:
+    """(name, size or None, mtime or None) of the files directly in `folder` whose names
+    are in [first, stop) (None: open), sorted. Only those are stat'ed: a slice of a large
+    folder costs a listing of names, not a stat of every file."""
     if "://" in folder:
         matched = FileSystems.match([folder.rstrip("/") + "/*"])[0].metadata_list
         return sorted((m.path.rsplit("/", 1)[1], m.size_in_bytes,
                        getattr(m, "last_updated_in_seconds", None))
-                      for m in matched if not m.path.endswith("/"))
+                      for m in matched
+                      if not m.path.endswith("/") and _in_range(m.path.rsplit("/", 1)[1], first, stop))
     found = []
-    for name in os.listdir(folder):
+    for name in sorted(n for n in os.listdir(folder) if _in_range(n, first, stop)):
         path = os.path.join(folder, name)
         if os.path.isdir(path):  # as os.walk: a symlink to a folder is a folder (not followed)
             continue
@@ -83,7 +91,7 @@ def _list_folder(folder: str) -> list[tuple[str, int | None, float | None]]:
             found.append((name, status.st_size, status.st_mtime))
         except OSError:
             found.append((name, None, None))  # a dangling symlink: missing_file when read
-    return sorted(found)
+    return found
 
 
 def _walk(root: str) -> Iterator[tuple[str, list[tuple[str, int | None, float | None]]]]:
@@ -214,9 +222,7 @@ class FolderSlices:
         folder = unit.path
         parts = (folder[len(self.root) + 1:].split(separator) if folder != self.root else [])
         index = {label: i for i, label in enumerate(self.labels)}
-        for name, size, _ in _list_folder(folder):
-            if (first is not None and name < first) or (stop is not None and name >= stop):
-                continue
+        for name, size, _ in _list_folder(folder, first, stop):
             split, label, reject = entry_rules([*parts, name], self.split_mode, index)
             yield planned_item(folder + separator + name, split, filename="/".join([*parts, name]),
                                label=index.get(label), text=label, size=size, reject=reject)

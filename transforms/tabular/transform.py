@@ -32,7 +32,7 @@ from transforms.forked_pool import forked_map
 from transforms.input_formats import check_tabular_format
 from transforms.ordered_pool import check_threads, default_threads
 from transforms.records import RecordBatch, WorkUnit, WorkUnitGroup
-from transforms.shard_writers import RollingShardWriter, WrittenBatch
+from transforms.shard_writers import write_results
 from transforms.tabular.convert import convert_unit, split_assigner
 from transforms.tabular.spec import ConversionSpec
 from transforms.worker import prepare_worker
@@ -124,13 +124,6 @@ class ConvertTabular(beam.DoFn):
                             self._threads)
 
     def _convert_and_write(self, writer_config, unit: WorkUnit):
-        """`_convert`, each result's batches written to temporary shards here (in the forked
-        child) and replaced by what the writer reports: the parent receives file names and
-        counts, never records."""
-        writer = RollingShardWriter(writer_config)
-        try:
-            for result in self._convert(unit):
-                written = [item for batch in result.batches for item in writer.write(batch)]
-                yield dataclasses.replace(result, batches=[WrittenBatch(tuple(written))])
-        finally:
-            writer.close()
+        """`_convert`, each result's batches written to temporary shards in the forked child
+        (`transforms.shard_writers.write_results`)."""
+        return write_results(writer_config, self._convert(unit))

@@ -97,7 +97,10 @@ def _plan_tabular(conv: ConvertOptions, input_path: str, output: str) -> Convers
     _check_input_formats(units, conv.format, given)
     spec = resolve_spec(units, conv.format, given, sample_rows=conv.sample_rows)
     # After inference, which samples whole files from their start; the cut needs the CSV dialect.
-    splitting = split_text_units(units, conv.format, spec.csv, conv.work_unit_bytes)
+    # Four work units per process at least, so that none idles at the end of the run.
+    processes = conv.converter_processes or default_threads()
+    splitting = split_text_units(units, conv.format, spec.csv, conv.work_unit_bytes,
+                                 min_units=4 * processes if processes > 1 else 1)
     units = list(splitting.units)
     config = TabularConfig(spec=spec, fmt=conv.format, batch_rows=conv.batch_rows,
                            threads=conv.converter_threads)
@@ -123,7 +126,7 @@ def _plan_tabular(conv: ConvertOptions, input_path: str, output: str) -> Convers
                 max_shard_bytes=sharding_of(conv).byte_cap or estimate.output_bytes or 1,
                 num_shards=conv.num_shards, compression_ratio=estimate.compression_ratio).to_dict()
         summary["spec_yaml"] = spec_yaml
-    converter, processes = ConvertTabular(config), conv.converter_processes or default_threads()
+    converter = ConvertTabular(config)
     if spec.sequence is not None:
         from transforms.sequence.buckets import bucket_count
         from transforms.sequence.transform import ConvertToSequences

@@ -23,7 +23,12 @@ from transforms.tabular.byte_ranges import TextDialect, find_boundaries
 from transforms.tabular.plan import plan_tabular
 from transforms.tabular.read import read_chunks
 from transforms.tabular.spec import ConversionSpec, CsvOptions
-from transforms.tabular.split_units import scan_ranges, split_text_units, text_dialect
+from transforms.tabular.split_units import (
+    MIN_RANGE_BYTES,
+    scan_ranges,
+    split_text_units,
+    text_dialect,
+)
 from transforms.tfrecord_io import read_tfrecord_file
 
 SEEDS = range(40)
@@ -106,7 +111,7 @@ def _units_at(path: pathlib.Path, fmt: str, targets, csv_options=None) -> list[W
     dialect, why = text_dialect(fmt, csv_options or CsvOptions())
     assert why is None
     with open(path, "rb") as f:
-        scan = find_boundaries(f.read, targets, dialect, block_bytes=4096)
+        scan = find_boundaries(f.read, targets, dialect, block_bytes=4096, threads=2)
     return [WorkUnit(str(path), k, start=start, end=end, extra=extra)
             for k, (start, end, extra) in enumerate(scan_ranges(scan))]
 
@@ -176,9 +181,11 @@ split_key: [id]
 
 # ------------------------------------------------------------------------------ the scan
 
-def test_boundaries_agree_with_a_byte_by_byte_reading():
+@pytest.mark.parametrize("threads", [1, 3])
+def test_boundaries_agree_with_a_byte_by_byte_reading(threads):
     """Random byte soup of quotes, delimiters and line ends, tiny blocks: the vectorised
-    scan finds exactly the record starts (and counts) of a sequential reading."""
+    scan finds exactly the record starts (and counts) of a sequential reading, also when
+    blocks are scanned speculatively on threads (most soups break the speculation)."""
     alphabet = [b"a", b",", b'"', b'""', b"\n", b"\r\n", b"\r", b" ", b"\xc3\xa9"]
     for seed in range(3000):
         rng = random.Random(seed)
@@ -189,7 +196,8 @@ def test_boundaries_agree_with_a_byte_by_byte_reading():
         targets = sorted({rng.randint(1, max(len(data), 1)) for _ in range(3)})
         scan = find_boundaries(io.BytesIO(data).read, targets,
                                TextDialect("csv", quote=0x22, delimiter=0x2C, header=header,
-                                           bom=True), block_bytes=rng.choice([1, 2, 5, 64]))
+                                           bom=True), block_bytes=rng.choice([1, 2, 5, 64]),
+                               threads=threads)
         starts = _reference_record_starts(data, header)
         expected = []
         for target in targets:
@@ -320,6 +328,37 @@ def test_compressed_and_odd_files_stay_whole_and_say_why(tmp_path):
     assert counts["packed.csv.gz"] == counts["open.csv"] == 1 and counts["plain.csv"] > 5
     utf16 = split_text_units(plan.units[:1], "csv", CsvOptions(encoding="utf-16"), 4000)
     assert "not cut at byte offsets" in utf16.summary()["files"][str(tmp_path / "open.csv")]
+
+
+def _sized_csv(path: pathlib.Path, size: int) -> None:
+    """A CSV file of about `size` bytes (quoted fields with line ends in every row)."""
+    row = b'%07d,"a field\nover two lines",7,x\n'
+    path.write_bytes(b"id,text,n,more\n" + b"".join(row % i for i in range(size // len(row % 0))))
+
+
+def test_few_work_units_are_cut_for_balance_but_not_below_the_minimum_range(tmp_path):
+    """A file below --work-unit-bytes is still cut when the plan has fewer units than asked
+    for (balance), into ranges of at least MIN_RANGE_BYTES; small files stay whole."""
+    _sized_csv(tmp_path / "big.csv", 5 * MIN_RANGE_BYTES // 2)
+    (tmp_path / "small.csv").write_text("id,text,n,more\n1,x,2,y\n")
+    units = plan_tabular(str(tmp_path / "*.csv"), "csv")
+    alone = split_text_units(units, "csv")  # nothing asked: one unit per file
+    assert len(alone.units) == 2 and alone.balance_bytes is None
+    balanced = split_text_units(units, "csv", min_units=8)
+    ranges = [u for u in balanced.units if u.path.endswith("big.csv")]
+    assert len(ranges) == 2 and all(u.end - u.start >= MIN_RANGE_BYTES for u in ranges)
+    assert balanced.summary()["balance_range_bytes"] == MIN_RANGE_BYTES
+    assert _rows(balanced.units, "csv") == _rows(units, "csv")
+
+
+def test_the_planner_asks_four_units_per_converter_process(tmp_path, capsys):
+    _sized_csv(tmp_path / "data.csv", 5 * MIN_RANGE_BYTES // 2)
+    counts = {}
+    for processes in ("1", "2"):
+        assert convert("--input", str(tmp_path / "data.csv"), "--format", "csv", "--output",
+                       str(tmp_path / "out"), "--dry-run", "--converter-processes", processes) == 0
+        counts[processes] = json.loads(capsys.readouterr().out)["work_units"]
+    assert counts == {"1": 1, "2": 2}
 
 
 def test_work_unit_bytes_is_not_an_output_option():

@@ -23,20 +23,32 @@ Records as the readers count them: CSV rows are the records that are not empty l
 (Arrow's `ignore_empty_lines`; LF, CRLF and a lone CR end a line), minus the header; JSON
 Lines rows are the lines holding more than whitespace. Beam-free and format-agnostic: the
 caller says the bytes (`TextDialect`), valid for UTF-8 and ASCII-compatible single-byte text.
+
+With `threads` > 1 the blocks are scanned speculatively in parallel (numpy releases the GIL):
+every block after the first is cut just after an LF, so it is scanned as if that LF ended a
+record outside quotes, with counts relative to its start. The exact state is then carried
+over the blocks in order: where the block before really ended that way (the common case)
+the block's result is shifted by the counts before it; where not (the LF was inside a quoted
+field, or a block held no LF), the block is scanned again from the exact state. The result is
+the sequential scan's, whatever the threads.
 """
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import io
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 
 import numpy as np
 
 __all__ = ["BLOCK_BYTES", "Boundary", "RangeReader", "Scan", "TextDialect", "find_boundaries"]
 
 #: Bytes scanned at once (numpy works on one block; its position arrays scale with it).
-BLOCK_BYTES = 8 << 20
+#: Measured on a 155 MB CSV: 2 MiB blocks scan as fast as 8 MiB ones (0.65 s on one thread,
+#: 0.42 s on two) with a quarter of the memory (16 and 44 MiB against 62 and 160 MiB).
+BLOCK_BYTES = 2 << 20
 
 _LF, _CR = 0x0A, 0x0D
 _BOM = b"\xef\xbb\xbf"
@@ -147,6 +159,41 @@ class _Scanner:
         self.record_start = 0  # where the record being read started
         self.pending_content = False  # that record holds data bytes before the block
         self.bom_end = -1  # where a leading byte order mark ends
+
+    # ---- speculation (see the module docstring)
+    @property
+    def _header_records(self) -> int:
+        return 1 if self.dialect.kind == "csv" and self.dialect.header else 0
+
+    @classmethod
+    def speculating(cls, dialect: TextDialect, targets: Sequence[int], base: int) -> _Scanner:
+        """A scanner for the block at `base` that assumes the byte before it is an LF ending
+        a record outside quotes, after the header; its counts start there."""
+        scanner = cls(dialect, [t for t in targets if t > base])
+        scanner.prev_byte = _LF
+        scanner.record_start = base
+        scanner.records = scanner._header_records
+        return scanner
+
+    def continues_as_speculated(self, base: int) -> bool:
+        """Whether the exact state at `base` is the one `speculating` assumes, with no target
+        left over for the block at `base` to serve."""
+        return (not self.quoted and self.prev_byte == _LF and self.record_start == base
+                and not self.pending_content and self.records >= self._header_records
+                and not any(t <= base for t in self.targets))
+
+    def absorb(self, block: _Scanner) -> None:
+        """Takes over a speculating scanner's result for the next block, shifted by the
+        counts so far (valid when `continues_as_speculated`)."""
+        records, lines = self.records - block._header_records, self.lines
+        for boundary in block.boundaries:
+            self._add_boundary(boundary.offset,
+                               boundary.rows_before + self._header_records + records,
+                               boundary.lines_before + lines)
+        self.records = block.records + records
+        self.lines = block.lines + lines
+        self.quoted, self.prev_byte = block.quoted, block.prev_byte
+        self.record_start, self.pending_content = block.record_start, block.pending_content
 
     def feed(self, data: bytes, base: int) -> None:
         if base == 0 and self.dialect.bom and data.startswith(_BOM):
@@ -314,15 +361,10 @@ def _quote_free_cut(data: bytes, quote: int | None) -> int:
     return cut
 
 
-def find_boundaries(read: Callable[[int], bytes], targets: Sequence[int],
-                    dialect: TextDialect, block_bytes: int = BLOCK_BYTES) -> Scan:
-    """Scans a file (`read(n)` returns its next bytes, b"" at the end) for the first record
-    start at or after each target offset.
-
-    Targets beyond the last record start find nothing; targets falling in one record share
-    its boundary. Reads the whole file once, one block at a time.
-    """
-    scanner = _Scanner(dialect, targets)
+def _blocks(read: Callable[[int], bytes], quote: int | None,
+            block_bytes: int) -> Iterator[tuple[int, bytes]]:
+    """(offset, bytes) of consecutive blocks of the file, each cut after its last LF (or at
+    least off a trailing quote run or CR) so that quote runs and CRLFs are never split."""
     carry = b""
     base = 0
     while True:
@@ -332,16 +374,60 @@ def find_boundaries(read: Callable[[int], bytes], targets: Sequence[int],
             carry = data  # the first block shows whether a byte order mark opens the file
             continue
         if more:
-            # Cut after the last LF (or at least off a trailing quote run or CR).
-            cut = data.rfind(b"\n") + 1 or _quote_free_cut(data, dialect.quote)
+            cut = data.rfind(b"\n") + 1 or _quote_free_cut(data, quote)
             data, carry = data[:cut], data[cut:]
         else:
             carry = b""
         if data:
-            scanner.feed(data, base)
+            yield base, data
             base += len(data)
         if not more:
-            break
-    size = base
+            return
+
+
+def _speculate(dialect: TextDialect, targets: Sequence[int], data: bytes, base: int) -> _Scanner:
+    scanner = _Scanner.speculating(dialect, targets, base)
+    scanner.feed(data, base)
+    return scanner
+
+
+def find_boundaries(read: Callable[[int], bytes], targets: Sequence[int],
+                    dialect: TextDialect, block_bytes: int = BLOCK_BYTES,
+                    threads: int = 1) -> Scan:
+    """Scans a file (`read(n)` returns its next bytes, b"" at the end) for the first record
+    start at or after each target offset.
+
+    Targets beyond the last record start find nothing; targets falling in one record share
+    its boundary. Reads the whole file once, one block at a time; `threads` > 1 scans up to
+    that many blocks at once, speculatively (module docstring), holding at most twice as
+    many blocks in memory.
+    """
+    scanner = _Scanner(dialect, targets)
+    size = 0
+    if threads <= 1:
+        for base, data in _blocks(read, dialect.quote, block_bytes):
+            scanner.feed(data, base)
+            size = base + len(data)
+    else:
+        pending: collections.deque[tuple[int, bytes, Future | None]] = collections.deque()
+        all_targets = list(scanner.targets)
+
+        def settle(base: int, data: bytes, future: Future | None) -> None:
+            speculated = future.result() if future is not None else None
+            if speculated is not None and scanner.continues_as_speculated(base):
+                scanner.absorb(speculated)
+            else:
+                scanner.feed(data, base)
+
+        with ThreadPoolExecutor(threads) as pool:
+            for base, data in _blocks(read, dialect.quote, block_bytes):
+                future = (pool.submit(_speculate, dialect, all_targets, data, base)
+                          if base else None)
+                pending.append((base, data, future))
+                size = base + len(data)
+                while len(pending) > 2 * threads:
+                    settle(*pending.popleft())
+            while pending:
+                settle(*pending.popleft())
     boundaries = tuple(b for b in scanner.boundaries if 0 < b.offset < size)
     return Scan(size=size, boundaries=boundaries, open_quote=scanner.quoted)

@@ -2,12 +2,19 @@
 
 One file is one work unit by default, so a large file converts on one core. Here every
 uncompressed text file larger than `work_unit_bytes` is scanned once on the launcher
-(`transforms.tabular.byte_ranges.find_boundaries`: sequential, vectorised, exact with quoted
-newlines) and cut into about size / work_unit_bytes ranges at record starts. A range's unit
-has `start`/`end` (bytes) and `extra = {"size", "row_offset", "line_offset"}`: the data rows
-and lines of the file before it, so the readers number rows (and JSON Lines lines) as in the
-whole file and every dead letter keeps its true `row`. Ranges of one file get consecutive unit
-indices, so batch keys stay unique and in file order.
+(`transforms.tabular.byte_ranges.find_boundaries`: vectorised, exact with quoted newlines,
+its blocks spread over the launcher's CPUs) and cut into about size / work_unit_bytes
+ranges at record starts. A range's unit has `start`/`end` (bytes) and
+`extra = {"size", "row_offset", "line_offset"}`: the data rows and lines of the file before
+it, so the readers number rows (and JSON Lines lines) as in the whole file and every dead
+letter keeps its true `row`. Ranges of one file get consecutive unit indices, so batch keys
+stay unique and in file order.
+
+A plan with few work units leaves workers idle at its end (one 150 MB file was 3 units of
+64 MiB: 2 on one process, 1 on the other). So with `min_units` (the planner asks for 4 per
+process) a file is also cut into ranges of about total input / `min_units` bytes, never
+smaller than `MIN_RANGE_BYTES`: one 150 MB file on 2 processes becomes 8 ranges, while 8
+files of 19 MB stay 8 whole units (no scan). Cutting never changes the output.
 
 Kept whole (one unit, with the reason in the plan summary): compressed files (a compressed
 stream is read from its start), encodings in which a byte value does not stand for one
@@ -29,14 +36,19 @@ from typing import Any
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
+from transforms.ordered_pool import default_threads
 from transforms.records import WorkUnit
 from transforms.tabular.byte_ranges import Scan, TextDialect, find_boundaries
 from transforms.tabular.spec import CsvOptions
 
-__all__ = ["DEFAULT_WORK_UNIT_BYTES", "FileSplit", "SplitPlan", "scan_ranges", "split_text_units",
-           "text_dialect"]
+__all__ = ["DEFAULT_WORK_UNIT_BYTES", "MIN_RANGE_BYTES", "FileSplit", "SplitPlan", "scan_ranges",
+           "split_text_units", "text_dialect"]
 
 DEFAULT_WORK_UNIT_BYTES = 64 << 20
+
+#: The smallest range cut for balance (`min_units`): below it, a range's fixed cost (opening
+#: the file, the reader's start) shows, and the launcher's scan would cost more than it saves.
+MIN_RANGE_BYTES = 8 << 20
 
 #: Files scanned at once (the scan is mostly I/O on remote filesystems).
 _SCAN_THREADS = 4
@@ -69,6 +81,7 @@ class SplitPlan:
     units: tuple[WorkUnit, ...]
     files: tuple[FileSplit, ...]
     work_unit_bytes: int
+    balance_bytes: int | None = None  # the range size cut for balance, when one was
 
     def summary(self) -> dict[str, Any]:
         """For the plan summary (`--dry-run` prints it)."""
@@ -76,6 +89,7 @@ class SplitPlan:
         whole = [f for f in self.files if f.kept_whole is not None]
         out: dict[str, Any] = {
             "work_unit_bytes": self.work_unit_bytes,
+            **({"balance_range_bytes": self.balance_bytes} if self.balance_bytes else {}),
             "files_split": len(split),
             "byte_range_units": sum(f.work_units for f in split),
             "files_kept_whole": len(whole),
@@ -137,23 +151,31 @@ def _compression(path: str) -> str | None:
     return None if detected == CompressionTypes.UNCOMPRESSED else str(detected)
 
 
-def _targets(size: int, work_unit_bytes: int) -> list[int]:
-    """Evenly spread cut targets: ranges of at most about `work_unit_bytes`."""
+def _range_count(size: int, work_unit_bytes: int, balance_bytes: int | None) -> int:
+    """How many ranges a file of `size` bytes is cut into: ranges of at most
+    `work_unit_bytes`, and of about `balance_bytes` (module docstring) when that is more."""
     count = math.ceil(size / work_unit_bytes)
+    if balance_bytes:
+        count = max(count, size // balance_bytes)
+    return max(count, 1)
+
+
+def _targets(size: int, count: int) -> list[int]:
+    """Evenly spread cut targets for `count` ranges."""
     return [size * k // count for k in range(1, count)]
 
 
-def _scan(path: str, targets: Sequence[int], dialect: TextDialect) -> Scan:
+def _scan(path: str, targets: Sequence[int], dialect: TextDialect, threads: int) -> Scan:
     with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
-        return find_boundaries(f.read, targets, dialect)
+        return find_boundaries(f.read, targets, dialect, threads=threads)
 
 
-def _file_ranges(unit: WorkUnit, dialect: TextDialect | None, why: str | None,
-                 work_unit_bytes: int) -> tuple[list[tuple[int, int, dict]], FileSplit | None]:
-    """(start, end, extra) of each range of the file of `unit` ([] = keep the unit), and its
-    FileSplit when the file is larger than the target."""
+def _file_ranges(unit: WorkUnit, dialect: TextDialect | None, why: str | None, count: int,
+                 threads: int) -> tuple[list[tuple[int, int, dict]], FileSplit | None]:
+    """(start, end, extra) of each of the `count` ranges wanted of the file of `unit`
+    ([] = keep the unit), and its FileSplit when more than one is wanted."""
     size = int((unit.extra or {}).get("size") or 0)
-    if size <= work_unit_bytes:
+    if count <= 1:
         return [], None
     compression = _compression(unit.path)
     if compression:
@@ -161,7 +183,7 @@ def _file_ranges(unit: WorkUnit, dialect: TextDialect | None, why: str | None,
     if why:
         return [], FileSplit(unit.path, size, 1, why)
     try:
-        scan = _scan(unit.path, _targets(size, work_unit_bytes), dialect)
+        scan = _scan(unit.path, _targets(size, count), dialect, threads)
     except Exception as error:  # noqa: BLE001 - the converter dead-letters an unreadable file
         return [], FileSplit(unit.path, size, 1, f"not scanned ({type(error).__name__}: "
                                                  f"{error}); converted as one unit")
@@ -170,7 +192,7 @@ def _file_ranges(unit: WorkUnit, dialect: TextDialect | None, why: str | None,
                              "quote): read whole, every line it swallows is a dead letter")
     if not scan.boundaries:
         return [], FileSplit(unit.path, size, 1, "no record starts after the cut targets "
-                             "(a record longer than --work-unit-bytes)")
+                             "(a record longer than a range)")
     ranges = scan_ranges(scan)
     return ranges, FileSplit(unit.path, size, len(ranges))
 
@@ -188,10 +210,16 @@ def scan_ranges(scan: Scan) -> list[tuple[int, int, dict]]:
     return ranges
 
 
+def _size(unit: WorkUnit) -> int:
+    return int((unit.extra or {}).get("size") or 0)
+
+
 def split_text_units(units: Sequence[WorkUnit], fmt: str, csv: CsvOptions | None = None,
-                     work_unit_bytes: int = DEFAULT_WORK_UNIT_BYTES) -> SplitPlan:
+                     work_unit_bytes: int = DEFAULT_WORK_UNIT_BYTES,
+                     min_units: int = 1) -> SplitPlan:
     """The work units of `plan_tabular` with every CSV/TSV/JSON Lines file larger than
-    `work_unit_bytes` cut into byte ranges (module docstring), re-indexed in plan order.
+    `work_unit_bytes` cut into byte ranges (module docstring), re-indexed in plan order;
+    with fewer than `min_units` units, large files are cut further for balance.
 
     `csv`: the resolved spec's CSV options (delimiter, quote, header, encoding). Other
     formats (Parquet: a unit per row group) come back as they are.
@@ -201,8 +229,16 @@ def split_text_units(units: Sequence[WorkUnit], fmt: str, csv: CsvOptions | None
     if fmt not in ("csv", "tsv", "jsonl"):
         return SplitPlan(tuple(units), (), work_unit_bytes)
     dialect, why = text_dialect(fmt, csv)
-    with ThreadPoolExecutor(_SCAN_THREADS) as pool:
-        planned = list(pool.map(lambda u: _file_ranges(u, dialect, why, work_unit_bytes), units))
+    balance_bytes = None
+    if len(units) < min_units:
+        balance_bytes = max(sum(_size(u) for u in units) // min_units, MIN_RANGE_BYTES)
+    counts = [_range_count(_size(u), work_unit_bytes, balance_bytes) for u in units]
+    # The CPUs go to the files scanned at once, then to the blocks of each file.
+    files_at_once = max(1, min(sum(1 for c in counts if c > 1), _SCAN_THREADS))
+    threads = max(1, default_threads() // files_at_once)
+    with ThreadPoolExecutor(files_at_once) as pool:
+        planned = list(pool.map(lambda u, c: _file_ranges(u, dialect, why, c, threads),
+                                units, counts))
     out: list[WorkUnit] = []
     files = []
     for unit, (ranges, file_split) in zip(units, planned, strict=True):
@@ -214,4 +250,4 @@ def split_text_units(units: Sequence[WorkUnit], fmt: str, csv: CsvOptions | None
         for start, end, extra in ranges:
             out.append(dataclasses.replace(unit, index=len(out), start=start, end=end,
                                            extra={**(unit.extra or {}), **extra}))
-    return SplitPlan(tuple(out), tuple(files), work_unit_bytes)
+    return SplitPlan(tuple(out), tuple(files), work_unit_bytes, balance_bytes)

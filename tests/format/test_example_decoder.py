@@ -11,6 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.format.strategies import KINDS, NAMES, VALUES
 from transforms.format.example_codec import decode_example, encode_example, encode_varint
 from transforms.format.example_decoder import (
     ExampleDecodeError,
@@ -19,39 +20,19 @@ from transforms.format.example_decoder import (
 )
 from transforms.format.wire_scan import packed_varints, read_varints
 
-KINDS = ("int64", "float", "bytes")
-
-_INT64 = st.one_of(
-    st.integers(-(2**63), 2**63 - 1),
-    st.integers(-300, 300),
-    st.sampled_from([0, -1, 127, 128, 16383, 16384, 2**63 - 1, -(2**63)]),
-)
-_FLOAT = st.floats(width=32)  # NaN, infinities, -0.0, subnormals included
-_BYTES = st.one_of(
-    st.binary(max_size=12),  # non-UTF-8 bytes included
-    st.text(max_size=6).map(lambda s: s.encode("utf-8")),
-    st.binary(min_size=120, max_size=300),  # 2-byte length varints; the slice-copy path
-)
-_VALUES = {"int64": _INT64, "float": _FLOAT, "bytes": _BYTES}
-_NAMES = st.one_of(
-    st.text(min_size=1, max_size=6),
-    st.sampled_from(["a", "aa", "ab", "a\x00", "B", "é", "日本語", "feature_0"]),
-    st.text(alphabet="xyz", min_size=126, max_size=130),  # name length varint 1 or 2 bytes
-)
-
 
 @st.composite
 def batches(draw):
     """(features per record) for a random schema: a feature is absent (None), an empty list,
     or a list of values of its kind."""
     num_rows = draw(st.integers(0, 20))
-    names = draw(st.lists(_NAMES, max_size=6, unique=True))
+    names = draw(st.lists(NAMES, max_size=6, unique=True))
     kinds = {name: draw(st.sampled_from(KINDS)) for name in names}
     records = []
     for _ in range(num_rows):
         record = {}
         for name, kind in kinds.items():
-            values = draw(st.one_of(st.none(), st.lists(_VALUES[kind], max_size=draw(
+            values = draw(st.one_of(st.none(), st.lists(VALUES[kind], max_size=draw(
                 st.sampled_from([0, 1, 3, 8])))))
             if values is not None:
                 record[name] = (kind, values)

@@ -13,13 +13,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.format.strategies import INT64, KINDS, NAMES, VALUES
 from transforms.format import example_encoder
 from transforms.format.example_codec import decode_example, encode_example
 from transforms.format.example_columns import Column, NullElementError, column_from_arrow, column_from_values
 from transforms.format.example_encoder import encode_columns, encode_framed
 from transforms.format.tfrecord_format import frame_records
-
-KINDS = ("int64", "float", "bytes")
 
 
 def reference(num_rows, data):
@@ -52,34 +51,15 @@ def encoder_mode(mode):
 
 # ------------------------------------------------------------------ random schemas
 
-_INT64 = st.one_of(
-    st.integers(-(2**63), 2**63 - 1),
-    st.integers(-300, 300),
-    st.sampled_from([0, -1, 127, 128, 16383, 16384, 2**63 - 1, -(2**63)]),
-)
-_FLOAT = st.floats(width=32)  # NaN, infinities, -0.0, subnormals included
-_BYTES = st.one_of(
-    st.binary(max_size=12),
-    st.text(max_size=6).map(lambda s: s.encode("utf-8")),  # non-ASCII text
-    st.binary(min_size=120, max_size=200),  # 2-byte length varints
-)
-_VALUES = {"int64": _INT64, "float": _FLOAT, "bytes": _BYTES}
-_NAMES = st.one_of(
-    st.text(min_size=1, max_size=6),
-    st.sampled_from(["a", "aa", "ab", "a\x00", "B", "é", "日本語", "feature_0"]),
-    st.text(alphabet="xyz", min_size=126, max_size=130),  # name length varint 1 or 2 bytes
-)
-
-
 @st.composite
 def schemas(draw):
     """(num_rows, {name: (kind, rows)}); a row is None (absent), a value or a list."""
     num_rows = draw(st.integers(0, 25))
-    names = draw(st.lists(_NAMES, max_size=6, unique=True))
+    names = draw(st.lists(NAMES, max_size=6, unique=True))
     data = {}
     for name in names:
         kind = draw(st.sampled_from(KINDS))
-        value = _VALUES[kind]
+        value = VALUES[kind]
         shape = draw(st.sampled_from(["scalar", "list", "fixed"]))
         if shape == "scalar":
             row = value
@@ -467,7 +447,7 @@ def test_column_from_arrow_rejects_mismatched_types(kind, array, message):
 
 @settings(max_examples=80, deadline=None)
 @given(
-    st.lists(st.one_of(st.none(), st.lists(st.one_of(st.none(), _INT64), max_size=4)), max_size=20),
+    st.lists(st.one_of(st.none(), st.lists(st.one_of(st.none(), INT64), max_size=4)), max_size=20),
     st.lists(st.one_of(st.none(), st.text(max_size=5)), max_size=20),
 )
 def test_column_from_arrow_random(int_lists, texts):

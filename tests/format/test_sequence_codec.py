@@ -93,29 +93,38 @@ def _batches(draw):
     return kinds, lengths, context, steps
 
 
-@settings(max_examples=150, deadline=None)
-@given(_batches())
-def test_batch_encoder_matches_the_reference(batch):
-    kinds, lengths, context, steps = batch
+def _batch_args(kinds, lengths, context, steps) -> tuple:
+    """The arguments of encode_sequence_batch/framed for sequences of `lengths` steps."""
     offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
-    encoded = encode_sequence_batch(
-        len(lengths), [column_from_values(n, kinds[n], v) for n, v in context.items()], offsets,
-        [column_from_values(n, kinds[n], v) for n, v in steps.items()])
+    return (len(lengths), [column_from_values(n, kinds[n], v) for n, v in context.items()],
+            offsets, [column_from_values(n, kinds[n], v) for n, v in steps.items()])
+
+
+def assert_batch_matches_reference(kinds, lengths, context, steps) -> None:
+    """Each sequence of the batch encoder is the reference encoder's bytes (a context cell
+    of None is an absent feature, a step cell of None an empty list)."""
+    args = _batch_args(kinds, lengths, context, steps)
+    offsets = args[2]
+    encoded = encode_sequence_batch(*args)
+    assert len(encoded) == len(lengths)
     for s in range(len(lengths)):
         reference = encode_sequence_example(
             {n: (kinds[n], v[s]) for n, v in context.items() if v[s] is not None},
             {n: (kinds[n], [cell or [] for cell in v[offsets[s]:offsets[s + 1]]])
              for n, v in steps.items()})
-        assert encoded[s] == reference
+        assert encoded[s] == reference, s
+
+
+@settings(max_examples=150, deadline=None)
+@given(_batches())
+def test_batch_encoder_matches_the_reference(batch):
+    assert_batch_matches_reference(*batch)
 
 
 @settings(max_examples=60, deadline=None)
 @given(_batches())
 def test_framed_batch_is_the_framed_payloads(batch):
-    kinds, lengths, context, steps = batch
-    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
-    args = (len(lengths), [column_from_values(n, kinds[n], v) for n, v in context.items()], offsets,
-            [column_from_values(n, kinds[n], v) for n, v in steps.items()])
+    args = _batch_args(*batch)
     framed = encode_sequence_framed(*args)
     assert framed == FramedRecords.frame(encode_sequence_batch(*args))
     assert framed.data == FramedRecords.frame(encode_sequence_batch(*args)).data
@@ -135,13 +144,4 @@ def test_large_batch_of_short_and_long_sequences_matches_the_reference():
     context = {"c": [[b"x" * (s * 5)] for s in range(len(lengths))]}
     steps = {name: big, "i": ints, "f": floats}
     kinds = {name: "bytes", "i": "int64", "f": "float", "c": "bytes"}
-    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
-    encoded = encode_sequence_batch(
-        len(lengths), [column_from_values(n, kinds[n], v) for n, v in context.items()], offsets,
-        [column_from_values(n, kinds[n], v) for n, v in steps.items()])
-    for s in range(len(lengths)):
-        reference = encode_sequence_example(
-            {n: (kinds[n], v[s]) for n, v in context.items()},
-            {n: (kinds[n], [cell or [] for cell in v[offsets[s]:offsets[s + 1]]])
-             for n, v in steps.items()})
-        assert encoded[s] == reference
+    assert_batch_matches_reference(kinds, lengths, context, steps)

@@ -9,7 +9,9 @@ from the heap and trimming it only above `TRIM_THRESHOLD` lets the next chunk re
 same pages. Memory stays bounded: what is kept is what the largest chunk needed.
 
 The setting is process-wide; the converters and the sink apply it in their `setup()`.
-Elsewhere (macOS, musl) this is a no-op.
+The launcher does the opposite after a phase whose memory it will not need again (the scan
+of large text files, `release_freed_memory`): forked converters would otherwise each carry
+those pages as their own resident memory. Elsewhere (macOS, musl) both are no-ops.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from __future__ import annotations
 import ctypes
 import sys
 
-__all__ = ["MMAP_THRESHOLD", "TRIM_THRESHOLD", "retain_freed_memory"]
+__all__ = ["MMAP_THRESHOLD", "TRIM_THRESHOLD", "release_freed_memory", "retain_freed_memory"]
 
 MMAP_THRESHOLD = 32 << 20  # glibc's own ceiling for its dynamic threshold
 TRIM_THRESHOLD = 128 << 20
@@ -42,3 +44,16 @@ def retain_freed_memory() -> bool:
     _applied = bool(mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)) and bool(
         mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD))
     return _applied
+
+
+def release_freed_memory() -> bool:
+    """Hands the heap's free memory back to the OS (glibc's `malloc_trim`); True if any was."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        malloc_trim = ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):
+        return False
+    malloc_trim.argtypes = (ctypes.c_size_t,)
+    malloc_trim.restype = ctypes.c_int
+    return bool(malloc_trim(0))

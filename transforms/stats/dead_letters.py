@@ -11,7 +11,7 @@ import json
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-__all__ = ["EXAMPLES_PER_REASON", "batch_examples", "merge_examples"]
+__all__ = ["EXAMPLES_PER_REASON", "batch_examples", "first_examples", "merge_examples"]
 
 EXAMPLES_PER_REASON = 3
 _MESSAGE_CHARS = 300
@@ -37,6 +37,19 @@ def batch_examples(dead_letters: Sequence[bytes]) -> tuple[Example, ...]:
         taken[reason] = taken.get(reason, 0) + 1
         message = str(letter.get("message") or "")[:_MESSAGE_CHARS]
         out.append((reason, position, letter.get("source"), letter.get("row"), message))
+    return tuple(out)
+
+
+def first_examples(batches: Iterable[Sequence[Example]]) -> tuple[Example, ...]:
+    """The examples of consecutive batches (in batch-key order) as one batch's: the first
+    of each reason, numbered in that order, as `merge_examples` would pick them."""
+    taken: dict[str, int] = {}
+    out = []
+    for examples in batches:
+        for reason, _, source, row, message in sorted(examples, key=lambda e: e[1]):
+            if taken.get(reason, 0) < EXAMPLES_PER_REASON:
+                taken[reason] = taken.get(reason, 0) + 1
+                out.append((reason, len(out), source, row, message))
     return tuple(out)
 
 

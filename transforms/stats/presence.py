@@ -22,7 +22,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-__all__ = ["Presence", "add_presence", "arrow_presence", "presence_entries", "with_presence"]
+__all__ = ["Presence", "add_presence", "arrow_presence", "presence_entries", "sum_presence",
+           "with_presence"]
 
 #: One batch's presence: ((feature, records carrying it, min values, max values), ...).
 Presence = tuple[tuple[str, int, int, int], ...]
@@ -55,6 +56,14 @@ def add_presence(total: dict[str, list[int]], presence: Presence) -> None:
             entry[0] += records
             entry[1] = min(entry[1], low)
             entry[2] = max(entry[2], high)
+
+
+def sum_presence(presences: Iterable[Presence]) -> Presence:
+    """Several batches' presence as one batch's."""
+    total: dict[str, list[int]] = {}
+    for presence in presences:
+        add_presence(total, presence)
+    return tuple((name, *entry) for name, entry in total.items())
 
 
 def presence_entries(total: Mapping[str, Sequence[int]], written: int) -> dict[str, dict[str, int]]:

@@ -4,7 +4,10 @@ A converter summarises each batch's values into small frozen partials (`FeatureP
 with `NumericPartial` for int64/float values and `BytesPartial` for bytes values; sketches
 serialized to bytes so a partial pickles small), attached to its `RecordBatch` as a
 `BatchStats`. The commit adds the partials of a split up with `FeatureTotal`, in batch-key
-order, so the result does not depend on bundles or runners:
+order, so the exact figures do not depend on bundles or runners (the order in which sketches
+are merged moves their estimates within their error bounds). A converter that holds many
+batches of one work unit merges them into one `BatchStats` first (`merge_stats`: the totals
+turned back into partials), so the commit receives one per work unit, not one per chunk.
 
 * exact: records carrying the feature, values per record (min/max/total), value counts,
   NaN/inf/zero counts, min and max, lengths of bytes values;
@@ -49,6 +52,7 @@ __all__ = [
     "TOP_PER_BATCH",
     "bytes_partial",
     "counted",
+    "merge_stats",
     "numeric_partial",
     "stats_enabled",
 ]
@@ -223,6 +227,13 @@ class NumericTotal:
     def std(self) -> float:
         return float(np.sqrt(self.m2 / self.finite)) if self.finite else 0.0
 
+    def partial(self) -> NumericPartial:
+        """The total as one partial (adding it equals adding every part, up to the
+        sketch's merge order)."""
+        kll = self.kll if self.kll is not None else _datasketches().kll_doubles_sketch(KLL_K)
+        return NumericPartial(self.count, self.nan, self.inf, self.zeros, self.finite, self.min,
+                              self.max, self.mean, self.m2, kll.serialize())
+
 
 class BytesTotal:
     """`BytesPartial`s added up; `hll` and `frequent` are the merged sketches."""
@@ -259,6 +270,17 @@ class BytesTotal:
     def distinct(self) -> float:
         return float(self._hll.get_result().get_estimate()) if self._hll is not None else 0.0
 
+    def partial(self) -> BytesPartial:
+        """The total as one partial (see `NumericTotal.partial`)."""
+        ds = _datasketches()
+        hll = self._hll.get_result() if self._hll is not None else ds.hll_sketch(HLL_LG_K)
+        frequent = None
+        if self.tracks_frequent:
+            frequent = (self.frequent if self.frequent is not None
+                        else ds.frequent_strings_sketch(FREQUENT_LG_MAX_K)).serialize()
+        return BytesPartial(self.count, self.length_min or 0, self.length_max or 0,
+                            self.length_total, hll.serialize_compact(), frequent)
+
     def top(self, limit: int) -> list[tuple[str, int]]:
         """The `limit` most frequent display texts with their estimated counts."""
         if not self.tracks_frequent or self.frequent is None:
@@ -293,6 +315,14 @@ class FeatureTotal:
         if part.bytes is not None and self.bytes is not None:
             self.bytes.add(part.bytes)
 
+    def partial(self) -> FeaturePartial:
+        """The total as one partial (see `NumericTotal.partial`)."""
+        return FeaturePartial(
+            self.name, self.kind, self.records, self.values_min or 0, self.values_max or 0,
+            self.values_total,
+            numeric=self.numeric.partial() if self.numeric is not None and self.numeric.count else None,
+            bytes=self.bytes.partial() if self.bytes is not None and self.bytes.count else None)
+
 
 class ImageTotal:
     """`ImagePartial`s added up (exact counts)."""
@@ -307,6 +337,28 @@ class ImageTotal:
                                (self.labels, part.labels)):
             for value, number in pairs:
                 counter[value] += number
+
+    def partial(self) -> ImagePartial:
+        return ImagePartial(tuple(sorted(self.formats.items())),
+                            tuple(sorted(self.channels.items())), tuple(sorted(self.labels.items())))
+
+
+def merge_stats(parts: Iterable[BatchStats]) -> BatchStats:
+    """Several batches' statistics as one batch's: exact counts added, moments combined,
+    sketches merged in the order given."""
+    features: dict[str, FeatureTotal] = {}
+    images = None
+    for stats in parts:
+        for part in stats.features:
+            total = features.get(part.name)
+            if total is None:
+                total = features[part.name] = FeatureTotal(part.name, part.kind)
+            total.add(part)
+        if stats.images is not None:
+            images = images or ImageTotal()
+            images.add(stats.images)
+    return BatchStats(tuple(total.partial() for total in features.values()),
+                      images.partial() if images is not None else None)
 
 
 def counted(values: Iterable) -> tuple:

@@ -199,6 +199,30 @@ def test_a_file_added_after_planning_is_read_once(tmp_path):
     assert {"cat/001.jpg", "cat/017.jpg", "cat/099.jpg"} <= set(filenames)
 
 
+def test_a_worker_lists_a_folder_again_once_it_changed(tmp_path, monkeypatch):
+    """Slices of one settled folder share its listing in a worker until a file is added or
+    removed; a folder changed just now is listed for every slice."""
+    root = tmp_path / "tree"
+    for i in range(0, 40, 2):
+        write(root / "cat" / f"{i:03d}.jpg", samples.build("jpeg_rgb"))
+    plan = plan_image_folder(str(root), images_per_unit=4)
+    listings = []
+    real_listdir = os.listdir
+    monkeypatch.setattr(os, "listdir",
+                        lambda folder: listings.append(folder) or real_listdir(folder))
+    assert len([item["filename"] for item in planned_items(plan)]) == 20
+    assert len(listings) == len(plan.work_units) > 1  # changed just now: listed each time
+    os.utime(root / "cat", (1e9, 1e9))  # settled long ago
+    listings.clear()
+    before = [item["filename"] for item in planned_items(plan)]
+    assert len(listings) == 1
+    assert len(before) == 20
+    write(root / "cat" / "017.jpg", samples.build("jpeg_rgb"))
+    (root / "cat" / "000.jpg").unlink()
+    after = [item["filename"] for item in planned_items(plan)]
+    assert sorted(after) == sorted({*before, "cat/017.jpg"} - {"cat/000.jpg"})
+
+
 def test_a_large_tree_becomes_a_bounded_number_of_slices(tmp_path):
     root = tmp_path / "tree"
     for folder in ("a", "b", "c"):

@@ -49,9 +49,8 @@ from transforms.format.tfrecord_format import (
 )
 from transforms.format.tfrecord_index import INDEX_SUFFIX, IndexWriter
 from transforms.records import RecordBatch
-from transforms.stats.dead_letters import batch_examples, first_examples
-from transforms.stats.presence import sum_presence
-from transforms.stats.sketches import BatchStats, merge_stats
+from transforms.stats.dead_letters import batch_examples
+from transforms.stats.unit_counts import fold_counts
 from transforms.worker import prepare_worker
 
 __all__ = [
@@ -72,7 +71,6 @@ __all__ = [
     "WriteRollingShards",
     "WrittenBatch",
     "batch_counts",
-    "fold_counts",
     "deal_to_shards",
     "write_results",
 ]
@@ -565,35 +563,6 @@ class WriteGroupedShard(beam.DoFn):
         for _, record_split, payloads in groups:
             shard.write(payloads, int(_cumulative_sizes(kind, payloads)[-1]), record_split)
         shard.close()
-
-
-def fold_counts(counts: Sequence[tuple]) -> list[tuple]:
-    """The `batch_counts` values of the batches of one work unit, one per split, under the
-    split's first batch key: counts and presence added, statistics merged (`merge_stats`).
-    The dead-letter examples the commit could pick (the first of each reason in batch-key
-    order, all splits together) go with the unit's first key. A batch with records but no
-    presence or statistics leaves the folded one without them (unknown, as it would be)."""
-    counts = sorted(counts, key=lambda entry: entry[0])
-    by_split: dict[str, list[tuple]] = {}
-    for entry in counts:
-        by_split.setdefault(entry[1], []).append(entry)
-    examples = first_examples(entry[8] for entry in counts)
-    folded = []
-    for split, group in by_split.items():
-        written = sum(entry[3] for entry in group)
-        record_rows = (None if all(entry[5] is None for entry in group)
-                       else sum(entry[3] if entry[5] is None else entry[5] for entry in group))
-        presence = stats = None
-        if not any(entry[6] is None and entry[3] for entry in group):
-            presence = sum_presence(entry[6] for entry in group if entry[6] is not None)
-        measured = [entry[7] for entry in group if isinstance(entry[7], BatchStats)]
-        if measured and not any(not isinstance(entry[7], BatchStats) and entry[3] for entry in group):
-            stats = merge_stats(measured)
-        key = group[0][0]
-        folded.append((key, split, sum(entry[2] for entry in group), written,
-                       sum(entry[4] for entry in group), record_rows, presence, stats,
-                       examples if key == counts[0][0] else ()))
-    return folded
 
 
 def batch_counts(batch: RecordBatch):

@@ -11,12 +11,12 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from transforms.shard_writers import fold_counts
 from transforms.stats.columns import arrow_batch_stats
 from transforms.stats.dead_letters import batch_examples, merge_examples
 from transforms.stats.document import merge_batches
 from transforms.stats.presence import add_presence, arrow_presence
 from transforms.stats.sketches import BatchStats, ImagePartial, merge_stats
+from transforms.stats.unit_counts import fold_counts
 
 
 def _entry(index: int, split: str, rng: np.random.Generator) -> tuple:

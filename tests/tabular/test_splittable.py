@@ -19,6 +19,7 @@ from pipeline.options import output_options
 from tests.helpers import in_memory_args
 from transforms.manifest import read_manifest
 from transforms.records import WorkUnit, batch_key
+from transforms.tabular import byte_ranges
 from transforms.tabular.byte_ranges import TextDialect, find_boundaries
 from transforms.tabular.plan import plan_tabular
 from transforms.tabular.read import read_chunks
@@ -206,6 +207,56 @@ def test_boundaries_agree_with_a_byte_by_byte_reading(threads):
                 expected.append((after[0], *starts[after[0]]))
         got = [(b.offset, b.rows_before, b.lines_before) for b in scan.boundaries]
         assert got == expected, (seed, data, targets)
+
+
+def _quoted_csv(rng: random.Random, rows: int, line_ends_in_quotes: bool, literal_quote: bool
+                ) -> bytes:
+    """CSV rows of quoted and unquoted fields (escaped quotes, empty quoted strings, text
+    after a closing quote), with line ends inside quotes and a quote inside an unquoted
+    field only when asked."""
+    cells = ['"cat"', "plain", '"a, b"', '"say ""hi"""', '""', '"x"y', ""]
+    if line_ends_in_quotes:
+        cells.append('"two\nlines"')
+    if literal_quote:
+        cells.append('5" tall')
+    lines = ["id,a,b"] + [f"{i},{rng.choice(cells)},{rng.choice(cells)}" for i in range(rows)]
+    return ("\n".join(lines) + rng.choice(["\n", ""])).encode()
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_simply_quoted_csv_takes_the_fast_path_and_agrees_with_a_byte_by_byte_reading(
+        threads, monkeypatch):
+    """Quoted fields without line ends are scanned without the general path, exactly;
+    a line end inside quotes anywhere falls back to it, exactly too."""
+    general = []
+    original = byte_ranges._Scanner._feed_general
+    monkeypatch.setattr(byte_ranges._Scanner, "_feed_general",
+                        lambda self, data, base: general.append(base) or original(self, data, base))
+    fast = 0
+    for seed in range(300):
+        rng = random.Random(seed)
+        with_line_ends, literal_quote = seed % 3 == 0, seed % 5 == 0
+        data = _quoted_csv(rng, rng.randint(1, 40), with_line_ends, literal_quote)
+        targets = sorted({rng.randint(1, len(data)) for _ in range(4)})
+        general.clear()
+        block_bytes = rng.choice([7, 30, 100, 4096])
+        scan = find_boundaries(io.BytesIO(data).read, targets,
+                               TextDialect("csv", quote=0x22, delimiter=0x2C, header=True),
+                               block_bytes=block_bytes, threads=threads)
+        starts = _reference_record_starts(data, True)
+        expected = []
+        for target in targets:
+            after = [s for s in sorted(starts) if s >= target and s < len(data)]
+            if after and (not expected or expected[-1][0] != after[0]):
+                expected.append((after[0], *starts[after[0]]))
+        assert [(b.offset, b.rows_before, b.lines_before) for b in scan.boundaries] == expected, \
+            (seed, data, targets)
+        # Blocks of 100 bytes and more hold whole rows (but a last row without a line end
+        # may be cut in a quote run); a literal quote takes the general path.
+        if block_bytes >= 100 and data.endswith(b"\n") and not with_line_ends and not literal_quote:
+            assert general == [], (seed, data)
+            fast += 1
+    assert fast > 20
 
 
 @pytest.mark.parametrize("seed", SEEDS)

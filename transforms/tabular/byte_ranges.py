@@ -16,8 +16,10 @@ depends on every quote before it, so no range can find its start on its own: the
 sequentially over the file, but vectorised over runs of consecutive quotes. A run of k
 quotes (k odd) toggles the state when inside a quoted field or at a field start, and closes
 (or leaves unquoted) elsewhere; even runs change nothing. The state after each run is then a
-cumulative sum since the last "close". Blocks without a quote (or outside quotes, with no
-blank line and no carriage return) take a path of plain `bytes` searches.
+cumulative sum since the last "close". Blocks with no blank line and no carriage return take
+shorter paths: without a quote, plain `bytes` searches; where every odd quote run at an even
+position opens a field and no line end lies between it and the next (quoted fields without
+line ends, most CSV files), the line ends alone (2.5x faster than the general path).
 
 Records as the readers count them: CSV rows are the records that are not empty lines
 (Arrow's `ignore_empty_lines`; LF, CRLF and a lone CR end a line), minus the header; JSON
@@ -199,16 +201,20 @@ class _Scanner:
         if base == 0 and self.dialect.bom and data.startswith(_BOM):
             # The reader drops it: the first record (and field) starts after it.
             self.record_start = self.bom_end = len(_BOM)
-        if not self._feed_plain(data, base):
+        if not (self._feed_plain(data, base) or self._feed_simply_quoted(data, base)):
             self._feed_general(data, base)
         self.prev_byte = data[-1]
 
-    # ---- the common case: no quote, no blank line, no CR: plain bytes searches
-    def _feed_plain(self, data: bytes, base: int) -> bool:
+    # ---- the common cases: every LF ends a non-empty record (plain bytes searches, or
+    # numpy over the quotes where quoted fields hold no line end)
+    def _lines_are_records(self, data: bytes, base: int, lf: np.ndarray | None = None) -> bool:
+        """Whether every LF of the block ends a non-empty record, provided no LF is inside
+        quotes: no blank line, no CR (and in JSON Lines no whitespace-only line). `lf`: the
+        LF positions, when known (finding two consecutive LFs in them is faster)."""
         d = self.dialect
-        if self.quoted or (d.quote is not None and bytes([d.quote]) in data):
+        if self.quoted or b"\r" in data:
             return False
-        if b"\n\n" in data or b"\r" in data:
+        if (b"\n\n" in data) if lf is None else bool((np.diff(lf) == 1).any()):
             return False
         first = self.record_start - base  # 0 when the block starts a record
         if first >= 0 and not self.pending_content and data[first:first + 1] in (b"\n", b""):
@@ -221,14 +227,25 @@ class _Scanner:
                 return False
             if any(b"\n" + bytes([w]) in data for w in b" \t\x0b\x0c"):
                 return False
-        # Every line ends a non-empty record: records are counted by LFs.
+        return True
+
+    def _count_lines(self, data: bytes, base: int, lf: np.ndarray | None = None) -> None:
+        """Boundaries and counts of a block whose every LF ends a record (`lf`: their
+        positions, when known)."""
         for target in self._targets_within(base, len(data)):
-            end = data.find(b"\n", max(target - 1 - base, 0))
-            if end < 0:
-                break
-            ended = data.count(b"\n", 0, end + 1)
+            start = max(target - 1 - base, 0)
+            if lf is None:
+                end = data.find(b"\n", start)
+                if end < 0:
+                    break
+                ended = data.count(b"\n", 0, end + 1)
+            else:
+                k = int(np.searchsorted(lf, start))
+                if k == len(lf):
+                    break
+                end, ended = int(lf[k]), k + 1
             self._add_boundary(base + end + 1, self.records + ended, self.lines + ended)
-        ended = data.count(b"\n")
+        ended = data.count(b"\n") if lf is None else len(lf)
         self.records += ended
         self.lines += ended
         last = data.rfind(b"\n")
@@ -236,7 +253,50 @@ class _Scanner:
             self.record_start = base + last + 1
             self.pending_content = last + 1 < len(data)
         else:
+            first = self.record_start - base
             self.pending_content = self.pending_content or bool(data[max(first, 0):])
+
+    def _feed_plain(self, data: bytes, base: int) -> bool:
+        """No quote at all."""
+        d = self.dialect
+        if d.quote is not None and bytes([d.quote]) in data:
+            return False
+        if not self._lines_are_records(data, base):
+            return False
+        self._count_lines(data, base)
+        return True
+
+    def _feed_simply_quoted(self, data: bytes, base: int) -> bool:
+        """CSV whose quoted fields hold no line end (most CSV files): the odd quote runs pair
+        up as an opening run at a field start and the next odd run, which closes it; when
+        no LF lies between the two of any pair, every LF ends a record. About 2.5x faster
+        than the general path; anything else falls back to it."""
+        d = self.dialect
+        if d.kind != "csv" or d.quote is None or base <= self.bom_end or self.quoted:
+            return False
+        arr = np.frombuffer(data, np.uint8)
+        lf = np.flatnonzero(arr == _LF)
+        if not self._lines_are_records(data, base, lf):
+            return False
+        quotes = np.flatnonzero(arr == d.quote)
+        new_run = np.empty(len(quotes), bool)
+        new_run[:1] = True
+        new_run[1:] = np.diff(quotes) != 1
+        first_of_run = np.flatnonzero(new_run)
+        odd = (np.diff(first_of_run, append=len(quotes)) & 1).astype(bool)
+        odd_runs = quotes[first_of_run[odd]]
+        if len(odd_runs) % 2:
+            return False
+        opens = odd_runs[0::2]  # each closed by the odd run after it
+        before = arr[np.maximum(opens - 1, 0)]
+        at_field_start = (before == d.delimiter) | (before == _LF)
+        if len(opens) and opens[0] == 0:  # the byte before is the previous block's (or none)
+            at_field_start[0] = self.prev_byte in (None, d.delimiter, _LF)
+        if not at_field_start.all():
+            return False
+        if (np.searchsorted(odd_runs, lf) & 1).any():
+            return False  # a line end between an opening run and its close: inside quotes
+        self._count_lines(data, base, lf)
         return True
 
     # ---- anything else: numpy over the block's line ends and quote runs

@@ -18,7 +18,9 @@
   `dask.distributed.LocalCluster` started (and stopped) for the run. The DaskRunner puts up
   to 128 elements of a `beam.Create` in one bag partition, so a plan of 8 work units ran on
   one worker: the work units are cut into `dask_partitions` partitions instead, sized to the
-  cluster (unless `--dask_npartitions`/`--dask_partition_size` is given).
+  cluster (unless `--dask_npartitions`/`--dask_partition_size` is given). Dask's
+  `dataframe.shuffle.method` is set to "tasks" for the run unless configured: the bag
+  groupby's default reaches "tasks" too, but only after importing dask.dataframe.
 * Anything else (DataflowRunner, FlinkRunner, SparkRunner, PortableRunner, ...) is passed
   to Beam unchanged. `DataflowRunner` needs the `dataflow` extra (Beam's gcp extra, with the
   Dataflow client), which the default install leaves out because importing it costs every
@@ -166,6 +168,22 @@ def _cluster_threads(address: str) -> int:
 @contextlib.contextmanager
 def _dask_runner(options: PipelineOptions, argv: Sequence[str], work_units: int):
     check_runner_installed(options)
+    import dask
+
+    if dask.config.get("dataframe.shuffle.method", None) is None:
+        # The DaskRunner groups with a bag's groupby, whose default shuffle on a distributed
+        # client is "tasks" after importing dask.dataframe (and pandas) to rule out "p2p",
+        # which bags lack: 0.45 s of every launch. Say "tasks" (dask's public setting).
+        with dask.config.set({"dataframe.shuffle.method": "tasks"}):
+            with _dask_runner_on_cluster(options, argv, work_units) as runner:
+                yield runner
+    else:
+        with _dask_runner_on_cluster(options, argv, work_units) as runner:
+            yield runner
+
+
+@contextlib.contextmanager
+def _dask_runner_on_cluster(options: PipelineOptions, argv: Sequence[str], work_units: int):
     from apache_beam.runners.dask.dask_runner import DaskOptions, DaskRunner
     dask_options = options.view_as(DaskOptions)
     sized = not any(_explicit(argv, flag) for flag in ("--dask_npartitions", "--dask_partition_size"))

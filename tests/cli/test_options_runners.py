@@ -232,3 +232,17 @@ def test_a_dask_run_spreads_its_work_units_over_the_local_cluster():
     options = PipelineOptions(given)
     with runner_for(options, given, work_units=8):
         assert options.view_as(DaskOptions).npartitions == 3
+
+
+@pytest.mark.slow
+def test_a_dask_run_shuffles_by_tasks_unless_dask_is_told_otherwise():
+    """The bag groupby's default needs dask.dataframe only to reach "tasks" (0.45 s)."""
+    import dask
+
+    argv = ["--runner", "dask"]
+    with runner_for(PipelineOptions(argv), argv, work_units=2):
+        assert dask.config.get("dataframe.shuffle.method") == "tasks"
+    assert dask.config.get("dataframe.shuffle.method", None) is None
+    with dask.config.set({"dataframe.shuffle.method": "disk"}):
+        with runner_for(PipelineOptions(argv), argv, work_units=2):
+            assert dask.config.get("dataframe.shuffle.method") == "disk"

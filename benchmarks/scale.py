@@ -16,7 +16,8 @@ like the plain loop they are compared with):
   (their cost per row is linear, so rows/s compare across sizes);
 * a plain single-process loop over the images (read, parse the header, encode, frame, write);
 * Dask: ours with `--runner dask` on a LocalCluster of 1 and of 2 worker processes started
-  here, on the 8 files and on the one file;
+  here, on the 8 files and on the one file, twice per cluster: cold (the workers' first
+  task imports Beam), then warm, as on a long-lived cluster (the targets' figures);
 * a manifest planned as data: the launcher's peak RSS and time planning (`--dry-run`) an
   image manifest of `--manifest-rows` rows and of a tenth of them (the rows name the JPEGs);
 * memory: ours on the 8 files at `--rows` and at `--memory-rows` rows: peak RSS ratio;
@@ -112,15 +113,20 @@ def _baseline(name: str, cfg: dict[str, Any], rows: int, work: str, results: dic
 
 
 def _dask(name: str, workers: int, command: list[str], rows: int, work: str, results: dict) -> None:
+    """The conversion on a fresh LocalCluster of `workers` workers, then again on the same
+    (warm) cluster: a worker imports Beam and our modules with its first task only, as on a
+    long-lived cluster. Targets use the warm run; the cold one is `.../cold`."""
     from dask.distributed import LocalCluster
 
     with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, host="127.0.0.1",
                       dashboard_address=None) as cluster:
-        _run(f"{name}/{workers}", [*command, "--runner", "dask",
-                                  f"--dask_client_address={cluster.scheduler_address}"],
-             rows, work, results)
-    # The workers are this process's children, not the launcher's: its CPU says nothing.
-    results[f"{name}/{workers}"].pop("cores_busy")
+        dask_command = [*command, "--runner", "dask",
+                        f"--dask_client_address={cluster.scheduler_address}"]
+        _run(f"{name}/{workers}/cold", dask_command, rows, work, results)
+        _run(f"{name}/{workers}", dask_command, rows, work, results)
+    for case in (f"{name}/{workers}/cold", f"{name}/{workers}"):
+        # The workers are this process's children, not the launcher's: its CPU says nothing.
+        results[case].pop("cores_busy")
 
 
 def _plan_manifest(name: str, rows: int, image_files: Sequence[str], work: str, results: dict) -> None:

@@ -44,6 +44,14 @@ def _separator(root: str) -> str:
     return "/" if "://" in root else os.sep
 
 
+def _hidden(name: str) -> bool:
+    return name.startswith(".")
+
+
+def _image_extension(name: str) -> bool:
+    return os.path.splitext(name)[1].lower() in IMAGE_EXTENSIONS
+
+
 def entry_rules(parts: Sequence[str], split_mode: bool, labels: dict[str, int] | None
                 ) -> tuple[str, str | None, tuple[str, str, None] | None]:
     """(split, label folder, reject) of the file at ROOT/<parts...>.
@@ -54,12 +62,12 @@ def entry_rules(parts: Sequence[str], split_mode: bool, labels: dict[str, int] |
     if split_mode and len(parts) > 1 and parts[0] in SPLIT_DIRECTORIES:
         split, rest = parts[0], rest[1:]
     label = rest[0] if len(rest) > 1 else None
-    extension = os.path.splitext(parts[-1])[1]
-    if any(part.startswith(".") for part in parts):
+    if any(_hidden(part) for part in parts):
         reject = ("hidden_file", "hidden file or folder", None)
     elif label is None:
         reject = ("no_label", "file is not inside a label folder", None)
-    elif extension.lower() not in IMAGE_EXTENSIONS:
+    elif not _image_extension(parts[-1]):
+        extension = os.path.splitext(parts[-1])[1]
         reject = ("not_an_image_extension", f"extension {extension or '(none)'!r} is not one of "
                   f"{', '.join(IMAGE_EXTENSIONS)}", None)
     elif labels is not None and label not in labels:
@@ -208,8 +216,8 @@ def survey_folder(root: str, step: int) -> FolderSurvey:
         for name, size, mtime in files:
             digest.update(repr(("/".join([*parts, name]), size, mtime)).encode("utf-8"))
         names = [name for name, _, _ in files]
-        has_image = any(not name.startswith(".") and os.path.splitext(name)[1].lower()
-                        in IMAGE_EXTENSIONS for name in names)
+        # What entry_rules asks of the file name itself; the folder's part comes below.
+        has_image = any(not _hidden(name) and _image_extension(name) for name in names)
         folders.append(_Folder(path, parts, len(names), has_image, tuple(names[::step])))
     if not folders:
         raise FileNotFoundError(f"no files under {root}")

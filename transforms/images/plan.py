@@ -205,7 +205,8 @@ def plan_image_manifest(
     fmt = manifest_format(manifest_path)
     roots = tuple(normalize_root(r) for r in (allowed_roots or default_allowed_roots(manifest_path)))
     named = {c for c in (image_column, label_column, split_column) if c is not None}
-    (whole,) = plan_tabular(manifest_path, fmt)[:1] or (WorkUnit(manifest_path, 0),)
+    units = plan_tabular(manifest_path, fmt)  # a manifest is one text file: one unit
+    whole = units[0] if units else WorkUnit(manifest_path, 0)
     extra_spec = _extra_spec(spec, [whole], fmt, named)
     rows = ManifestRows(
         manifest_path=manifest_path, fmt=fmt, image_column=image_column,

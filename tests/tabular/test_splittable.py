@@ -151,6 +151,22 @@ def _reference_record_starts(data: bytes, header: bool) -> dict[int, tuple[int, 
     return starts
 
 
+def _expected_boundaries(data: bytes, targets, header: bool) -> list[tuple[int, int, int]]:
+    """(offset, rows before, lines before) of the first record start at or after each target,
+    by the byte-by-byte reading; targets in one record share it."""
+    starts = _reference_record_starts(data, header)
+    expected = []
+    for target in targets:
+        after = [s for s in sorted(starts) if target <= s < len(data)]
+        if after and (not expected or expected[-1][0] != after[0]):
+            expected.append((after[0], *starts[after[0]]))
+    return expected
+
+
+def _found(scan) -> list[tuple[int, int, int]]:
+    return [(b.offset, b.rows_before, b.lines_before) for b in scan.boundaries]
+
+
 def convert(*args: str) -> int:
     return run(["convert", *args, *in_memory_args()])
 
@@ -199,14 +215,7 @@ def test_boundaries_agree_with_a_byte_by_byte_reading(threads):
                                TextDialect("csv", quote=0x22, delimiter=0x2C, header=header,
                                            bom=True), block_bytes=rng.choice([1, 2, 5, 64]),
                                threads=threads)
-        starts = _reference_record_starts(data, header)
-        expected = []
-        for target in targets:
-            after = [s for s in sorted(starts) if s >= target and s < len(data)]
-            if after and (not expected or expected[-1][0] != after[0]):
-                expected.append((after[0], *starts[after[0]]))
-        got = [(b.offset, b.rows_before, b.lines_before) for b in scan.boundaries]
-        assert got == expected, (seed, data, targets)
+        assert _found(scan) == _expected_boundaries(data, targets, header), (seed, data, targets)
 
 
 def _quoted_csv(rng: random.Random, rows: int, line_ends_in_quotes: bool, literal_quote: bool
@@ -243,14 +252,7 @@ def test_simply_quoted_csv_takes_the_fast_path_and_agrees_with_a_byte_by_byte_re
         scan = find_boundaries(io.BytesIO(data).read, targets,
                                TextDialect("csv", quote=0x22, delimiter=0x2C, header=True),
                                block_bytes=block_bytes, threads=threads)
-        starts = _reference_record_starts(data, True)
-        expected = []
-        for target in targets:
-            after = [s for s in sorted(starts) if s >= target and s < len(data)]
-            if after and (not expected or expected[-1][0] != after[0]):
-                expected.append((after[0], *starts[after[0]]))
-        assert [(b.offset, b.rows_before, b.lines_before) for b in scan.boundaries] == expected, \
-            (seed, data, targets)
+        assert _found(scan) == _expected_boundaries(data, targets, True), (seed, data, targets)
         # Blocks of 100 bytes and more hold whole rows (but a last row without a line end
         # may be cut in a quote run); a literal quote takes the general path.
         if block_bytes >= 100 and data.endswith(b"\n") and not with_line_ends and not literal_quote:

@@ -91,12 +91,16 @@ def test_a_commit_killed_half_way_is_undone_from_its_journal(tmp_path):
     assert run(["verify", str(out)]) == 0
 
 
+def _csv_and_spec(tmp_path, csv: str, features: str) -> tuple:
+    """(source, spec, out) paths: `csv` as tmp_path/data.csv, a spec of `features`."""
+    source, spec = tmp_path / "data.csv", tmp_path / "spec.yaml"
+    source.write_text(csv)
+    spec.write_text("features:\n" + features)
+    return source, spec, tmp_path / "out"
+
+
 def test_a_failed_runs_dead_letters_are_replaced_by_the_next_run(tmp_path, capsys):
-    source = tmp_path / "bad.csv"
-    source.write_text("id\nx\ny\n")
-    spec = tmp_path / "spec.yaml"
-    spec.write_text("features:\n  - {name: id, type: int64}\n")
-    out = tmp_path / "out"
+    source, spec, out = _csv_and_spec(tmp_path, "id\nx\ny\n", "  - {name: id, type: int64}\n")
     assert run(_convert(out, "--spec", str(spec), source=str(source))) == 5
     first_line = capsys.readouterr().err.strip().splitlines()[0]
     assert "(dead letters: 2 invalid_int)" in first_line
@@ -113,11 +117,8 @@ def test_a_failed_runs_dead_letters_are_replaced_by_the_next_run(tmp_path, capsy
 
 
 def test_the_summary_shows_dead_letters_by_reason_and_where_they_are(tmp_path, capsys):
-    source = tmp_path / "mixed.csv"
-    source.write_text("id,score\n1,0.5\nx,0.1\n3,abc\n4,zz\n5,1\n")
-    spec = tmp_path / "spec.yaml"
-    spec.write_text("features:\n  - {name: id, type: int64}\n  - {name: score, type: float}\n")
-    out = tmp_path / "out"
+    source, spec, out = _csv_and_spec(tmp_path, "id,score\n1,0.5\nx,0.1\n3,abc\n4,zz\n5,1\n",
+                                      "  - {name: id, type: int64}\n  - {name: score, type: float}\n")
     argv = [arg for arg in _convert(out, "--spec", str(spec), source=str(source)) if arg != "--quiet"]
     assert run(argv) == 0
     lines = capsys.readouterr().out.splitlines()

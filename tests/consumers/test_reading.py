@@ -320,15 +320,21 @@ features:
 """
 
 
+def _convert_rows(tmp_path, rows: list[dict], spec: str, *options: str):
+    """`rows` as JSON Lines converted with `spec` into tmp_path/out (returned)."""
+    (tmp_path / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (tmp_path / "spec.yaml").write_text(spec)
+    out = tmp_path / "out"
+    assert run(["convert", "--input", str(tmp_path / "rows.jsonl"), "--format", "jsonl",
+                "--spec", str(tmp_path / "spec.yaml"), "--output", str(out), *options,
+                *in_memory_args()]) == 0
+    return out
+
+
 def test_every_reader_reads_a_feature_always_present_as_dense(tf, tmp_path):
     rows = [{"id": i, "score": i / 4, "pair": [i, -i], "name": None if i % 3 else f"n{i}"}
             for i in range(12)]
-    (tmp_path / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    (tmp_path / "spec.yaml").write_text(PRESENCE_SPEC)
-    out = tmp_path / "out"
-    assert run(["convert", "--input", str(tmp_path / "rows.jsonl"), "--format", "jsonl",
-                "--spec", str(tmp_path / "spec.yaml"), "--output", str(out),
-                "--max-shard-records", "5", *in_memory_args()]) == 0
+    out = _convert_rows(tmp_path, rows, PRESENCE_SPEC, "--max-shard-records", "5")
     write_sidecars(out)
     # The presence counts the writer records: score and pair in every record with one and
     # two values, name in 4 of 12.
@@ -369,12 +375,7 @@ sequence:
 def test_sequence_outputs_read_back_through_tf_dataset_and_read_examples(tf, tmp_path):
     rows = [{"user": f"u{i % 3}", "ts": 10 - i, "item": None if i % 4 == 0 else f"i{i}"}
             for i in range(10)]
-    (tmp_path / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    (tmp_path / "spec.yaml").write_text(SEQUENCE_SPEC)
-    out = tmp_path / "out"
-    assert run(["convert", "--input", str(tmp_path / "rows.jsonl"), "--format", "jsonl",
-                "--spec", str(tmp_path / "spec.yaml"), "--output", str(out),
-                "--compression", "zlib", *in_memory_args()]) == 0
+    out = _convert_rows(tmp_path, rows, SEQUENCE_SPEC, "--compression", "zlib")
     expected = {}
     for r in sorted(rows, key=lambda r: r["ts"]):
         steps = expected.setdefault(r["user"], ([], []))

@@ -25,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import os
 import time
 import uuid
 from collections import defaultdict, deque
@@ -301,13 +302,18 @@ class TempShard:
         self.logical_bytes += logical_bytes
 
     def close(self) -> dict[str, Any]:
-        """Closes the file, writes and returns its sidecar metadata."""
+        """Closes the file, writes and returns its sidecar metadata. A local file is synced
+        first: the commit syncs every file it publishes, and a file synced here (by each
+        writer, in parallel, while others convert) costs it nothing then."""
         if self._writer is not None:
             try:
                 self._io.drain()
             finally:
                 self._io.shutdown()
             self._writer.close()
+        if "://" not in self.path:
+            self._raw.flush()
+            os.fsync(self._raw.fileno())
         self._raw.close()
         index = None
         if self._index_file is not None:

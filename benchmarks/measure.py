@@ -94,7 +94,13 @@ def _wait(child: subprocess.Popen) -> tuple[int, float | None]:
 
 
 def measure(command: Sequence[str], log_path: str) -> Measurement:
-    """Runs `command` as a child; wall time and the peak RSS of its process tree."""
+    """Runs `command` as a child; wall time and the peak RSS of its process tree.
+
+    The data earlier steps wrote (inputs generated, outputs of other cases) is flushed to
+    disk first, so that its writeback does not land on this case's clock.
+    """
+    if hasattr(os, "sync"):
+        os.sync()
     with open(log_path, "wb") as log:
         start = time.perf_counter()
         child = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, cwd=REPO, env=_child_env())

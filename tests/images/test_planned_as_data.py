@@ -12,12 +12,15 @@ import pickle
 import random
 
 import pytest
+from apache_beam.io.filesystem import FileMetadata, MatchResult
 
 from pipeline.cli import run
 from tests.images import image_samples as samples
 from tests.images.test_images import convert, planned_items, write
+from transforms.images import folder_slices
 from transforms.images import plan as plan_module
 from transforms.images.plan import plan_image_folder, plan_image_manifest
+from transforms.records import WorkUnit
 from transforms.tabular.spec import parse_spec
 
 SPEC = parse_spec("""
@@ -221,6 +224,33 @@ def test_a_worker_lists_a_folder_again_once_it_changed(tmp_path, monkeypatch):
     (root / "cat" / "000.jpg").unlink()
     after = [item["filename"] for item in planned_items(plan)]
     assert sorted(after) == sorted({*before, "cat/017.jpg"} - {"cat/000.jpg"})
+
+
+def test_a_worker_lists_a_remote_folder_once_per_plan(monkeypatch):
+    """An object store has no folder time to check: its listing is kept for the slices of
+    one plan (its token), listed again for another plan, never kept without a token."""
+    names = [f"{i:03d}.jpg" for i in range(12)]
+    listings = []
+
+    def match(patterns):
+        listings.append(patterns[0])
+        return [MatchResult(patterns[0], [FileMetadata(f"gs://b/tree/cat/{n}", 10, 1.0)
+                                          for n in reversed(names)])]
+
+    monkeypatch.setattr(folder_slices.FileSystems, "match", match)
+    cuts = [None, "004.jpg", "008.jpg", None]
+    units = [WorkUnit("gs://b/tree/cat", k, extra={"first": cuts[k], "stop": cuts[k + 1]})
+             for k in range(3)]
+
+    def read(token):
+        source = folder_slices.FolderSlices("gs://b/tree", ("gs://b/tree",), False, ("cat",),
+                                            plan_token=token)
+        return [item["filename"] for unit in units for item in source.items(unit)]
+
+    assert read("plan-1") == [f"cat/{n}" for n in names] and len(listings) == 1
+    assert read("plan-1") == [f"cat/{n}" for n in names] and len(listings) == 1
+    assert read("plan-2") == [f"cat/{n}" for n in names] and len(listings) == 2
+    assert read("") == [f"cat/{n}" for n in names] and len(listings) == 5
 
 
 def test_a_large_tree_becomes_a_bounded_number_of_slices(tmp_path):

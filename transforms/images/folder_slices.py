@@ -7,9 +7,12 @@
   the number of images (about `max_slices` units, plus one per folder), and the launcher
   holds no listing.
 * In the workers, `FolderSlices.items(unit)` lists that folder again, keeps the names in
-  the unit's range and applies the tree's rules (`entry_rules`) to each file. A file that
+  the unit's range and applies the tree's rules (`entry_rules`) to each file. A worker
+  keeps a folder's sorted listing for its next slice of the same folder: a local folder
+  while its modification time stays the same, a remote one for the same plan. A file that
   appears between planning and reading falls in exactly one slice (the ranges cover every
-  name); one that disappears is a `missing_file` dead letter or simply not read.
+  name), or in none where a worker kept a remote folder's listing from before it; never in
+  two. One that disappears is a `missing_file` dead letter or simply not read.
 
 The rules: ROOT/<label>/**/<file>, or ROOT/<split>/<label>/**/<file> when a top-level folder
 is named train, validation or test; hidden files and folders, files without an image
@@ -110,17 +113,40 @@ class _SortedListing:
         return names[low:high]
 
 
-def _list_folder(folder: str, first: str | None = None, stop: str | None = None
-                 ) -> list[tuple[str, int | None, float | None]]:
+class _RemoteListing:
+    """The sorted (name, size, mtime) of one remote folder, kept for the next slice of the
+    same folder in the same plan. An object store has no folder modification time to check,
+    so a listing is kept only under the plan's token (its listing digest): slices of one run
+    share it, a later run (another plan) lists again. Listing a 100,000-object folder once
+    per slice (about 256 slices) would be 100 list requests per slice."""
+
+    _kept: tuple[str, str, list[str], list[tuple]] | None = None  # (folder, token, names,
+    # entries): one object, replaced whole
+
+    @classmethod
+    def entries(cls, folder: str, token: str, first: str | None, stop: str | None) -> list[tuple]:
+        kept = cls._kept
+        if not token or kept is None or kept[:2] != (folder, token):
+            matched = FileSystems.match([folder.rstrip("/") + "/*"])[0].metadata_list
+            entries = sorted((m.path.rsplit("/", 1)[1], m.size_in_bytes,
+                              getattr(m, "last_updated_in_seconds", None))
+                             for m in matched if not m.path.endswith("/"))
+            kept = (folder, token, [entry[0] for entry in entries], entries)
+            cls._kept = kept if token else None
+        names, entries = kept[2], kept[3]
+        low = 0 if first is None else bisect.bisect_left(names, first)
+        high = len(names) if stop is None else bisect.bisect_left(names, stop)
+        return entries[low:high]
+
+
+def _list_folder(folder: str, first: str | None = None, stop: str | None = None,
+                 token: str = "") -> list[tuple[str, int | None, float | None]]:
     """(name, size or None, mtime or None) of the files directly in `folder` whose names
     are in [first, stop) (None: open), sorted. Only those are stat'ed: a slice of a large
-    folder costs a listing of names (kept for its next slice), not a stat of every file."""
+    folder costs a listing of names (kept for its next slice), not a stat of every file.
+    `token`: the plan's, under which a remote folder's listing is kept (empty: not kept)."""
     if "://" in folder:
-        matched = FileSystems.match([folder.rstrip("/") + "/*"])[0].metadata_list
-        return sorted((m.path.rsplit("/", 1)[1], m.size_in_bytes,
-                       getattr(m, "last_updated_in_seconds", None))
-                      for m in matched
-                      if not m.path.endswith("/") and _in_range(m.path.rsplit("/", 1)[1], first, stop))
+        return _RemoteListing.entries(folder, token, first, stop)
     found = []
     for name in _SortedListing.names(folder, first, stop):
         try:
@@ -247,12 +273,15 @@ class FolderSlices:
       roots: the allowed roots every image must lie in.
       split_mode: the tree has split folders at its top.
       labels: the label map; a label's index is its position.
+      plan_token: identifies the plan (its listing digest): a worker keeps a remote folder's
+        listing for the slices of the same plan.
     """
 
     root: str
     roots: tuple[str, ...]
     split_mode: bool
     labels: tuple[str, ...]
+    plan_token: str = ""
 
     def items(self, unit: WorkUnit) -> Iterator[dict]:
         """The planned item of every file of the slice `unit`, in name order."""
@@ -262,7 +291,7 @@ class FolderSlices:
         folder = unit.path
         parts = (folder[len(self.root) + 1:].split(separator) if folder != self.root else [])
         index = {label: i for i, label in enumerate(self.labels)}
-        for name, size, _ in _list_folder(folder, first, stop):
+        for name, size, _ in _list_folder(folder, first, stop, self.plan_token):
             split, label, reject = entry_rules([*parts, name], self.split_mode, index)
             yield planned_item(folder + separator + name, split, filename="/".join([*parts, name]),
                                label=index.get(label), text=label, size=size, reject=reject)

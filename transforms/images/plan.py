@@ -119,7 +119,8 @@ def plan_image_folder(
         splits=_split_order(survey.splits),
         allowed_roots=roots,
         input_count=survey.files,
-        source=FolderSlices(root_uri, roots, survey.split_mode, label_map),
+        source=FolderSlices(root_uri, roots, survey.split_mode, label_map,
+                            plan_token=survey.listing_digest),
         planning=(f"planned as data: {len(units)} slices of the folder listings, listed again "
                   f"in the workers"),
         listing_digest=survey.listing_digest,

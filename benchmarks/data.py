@@ -28,7 +28,6 @@ IMAGE_QUALITY = 90
 IMAGE_LABELS = ("label_a", "label_b")
 
 
-
 @dataclasses.dataclass(frozen=True)
 class TabularData:
     """A generated CSV dataset: part files, the spec feeding our CLI, its column kinds."""

@@ -291,4 +291,3 @@ def summarize(case: Case, runs: list[dict[str, Any]]) -> dict[str, Any]:
         "peak_rss_mb": _median([r["peak_rss_bytes"] for r in runs]) / 2**20,
     })
     return entry
-

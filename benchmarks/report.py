@@ -290,4 +290,3 @@ def format_markdown(report: dict) -> str:
         lines += ["## Failures", ""]
         lines += [f"- `{e['id']}`: {(e.get('error') or 'failed').splitlines()[0]}" for e in failed]
     return "\n".join(lines).rstrip() + "\n"
-

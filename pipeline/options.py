@@ -162,7 +162,6 @@ def has_date_template(path: str) -> bool:
 _DRY_RUN_DEST = "convert_dry_run"
 
 
-
 def _flag(parser, name: str, *, output: bool = False, **kwargs) -> None:
     """Adds `--a-b` together with its Beam-style alias `--a_b`.
 

@@ -58,8 +58,6 @@ __all__ = [
 _LOG = logging.getLogger(__name__)
 
 
-
-
 class AccountingError(RuntimeError):
     """The records in the written files do not reconcile with the converters' counts."""
 
@@ -468,4 +466,3 @@ def _delete_temp_dir(config: SinkConfig) -> None:
         fs.delete_tree(temp_dir)
     except Exception:  # noqa: BLE001 - leftover temp files are harmless; never fail a commit
         _LOG.warning("could not delete temporary folder %s", temp_dir, exc_info=True)
-

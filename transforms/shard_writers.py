@@ -580,4 +580,3 @@ def batch_counts(batch: RecordBatch):
         (batch.key, batch.split, batch.input_count, len(batch.records), len(batch.dead_letters),
          batch.record_rows, batch.feature_presence, batch.feature_stats, examples),
     )
-

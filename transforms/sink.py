@@ -38,14 +38,6 @@ from transforms.shard_writers import (
 __all__ = ["WriteToShardedTFRecord"]
 
 
-
-
-
-
-
-
-
-
 class WriteToShardedTFRecord(beam.PTransform):
     """Writes `RecordBatch`es as sharded TFRecord files, dead letters and a manifest.
 
@@ -141,49 +133,3 @@ class WriteToShardedTFRecord(beam.PTransform):
             | "GroupForFinalize" >> beam.GroupByKey()
             | "Finalize" >> beam.ParDo(Finalize(config))
         )
-
-
-# ---------------------------------------------------------------------------------------
-# Writing temporary shards.
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-# ---------------------------------------------------------------------------------------
-# Finalize.
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-

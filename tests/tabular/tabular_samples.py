@@ -56,7 +56,6 @@ def rows_from_tf(batches) -> list[dict]:
     return out
 
 
-
 ISSUE_CSV = (
     b"id,name,score,count,tags\n"
     b'1,"Smith, John",1.5,10,a|b\n'          # quoted comma, list

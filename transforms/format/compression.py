@@ -271,4 +271,3 @@ class Inflater:
             if data:
                 return data
         return b""
-

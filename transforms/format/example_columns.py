@@ -29,8 +29,6 @@ __all__ = [
 ]
 
 
-
-
 @dataclasses.dataclass(frozen=True)
 class Column:
     """One feature of a batch of rows, in columnar (Arrow-like) form.
@@ -333,4 +331,3 @@ def column_from_arrow(name: str, kind: str, array: pa.Array | pa.ChunkedArray) -
                 raise NullElementError(name, np.flatnonzero(bad))
     values, value_offsets = _arrow_values(name, kind, child)
     return Column(name, kind, values, value_offsets, row_offsets, present)
-

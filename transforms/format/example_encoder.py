@@ -68,19 +68,7 @@ _FOOTER_SLOT = 4  # a TFRecord footer: the masked CRC of the payload
 _MASK_TABLE_MAX_WIDTH = 64
 
 
-
-
-
-
 # --------------------------------------------------------------------------- varints
-
-
-
-
-
-
-
-
 
 
 def _gather_rows(table: np.ndarray, index: np.ndarray | slice) -> np.ndarray:
@@ -133,27 +121,6 @@ def _segment_sums(per_value: np.ndarray, row_offsets: np.ndarray) -> np.ndarray:
     cumulative = np.zeros(per_value.size + 1, np.int64)
     np.cumsum(per_value, dtype=np.int64, out=cumulative[1:])
     return cumulative[row_offsets[1:]] - cumulative[row_offsets[:-1]]
-
-
-
-
-# ---------------------------------------------------------------- normalised columns
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
 
 
 # ------------------------------------------------------------------- padded matrix
@@ -571,12 +538,3 @@ def encode_columns(num_rows: int, columns: Sequence[Column]) -> list[bytes]:
     if num_rows == 0:
         return []
     return _encode_group(norms, num_rows, may_split=True).tolist()
-
-
-# ---------------------------------------------------------------- building columns
-
-
-
-
-
-

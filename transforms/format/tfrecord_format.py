@@ -90,16 +90,6 @@ _PREFIX_CORRECTION_CACHE: dict[int, int] = {}
 _VIEW_CRC_MIN_SPAN = 256
 
 
-
-
-
-
-
-
-
-
-
-
 def _mask(crc: int) -> int:
     return (((crc >> 15) | (crc << 17)) + MASK_DELTA) & 0xFFFFFFFF
 
@@ -394,12 +384,6 @@ class FramedRecords(Sequence[bytes]):
 # --------------------------------------------------------------------------- writing
 
 
-
-
-
-
-
-
 class TFRecordWriter:
     """Writes TFRecord records, optionally compressed, to a raw binary file object.
 
@@ -479,20 +463,3 @@ def _count_framed(framed: bytes) -> int:
     if pos != end:
         raise ValueError("framed bytes end with a partial record")
     return count
-
-
-# --------------------------------------------------------------------------- reading
-
-
-
-
-
-
-
-
-
-
-
-
-
-

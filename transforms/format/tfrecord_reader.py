@@ -191,4 +191,3 @@ def iter_records(
         source.pos = pos + total
         yield RecordInfo(index, offset, payload)
         index += 1
-

@@ -74,4 +74,3 @@ def varint_bytes(values: np.ndarray, width: int, sizes: np.ndarray) -> np.ndarra
     if width > 9:
         out[:, 9] = (high >> np.uint64(7)).astype(np.uint8)
     return out
-

@@ -149,7 +149,6 @@ def _sorted_labels(labels: Iterable[str]) -> tuple[str, ...]:
     return tuple(sorted(labels))
 
 
-
 # --------------------------------------------------------------------------- manifests
 
 

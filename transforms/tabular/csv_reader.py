@@ -562,4 +562,3 @@ def _joined_keys(columns: Mapping[str, pa.Array], names: Sequence[str]):
         return join_keys([key_text_array(columns[name], n, text=True) for name in names], n)
 
     return keys
-

@@ -276,4 +276,3 @@ class JsonLinesReader:
             failures=failures,
             details=lambda i: {"line": lines_before + nonblank[positions[i]] + 1},
         )
-

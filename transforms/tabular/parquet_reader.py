@@ -71,4 +71,3 @@ def _typed_joined_keys(columns: Mapping[str, pa.Array], names: Sequence[str], nu
                          num_rows)
 
     return keys
-

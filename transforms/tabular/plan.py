@@ -82,4 +82,3 @@ def plan_tabular(input_glob: str | Sequence[str], fmt: str) -> list[WorkUnit]:
             units.append(WorkUnit(metadata.path, len(units), start=0, end=0,
                                   extra={"size": 0, "rows": 0, "row_offset": 0}))
     return units
-

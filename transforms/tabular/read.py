@@ -49,17 +49,3 @@ def read_chunks(unit: WorkUnit, fmt: str, spec: ConversionSpec, batch_rows: int,
         return parquet_chunks(unit, spec, batch_rows, whole_row)
     check_tabular_format(fmt)
     raise AssertionError(f"no reader for {fmt!r}")
-
-
-# ---------------------------------------------------------------------------------------
-# CSV.
-
-
-# ---------------------------------------------------------------------------------------
-# JSON Lines.
-
-
-# ---------------------------------------------------------------------------------------
-# Parquet.
-
-

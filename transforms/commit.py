@@ -43,6 +43,7 @@ from transforms.shard_writers import (
 from transforms.stats.document import STATS_NAME, declared_kinds, merge_batches, stats_document
 from transforms.stats.drift import DRIFT_NAME, compare, drift_failure
 from transforms.stats.presence import add_presence, with_presence
+from transforms.stats.unit_counts import DEFERRED
 from transforms.tfds_metadata import tfds_side_files
 
 __all__ = [
@@ -218,6 +219,8 @@ def _presence(counts: Sequence[tuple]) -> dict[str, list[int]] | None:
     total: dict[str, list[int]] = {}
     for entry in counts:
         presence = entry[6] if len(entry) > 6 else None
+        if presence == DEFERRED:
+            continue  # counted in a later batch of its work unit
         if presence is None:
             if entry[3]:  # records written without a count of their features
                 return None

@@ -1,9 +1,10 @@
-"""Folding a work unit's batch counts into one per split (`fold_counts`, used by forked
-converters so the commit receives one entry per work unit): the commit's figures are those
-of the batches one by one."""
+"""A work unit's statistics and counts gathered before the commit (`defer_statistics`, used
+by every converter; `fold_counts`, used by forked converters): the commit's figures are
+those of the batches one by one."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 
@@ -11,12 +12,13 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
+from transforms.records import RecordBatch
 from transforms.stats.columns import arrow_batch_stats
 from transforms.stats.dead_letters import batch_examples, merge_examples
 from transforms.stats.document import merge_batches
 from transforms.stats.presence import add_presence, arrow_presence
 from transforms.stats.sketches import BatchStats, ImagePartial, merge_stats
-from transforms.stats.unit_counts import fold_counts
+from transforms.stats.unit_counts import DEFERRED, defer_statistics, fold_counts
 
 
 def _entry(index: int, split: str, rng: np.random.Generator) -> tuple:
@@ -94,3 +96,61 @@ def test_image_counts_merge_exactly():
              BatchStats((), ImagePartial((("jpeg", 1), ("png", 1)), ((3, 1), (1, 1)), (("cat", 2),)))]
     merged = merge_stats(parts).images
     assert merged == ImagePartial((("jpeg", 3), ("png", 1)), ((1, 1), (3, 3)), (("cat", 3), ("dog", 1)))
+
+
+@dataclasses.dataclass
+class _Result:
+    """A converter result as `defer_statistics` takes them."""
+
+    batches: list
+    rows: int = 0
+
+
+def _batch(index: int, split: str, rng: np.random.Generator, stats: bool = True):
+    """A RecordBatch with the records, statistics and presence of one random entry."""
+    entry = _entry(index, split, rng)
+    return RecordBatch(key=entry[0], split=split, records=[b"r"] * entry[3],
+                       dead_letters=[b"{}"] * entry[4], input_count=entry[2],
+                       feature_presence=entry[6], feature_stats=entry[7] if stats else None)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_deferred_statistics_travel_once_per_split_and_give_the_same_figures(seed):
+    rng = np.random.default_rng(seed)
+    results, index = [], 0
+    for _ in range(int(rng.integers(1, 8))):  # chunks; a split may miss some of them
+        batches = []
+        for split in ("train", "test"):
+            if rng.random() < 0.7:
+                batches.append(_batch(index, split, rng))
+                index += 1
+        results.append(_Result(batches=batches, rows=len(batches)))
+    original = [b for r in results for b in r.batches]
+    deferred_results = list(defer_statistics(
+        _Result(batches=list(r.batches), rows=r.rows) for r in results))
+    deferred = [b for r in deferred_results for b in r.batches]
+    assert [r.rows for r in deferred_results] == [r.rows for r in results]
+    assert sorted(b.key for b in deferred) == sorted(b.key for b in original)
+    for split in {b.split for b in original}:
+        mine = [b for b in deferred if b.split == split]
+        carried = [b for b in mine if b.feature_stats != DEFERRED]
+        assert len(carried) == 1 and carried[0].key == max(b.key for b in mine)
+        assert all(b.feature_presence == DEFERRED for b in mine if b is not carried[0])
+
+    def entries(batches):
+        return [(b.key, b.split, b.input_count, len(b.records), len(b.dead_letters), None,
+                 b.feature_presence, b.feature_stats, ()) for b in batches]
+
+    assert _exact(merge_batches(entries(original))[0]) == _exact(merge_batches(entries(deferred))[0])
+    assert _exact(merge_batches(fold_counts(entries(deferred)))[0]) == \
+        _exact(merge_batches(entries(original))[0])
+
+
+def test_a_batch_without_statistics_leaves_its_split_unknown_after_deferral():
+    rng = np.random.default_rng(3)
+    results = [_Result(batches=[_batch(0, "data", rng)]),
+               _Result(batches=[_batch(1, "data", rng, stats=False)]),
+               _Result(batches=[_batch(2, "data", rng)])]
+    deferred = [b for r in defer_statistics(results) for b in r.batches]
+    assert [b.feature_stats for b in deferred[:2]] == [DEFERRED, DEFERRED]
+    assert deferred[2].feature_stats is None and deferred[2].feature_presence is not None

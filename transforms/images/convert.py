@@ -49,6 +49,7 @@ from transforms.records import DeadLetterError, RecordBatch, WorkUnit, WorkUnitG
 from transforms.shard_writers import write_results
 from transforms.stats.images import ENCODED, image_batch_stats
 from transforms.stats.sketches import stats_enabled
+from transforms.stats.unit_counts import defer_statistics
 from transforms.worker import prepare_worker
 
 __all__ = ["ConvertImages"]
@@ -196,6 +197,11 @@ class ConvertImages(beam.DoFn):
         return write_results(writer_config, self._convert_unit(unit))
 
     def _convert_unit(self, unit: WorkUnit) -> Iterator[_ChunkResult]:
+        """`_chunks` of the unit, its statistics travelling once per split
+        (`transforms.stats.unit_counts.defer_statistics`)."""
+        return defer_statistics(self._chunks(unit))
+
+    def _chunks(self, unit: WorkUnit) -> Iterator[_ChunkResult]:
         """The images of one work unit, in chunks of at most ~`_MAX_CHUNK_BYTES`."""
         extra = unit.extra or {}
         if "items" in extra:

@@ -37,6 +37,7 @@ from transforms.stats.sketches import (
     ImageTotal,
     NumericTotal,
 )
+from transforms.stats.unit_counts import DEFERRED
 
 __all__ = [
     "HISTOGRAM_BINS",
@@ -79,6 +80,8 @@ def merge_batches(counts: Sequence[tuple]) -> tuple[dict[str, SplitStats], dict[
         if len(entry) > 8 and entry[8]:
             examples.append((key, entry[8]))
         target = merged.setdefault(split, SplitStats())
+        if stats == DEFERRED:
+            continue  # counted in a later batch of its work unit
         if not isinstance(stats, BatchStats):
             if written:
                 target.known = False

@@ -49,6 +49,7 @@ __all__ = [
     "KLL_K",
     "NumericPartial",
     "NumericTotal",
+    "StatsTotal",
     "TOP_PER_BATCH",
     "bytes_partial",
     "counted",
@@ -343,22 +344,35 @@ class ImageTotal:
                             tuple(sorted(self.channels.items())), tuple(sorted(self.labels.items())))
 
 
+class StatsTotal:
+    """`BatchStats` added up, as one `BatchStats` again (`partial`)."""
+
+    def __init__(self):
+        self.features: dict[str, FeatureTotal] = {}
+        self.images: ImageTotal | None = None
+
+    def add(self, stats: BatchStats) -> None:
+        for part in stats.features:
+            total = self.features.get(part.name)
+            if total is None:
+                total = self.features[part.name] = FeatureTotal(part.name, part.kind)
+            total.add(part)
+        if stats.images is not None:
+            self.images = self.images or ImageTotal()
+            self.images.add(stats.images)
+
+    def partial(self) -> BatchStats:
+        return BatchStats(tuple(total.partial() for total in self.features.values()),
+                          self.images.partial() if self.images is not None else None)
+
+
 def merge_stats(parts: Iterable[BatchStats]) -> BatchStats:
     """Several batches' statistics as one batch's: exact counts added, moments combined,
     sketches merged in the order given."""
-    features: dict[str, FeatureTotal] = {}
-    images = None
+    total = StatsTotal()
     for stats in parts:
-        for part in stats.features:
-            total = features.get(part.name)
-            if total is None:
-                total = features[part.name] = FeatureTotal(part.name, part.kind)
-            total.add(part)
-        if stats.images is not None:
-            images = images or ImageTotal()
-            images.add(stats.images)
-    return BatchStats(tuple(total.partial() for total in features.values()),
-                      images.partial() if images is not None else None)
+        total.add(stats)
+    return total.partial()
 
 
 def counted(values: Iterable) -> tuple:

@@ -33,6 +33,7 @@ from transforms.input_formats import check_tabular_format
 from transforms.ordered_pool import check_threads, default_threads
 from transforms.records import RecordBatch, WorkUnit, WorkUnitGroup
 from transforms.shard_writers import write_results
+from transforms.stats.unit_counts import defer_statistics
 from transforms.tabular.convert import convert_unit, split_assigner
 from transforms.tabular.spec import ConversionSpec
 from transforms.worker import prepare_worker
@@ -120,8 +121,9 @@ class ConvertTabular(beam.DoFn):
 
     def _convert(self, unit: WorkUnit):
         config = self.config
-        return convert_unit(unit, config.spec, config.fmt, config.batch_rows, self._assigner,
-                            self._threads)
+        # Statistics travel once per unit and split (transforms.stats.unit_counts).
+        return defer_statistics(convert_unit(unit, config.spec, config.fmt, config.batch_rows,
+                                             self._assigner, self._threads))
 
     def _convert_and_write(self, writer_config, unit: WorkUnit):
         """`_convert`, each result's batches written to temporary shards in the forked child

@@ -27,10 +27,18 @@ __all__ = [
     "batch_key",
     "dead_letter",
     "raw_text",
+    "with_batches",
 ]
 
 #: The split name used when a conversion declares no splits.
 DEFAULT_SPLIT = "data"
+
+
+def with_batches(result, batches: list):
+    """A converter's result (a named tuple or dataclass with a `batches` field: its
+    RecordBatches for one chunk, with counts for metrics) holding `batches` instead."""
+    return (result._replace(batches=batches) if hasattr(result, "_replace")
+            else dataclasses.replace(result, batches=batches))
 
 
 def batch_key(source_index: int, chunk_index: int) -> str:

@@ -49,7 +49,7 @@ from transforms.format.tfrecord_format import (
     framed_size,
 )
 from transforms.format.tfrecord_index import INDEX_SUFFIX, IndexWriter
-from transforms.records import RecordBatch
+from transforms.records import RecordBatch, with_batches
 from transforms.stats.dead_letters import batch_examples
 from transforms.stats.unit_counts import fold_counts
 from transforms.worker import prepare_worker
@@ -469,19 +469,14 @@ def write_results(config: SinkConfig, results: Iterable[R]) -> Iterator[R]:
                     else:
                         written.append((kind, value))
             if held is not None:
-                yield _with_written(*held)
+                yield with_batches(held[0], [WrittenBatch(tuple(held[1]))])
             held = (result, written)
         if held is not None:
             result, written = held
-            yield _with_written(result, written + [(COUNT_RESULT, c) for c in fold_counts(counts)])
+            written += [(COUNT_RESULT, c) for c in fold_counts(counts)]
+            yield with_batches(result, [WrittenBatch(tuple(written))])
     finally:
         writer.close()
-
-
-def _with_written(result: R, written: list) -> R:
-    batches = [WrittenBatch(tuple(written))]
-    return (result._replace(batches=batches) if hasattr(result, "_replace")
-            else dataclasses.replace(result, batches=batches))
 
 
 class WriteRollingShards(beam.DoFn):

@@ -80,8 +80,10 @@ def entry_rules(parts: Sequence[str], split_mode: bool, labels: dict[str, int] |
     return split, label, reject
 
 
-def _in_range(name: str, first: str | None, stop: str | None) -> bool:
-    return (first is None or name >= first) and (stop is None or name < stop)
+def _name_range(names: Sequence[str], first: str | None, stop: str | None) -> slice:
+    """The positions of the names in [first, stop) (None: open) in sorted `names`."""
+    return slice(0 if first is None else bisect.bisect_left(names, first),
+                 len(names) if stop is None else bisect.bisect_left(names, stop))
 
 
 class _SortedListing:
@@ -107,10 +109,7 @@ class _SortedListing:
         if kept is None or kept[:2] != (folder, mtime_ns):
             kept = (folder, mtime_ns, sorted(os.listdir(folder)))
             cls._kept = kept if mtime_ns <= listed_at - cls._SETTLED_NS else None
-        names = kept[2]
-        low = 0 if first is None else bisect.bisect_left(names, first)
-        high = len(names) if stop is None else bisect.bisect_left(names, stop)
-        return names[low:high]
+        return kept[2][_name_range(kept[2], first, stop)]
 
 
 class _RemoteListing:
@@ -133,10 +132,7 @@ class _RemoteListing:
                              for m in matched if not m.path.endswith("/"))
             kept = (folder, token, [entry[0] for entry in entries], entries)
             cls._kept = kept if token else None
-        names, entries = kept[2], kept[3]
-        low = 0 if first is None else bisect.bisect_left(names, first)
-        high = len(names) if stop is None else bisect.bisect_left(names, stop)
-        return entries[low:high]
+        return kept[3][_name_range(kept[2], first, stop)]
 
 
 def _list_folder(folder: str, first: str | None = None, stop: str | None = None,

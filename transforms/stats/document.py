@@ -23,7 +23,6 @@ sketch (see `transforms.stats.sketches` for the error bounds).
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -36,6 +35,7 @@ from transforms.stats.sketches import (
     FeatureTotal,
     ImageTotal,
     NumericTotal,
+    StatsTotal,
 )
 from transforms.stats.unit_counts import DEFERRED
 
@@ -59,13 +59,12 @@ TOP_VALUES = 10
 _KINDS = {"int64": "int64", "float32": "float", "float": "float", "string": "bytes", "bytes": "bytes"}
 
 
-@dataclasses.dataclass
-class SplitStats:
+class SplitStats(StatsTotal):
     """One split's merged statistics; `known` is False when some batch with records had none."""
 
-    features: dict[str, FeatureTotal] = dataclasses.field(default_factory=dict)
-    images: ImageTotal | None = None
-    known: bool = True
+    def __init__(self):
+        super().__init__()
+        self.known = True
 
 
 def merge_batches(counts: Sequence[tuple]) -> tuple[dict[str, SplitStats], dict[str, list[dict]]]:
@@ -86,15 +85,7 @@ def merge_batches(counts: Sequence[tuple]) -> tuple[dict[str, SplitStats], dict[
             if written:
                 target.known = False
             continue
-        for part in stats.features:
-            total = target.features.get(part.name)
-            if total is None:
-                total = target.features[part.name] = FeatureTotal(part.name, part.kind)
-            total.add(part)
-        if stats.images is not None:
-            if target.images is None:
-                target.images = ImageTotal()
-            target.images.add(stats.images)
+        target.add(stats)
     return merged, merge_examples(examples)
 
 

@@ -20,8 +20,9 @@ import dataclasses
 from collections.abc import Iterable, Iterator, Sequence
 from typing import TypeVar
 
+from transforms.records import with_batches
 from transforms.stats.dead_letters import first_examples
-from transforms.stats.presence import add_presence, sum_presence
+from transforms.stats.presence import add_presence, as_presence, sum_presence
 from transforms.stats.sketches import BatchStats, StatsTotal, merge_stats
 
 __all__ = ["DEFERRED", "defer_statistics", "fold_counts"]
@@ -57,8 +58,7 @@ class _SplitTotal:
         """`batch` carrying the split's statistics and presence."""
         return dataclasses.replace(
             batch, feature_stats=self.stats.partial() if self.stats is not None else None,
-            feature_presence=(tuple((name, *entry) for name, entry in self.presence.items())
-                              if self.presence is not None else None))
+            feature_presence=as_presence(self.presence) if self.presence is not None else None)
 
 
 def defer_statistics(results: Iterable[R]) -> Iterator[R]:
@@ -81,15 +81,10 @@ def defer_statistics(results: Iterable[R]) -> Iterator[R]:
             held[batch.split] = batch
         if pending is not None:
             yield pending
-        pending = _with_batches(result, out)
+        pending = with_batches(result, out)
     if pending is not None:
         last = [totals[split].finish(batch) for split, batch in held.items()]
-        yield _with_batches(pending, [*pending.batches, *last])
-
-
-def _with_batches(result: R, batches: list) -> R:
-    return (result._replace(batches=batches) if hasattr(result, "_replace")
-            else dataclasses.replace(result, batches=batches))
+        yield with_batches(pending, [*pending.batches, *last])
 
 
 def fold_counts(counts: Sequence[tuple]) -> list[tuple]:

@@ -152,6 +152,10 @@ def _compression(path: str) -> str | None:
     return None if detected == CompressionTypes.UNCOMPRESSED else str(detected)
 
 
+def _size(unit: WorkUnit) -> int:
+    return int((unit.extra or {}).get("size") or 0)
+
+
 def _range_count(size: int, work_unit_bytes: int, balance_bytes: int | None) -> int:
     """How many ranges a file of `size` bytes is cut into: ranges of at most
     `work_unit_bytes`, and of about `balance_bytes` (module docstring) when that is more."""
@@ -175,7 +179,7 @@ def _file_ranges(unit: WorkUnit, dialect: TextDialect | None, why: str | None, c
                  threads: int) -> tuple[list[tuple[int, int, dict]], FileSplit | None]:
     """(start, end, extra) of each of the `count` ranges wanted of the file of `unit`
     ([] = keep the unit), and its FileSplit when more than one is wanted."""
-    size = int((unit.extra or {}).get("size") or 0)
+    size = _size(unit)
     if count <= 1:
         return [], None
     compression = _compression(unit.path)
@@ -209,10 +213,6 @@ def scan_ranges(scan: Scan) -> list[tuple[int, int, dict]]:
         if boundary is not None:
             start, rows, lines = boundary.offset, boundary.rows_before, boundary.lines_before
     return ranges
-
-
-def _size(unit: WorkUnit) -> int:
-    return int((unit.extra or {}).get("size") or 0)
 
 
 def split_text_units(units: Sequence[WorkUnit], fmt: str, csv: CsvOptions | None = None,

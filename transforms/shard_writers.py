@@ -445,6 +445,10 @@ class RollingShardWriter:
         for shard in self._open.values():
             shard.close()
         self._open = {}
+        if self._heartbeat is not None:
+            # A work unit often converts within one heartbeat interval: without this its
+            # file would keep the count of its first batch only.
+            self._heartbeat.flush()
 
 
 def write_results(config: SinkConfig, results: Iterable[R]) -> Iterator[R]:
@@ -511,7 +515,8 @@ class WriteRollingShards(beam.DoFn):
 
 
 class _Heartbeat:
-    """Progress of one writer instance, rewritten to a small file every few seconds."""
+    """Progress of one writer instance, rewritten to a small file every few seconds and
+    when the writer closes."""
 
     INTERVAL_SECONDS = 2.0
 
@@ -520,18 +525,26 @@ class _Heartbeat:
         self._records = self._dead_letters = 0
         self._units: set[str] = set()
         self._last = 0.0
+        self._unwritten = False
 
     def add(self, key: str, records: int, dead_letters: int) -> None:
         self._records += records
         self._dead_letters += dead_letters
         self._units.add(key.split(":", 1)[0])  # the work unit part of a `batch_key`
-        now = time.monotonic()
-        if now - self._last >= self.INTERVAL_SECONDS:
-            self._last = now
-            beat = {"records": self._records, "dead_letters": self._dead_letters,
-                    "units": sorted(self._units)}
-            with FileSystems.create(self._path) as handle:
-                handle.write(json.dumps(beat).encode("utf-8"))
+        self._unwritten = True
+        if time.monotonic() - self._last >= self.INTERVAL_SECONDS:
+            self.flush()
+
+    def flush(self) -> None:
+        """Writes the totals so far, if anything was added since the last write."""
+        if not self._unwritten:
+            return
+        self._last = time.monotonic()
+        self._unwritten = False
+        beat = {"records": self._records, "dead_letters": self._dead_letters,
+                "units": sorted(self._units)}
+        with FileSystems.create(self._path) as handle:
+            handle.write(json.dumps(beat).encode("utf-8"))
 
 
 def deal_to_shards(batch: RecordBatch, num_shards: int):

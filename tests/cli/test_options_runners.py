@@ -149,6 +149,25 @@ def test_progress_reports_inputs_records_and_rate(tmp_path):
     assert "records/s" in line
 
 
+def test_progress_counts_a_work_unit_written_within_one_heartbeat_interval(tmp_path):
+    """A writer that closes before its next heartbeat still reports all it wrote (a forked
+    converter's unit often takes less than the interval: progress showed its first batch)."""
+    import io
+
+    from pipeline.progress import Progress
+    from transforms.records import RecordBatch
+    from transforms.shard_writers import RollingShardWriter, SinkConfig
+
+    config = SinkConfig(output_dir=str(tmp_path), run_id="progress", report_progress=True)
+    writer = RollingShardWriter(config)
+    for chunk in range(3):
+        writer.write(RecordBatch(key=f"00000000:{chunk:08d}", split="train",
+                                 records=[b"x"] * 100, dead_letters=[], input_count=100))
+    writer.close()
+    line = Progress(config.temp_dir, total_units=1, stream=io.StringIO()).line()
+    assert "inputs started 1/1, 300 records written, 0 dead-lettered" in line
+
+
 def test_progress_writes_whole_lines_where_the_stream_is_not_a_terminal():
     import io
 

@@ -68,6 +68,16 @@ __all__ = ["convert"]
 _LOG = logging.getLogger("tfrecord_pipeline")
 
 
+#: What Beam's worker processes (`--direct_running_mode=multi_processing`) log at WARNING on
+#: every start, forwarded by the launcher's job service: it concerns Beam's own registries,
+#: which this tool does not use, and no user can act on it.
+_SPURIOUS_WORKER_WARNING = "No semi_persistent_directory found"
+
+
+def _not_spurious_worker_warning(record: logging.LogRecord) -> bool:
+    return _SPURIOUS_WORKER_WARNING not in record.getMessage()
+
+
 def _configure_logging(argv: Sequence[str]) -> None:
     """Sets the root logger's level and, unless logging is already configured, its format.
 
@@ -83,6 +93,8 @@ def _configure_logging(argv: Sequence[str]) -> None:
     # Dask and Beam log routine lifecycle events at INFO; follow the user's level.
     for noisy in ("distributed", "apache_beam"):
         logging.getLogger(noisy).setLevel(max(level, logging.WARNING))
+    logging.getLogger("apache_beam.runners.portability.local_job_service").addFilter(
+        _not_spurious_worker_warning)  # the same function each time: added once
 
 
 def _resolve_paths(conv: ConvertOptions) -> tuple[str, str]:

@@ -2,7 +2,9 @@
 
 They run in child processes of the benchmark (`run_benchmarks.py --worker JSON`), so each
 path's imports and memory are its own. A worker times only its work (not interpreter
-start-up or importing TensorFlow/Beam) and writes {"seconds": s} to its cfg["result"].
+start-up or importing TensorFlow/Beam) and writes {"seconds": s} to its cfg["result"], with
+"cpu_seconds" (the process's CPU time over the same region, threads included) where the
+work runs in that process.
 One child may run several baselines in turn (the smoke run does, to import TensorFlow once).
 
 * tf: TensorFlow's tutorial writer, csv module -> tf.train.Example per row -> TFRecordWriter;
@@ -25,6 +27,15 @@ __all__ = ["BEAM_WORKERS", "CEILING_BATCH_ROWS", "WORKERS", "run_workers"]
 
 BEAM_WORKERS = 2
 CEILING_BATCH_ROWS = 65_536
+
+
+def _clocks() -> tuple[float, float]:
+    return time.perf_counter(), time.process_time()
+
+
+def _since(start: tuple[float, float]) -> dict[str, float]:
+    """Wall and CPU seconds since `start` (`_clocks()`)."""
+    return {"seconds": time.perf_counter() - start[0], "cpu_seconds": time.process_time() - start[1]}
 
 
 def _tf_feature_builders(tf, columns: Sequence[Sequence[str]]) -> list:
@@ -55,7 +66,7 @@ def _tf_serializer(columns: Sequence[Sequence[str]]) -> Callable[[Sequence[str]]
     return serialize
 
 
-def _worker_tf(cfg: dict) -> float:
+def _worker_tf(cfg: dict) -> dict[str, float]:
     import csv
 
     import tensorflow as tf
@@ -64,7 +75,7 @@ def _worker_tf(cfg: dict) -> float:
     options = tf.io.TFRecordOptions(compression_type="GZIP" if cfg["compression"] == "gzip" else "")
     suffix = ".tfrecord.gz" if cfg["compression"] == "gzip" else ".tfrecord"
     path = os.path.join(cfg["output"], "tf" + suffix)
-    start = time.perf_counter()
+    start = _clocks()
     with tf.io.TFRecordWriter(path, options) as writer:
         for part in cfg["files"]:
             with open(part, newline="", encoding="utf-8") as f:
@@ -72,10 +83,10 @@ def _worker_tf(cfg: dict) -> float:
                 next(reader)  # header
                 for row in reader:
                     writer.write(serialize(row))
-    return time.perf_counter() - start
+    return _since(start)
 
 
-def _worker_beam(cfg: dict) -> float:
+def _worker_beam(cfg: dict) -> dict[str, float]:
     import apache_beam as beam
     from apache_beam.io.filesystem import CompressionTypes
     from apache_beam.options.pipeline_options import PipelineOptions
@@ -96,7 +107,7 @@ def _worker_beam(cfg: dict) -> float:
             yield self._serialize(row)
 
     gzip = cfg["compression"] == "gzip"
-    start = time.perf_counter()
+    start = _clocks()
     # The FnApiRunner, built explicitly as our CLI does: Beam 2.77's DirectRunner would first
     # try to download the Prism runner.
     options = PipelineOptions(
@@ -116,10 +127,11 @@ def _worker_beam(cfg: dict) -> float:
         )
     )
     pipeline.run().wait_until_finish()
-    return time.perf_counter() - start
+    # Its work runs in Beam's worker processes: this process's CPU time says little.
+    return {"seconds": _since(start)["seconds"]}
 
 
-def _worker_ceiling(cfg: dict) -> float:
+def _worker_ceiling(cfg: dict) -> dict[str, float]:
     import pyarrow as pa
     import pyarrow.csv as pacsv
 
@@ -133,7 +145,7 @@ def _worker_ceiling(cfg: dict) -> float:
     columns = [tuple(c) for c in cfg["columns"]]
     convert = pacsv.ConvertOptions(column_types={n: arrow_types[t] for n, t in columns})
     path = os.path.join(cfg["output"], "ceiling" + shard_suffix(cfg["compression"]))
-    start = time.perf_counter()
+    start = _clocks()
     with open(path, "wb") as raw, TFRecordWriter(raw, cfg["compression"]) as writer:
         for part in cfg["files"]:
             table = pacsv.read_csv(part, convert_options=convert)
@@ -143,10 +155,10 @@ def _worker_ceiling(cfg: dict) -> float:
                 ]
                 framed = encode_framed(batch.num_rows, encoded)
                 writer.write_framed(framed.data, len(framed))
-    return time.perf_counter() - start
+    return _since(start)
 
 
-def _worker_plain_images(cfg: dict) -> float:
+def _worker_plain_images(cfg: dict) -> dict[str, float]:
     import hashlib
 
     from transforms.format.example_codec import encode_example
@@ -155,7 +167,7 @@ def _worker_plain_images(cfg: dict) -> float:
 
     root = cfg["root"]
     path = os.path.join(cfg["output"], "plain.tfrecord")
-    start = time.perf_counter()
+    start = _clocks()
     labels = sorted(e.name for e in os.scandir(root) if e.is_dir())
     with open(path, "wb") as raw, TFRecordWriter(raw) as writer:
         for index, label in enumerate(labels):
@@ -175,10 +187,10 @@ def _worker_plain_images(cfg: dict) -> float:
                     "image/class/label": ("int64", [index]),
                     "image/class/text": ("bytes", [label]),
                 }))
-    return time.perf_counter() - start
+    return _since(start)
 
 
-WORKERS: dict[str, Callable[[dict], float]] = {
+WORKERS: dict[str, Callable[[dict], dict[str, float]]] = {
     "tf": _worker_tf,
     "beam": _worker_beam,
     "ceiling": _worker_ceiling,
@@ -189,5 +201,4 @@ WORKERS: dict[str, Callable[[dict], float]] = {
 def run_workers(cfgs: Sequence[dict]) -> None:
     """Runs each baseline of `cfgs` in turn, writing its timed seconds to its cfg["result"]."""
     for cfg in cfgs:
-        seconds = WORKERS[cfg["kind"]](cfg)
-        Path(cfg["result"]).write_text(json.dumps({"seconds": seconds}))
+        Path(cfg["result"]).write_text(json.dumps(WORKERS[cfg["kind"]](cfg)))

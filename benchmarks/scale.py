@@ -11,7 +11,8 @@ like the plain loop they are compared with):
   cores busy (CPU seconds of the child and its descendants over wall seconds) and the peak
   RSS of the process tree;
 * the single-process ceiling (pyarrow CSV read -> our vectorised encoder -> one file) on
-  the same 8 files;
+  the same 8 files; for it, TensorFlow's loop and the plain image loop, cores busy is their
+  process's CPU over their timed region (Beam's pipeline works in its worker processes);
 * Beam's `WriteToTFRecord` pipeline and TensorFlow's writer loop on `--baseline-rows` rows
   (their cost per row is linear, so rows/s compare across sizes);
 * a plain single-process loop over the images (read, parse the header, encode, frame, write);
@@ -105,9 +106,12 @@ def _baseline(name: str, cfg: dict[str, Any], rows: int, work: str, results: dic
     cfg = {**cfg, "output": output, "result": os.path.join(work, f"{name}.json")}
     measured = measure([sys.executable, str(RUN_SCRIPT), "--worker", json.dumps([cfg])],
                        os.path.join(work, "logs", name))
-    seconds = json.loads(Path(cfg["result"]).read_text())["seconds"] if measured.returncode == 0 else 0
+    timed = json.loads(Path(cfg["result"]).read_text()) if measured.returncode == 0 else {}
+    seconds = timed.get("seconds", 0)
     results[name] = {"seconds": seconds, "rows": rows, "ok": measured.returncode == 0,
                      "rows_per_second": rows / seconds if seconds else 0.0, "peak_rss": measured.peak_rss}
+    if seconds and "cpu_seconds" in timed:  # over the timed region, threads included
+        results[name]["cores_busy"] = timed["cpu_seconds"] / seconds
     shutil.rmtree(output, ignore_errors=True)
     print(f"  {name}: {seconds:.1f} s (timed region)", flush=True)
 

@@ -133,7 +133,7 @@ def _plan_tabular(conv: ConvertOptions, input_path: str, output: str) -> Convers
 
         # Work units are read as for Examples (on forked processes on the local runner), then
         # rows are shuffled by buckets of group keys, as many as the input's size asks for.
-        size = sum(int((unit.extra or {}).get("size") or 0) for unit in units)
+        size = sum(unit.size for unit in units)
         summary["sequence_buckets"] = buckets = bucket_count(size, spec.sequence)
         converter = ConvertToSequences(config, buckets)
     return ConversionPlan(
@@ -149,7 +149,7 @@ def _plan_tabular(conv: ConvertOptions, input_path: str, output: str) -> Convers
             "fingerprint": _fingerprint(options, listing, spec_yaml),
         },
         summary=summary,
-        input_bytes=sum(int((unit.extra or {}).get("size") or 0) for unit in units),
+        input_bytes=sum(unit.size for unit in units),
         local_processes=processes,
         children_write=spec.sequence is None,  # sequences shuffle their rows before writing
     )

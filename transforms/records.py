@@ -69,6 +69,11 @@ class WorkUnit:
     paths: tuple[str, ...] = ()
     extra: Any = None
 
+    @property
+    def size(self) -> int:
+        """The bytes the unit reads, as planned (`extra["size"]`); 0 when not known."""
+        return int((self.extra or {}).get("size") or 0)
+
 
 @dataclasses.dataclass(frozen=True)
 class WorkUnitGroup:

@@ -224,7 +224,7 @@ def plan_image_manifest(
     else:
         label_map = ()
     rows = dataclasses.replace(rows, labels=label_map)
-    size = int((whole.extra or {}).get("size") or 0)
+    size = whole.size
     cut = split_text_units([whole], fmt, rows.csv, range_bytes or _range_bytes(size))
     kept_whole = next((f.kept_whole for f in cut.files if f.kept_whole), None)
     if CompressionTypes.detect_compression_type(manifest_path) != CompressionTypes.UNCOMPRESSED:

@@ -384,7 +384,7 @@ class OutputEstimate:
 
 
 def _uncompressed_size(unit: WorkUnit) -> float:
-    size = float((unit.extra or {}).get("size") or 0)
+    size = float(unit.size)
     if not unit.path.endswith(".gz") or not size:
         return size
     # Measure the ratio on the head of the file.

@@ -152,10 +152,6 @@ def _compression(path: str) -> str | None:
     return None if detected == CompressionTypes.UNCOMPRESSED else str(detected)
 
 
-def _size(unit: WorkUnit) -> int:
-    return int((unit.extra or {}).get("size") or 0)
-
-
 def _range_count(size: int, work_unit_bytes: int, balance_bytes: int | None) -> int:
     """How many ranges a file of `size` bytes is cut into: ranges of at most
     `work_unit_bytes`, and of about `balance_bytes` (module docstring) when that is more."""
@@ -179,7 +175,7 @@ def _file_ranges(unit: WorkUnit, dialect: TextDialect | None, why: str | None, c
                  threads: int) -> tuple[list[tuple[int, int, dict]], FileSplit | None]:
     """(start, end, extra) of each of the `count` ranges wanted of the file of `unit`
     ([] = keep the unit), and its FileSplit when more than one is wanted."""
-    size = _size(unit)
+    size = unit.size
     if count <= 1:
         return [], None
     compression = _compression(unit.path)
@@ -232,8 +228,8 @@ def split_text_units(units: Sequence[WorkUnit], fmt: str, csv: CsvOptions | None
     dialect, why = text_dialect(fmt, csv)
     balance_bytes = None
     if len(units) < min_units:
-        balance_bytes = max(sum(_size(u) for u in units) // min_units, MIN_RANGE_BYTES)
-    counts = [_range_count(_size(u), work_unit_bytes, balance_bytes) for u in units]
+        balance_bytes = max(sum(u.size for u in units) // min_units, MIN_RANGE_BYTES)
+    counts = [_range_count(u.size, work_unit_bytes, balance_bytes) for u in units]
     # The CPUs go to the files scanned at once, then to the blocks of each file.
     files_at_once = max(1, min(sum(1 for c in counts if c > 1), _SCAN_THREADS))
     threads = max(1, default_threads() // files_at_once)

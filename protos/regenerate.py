@@ -6,7 +6,7 @@
 The generated code records the protoc release that produced it and refuses to load
 under an older protobuf runtime, so it is produced only by one pinned compiler: the
 protoc bundled in grpcio-tools PINNED_GRPCIO_TOOLS. Other versions are refused rather
-than silently producing a different file. `tests/test_protos.py` runs `--check`.
+than silently producing a different file. `tests/format/test_protos.py` runs `--check`.
 """
 
 from __future__ import annotations

@@ -574,7 +574,7 @@ def test_flex_template_dockerfile():
     patterns = _ignore_patterns(path)
     needed = ["pyproject.toml", relative, "deploy/dataflow/metadata.json", *_package_files()]
     assert [f for f in needed if _dockerignore_excludes(f, patterns)] == []
-    for unwanted in (".git/config", "tests/test_deploy.py", "tfrecord_pipeline.egg-info/PKG-INFO"):
+    for unwanted in (".git/config", "tests/e2e/test_deploy.py", "tfrecord_pipeline.egg-info/PKG-INFO"):
         assert _dockerignore_excludes(unwanted, patterns), unwanted
 
 

@@ -108,7 +108,9 @@ def _resolve_paths(conv: ConvertOptions) -> tuple[str, str]:
     )
 
 
-def _sink_for(conv: ConvertOptions, output: str, plan) -> WriteToShardedTFRecord:
+def _sink_for(conv: ConvertOptions, output: str, plan, progress: bool) -> WriteToShardedTFRecord:
+    """The sink of a planned conversion; `progress`: the writers leave heartbeat files for the
+    progress lines (read by a local run only: elsewhere they would be objects nobody reads)."""
     return WriteToShardedTFRecord(
         output,
         compression=parse_compression(conv.compression),
@@ -118,7 +120,7 @@ def _sink_for(conv: ConvertOptions, output: str, plan) -> WriteToShardedTFRecord
         max_error_rate=conv.max_error_rate,
         extra_files=plan.extra_files,
         manifest_metadata=plan.manifest_metadata,
-        report_progress=not conv.quiet,
+        report_progress=progress,
         index=conv.index,
         compare_to=_compared_output(conv, output),
         fail_on_drift=conv.fail_on_drift,
@@ -285,14 +287,15 @@ def _convert_planned(options: PipelineOptions, argv: list[str], conv: ConvertOpt
                   f"nothing to do. Use --overwrite to redo it.")
         return
     _refuse_foreign_files(output, [*plan.extra_files, *TFDS_FILE_NAMES, STATS_NAME, DRIFT_NAME])
-    sink = _sink_for(conv, output, plan)
+    show_progress = is_local(options) and not conv.quiet
+    sink = _sink_for(conv, output, plan, show_progress)
     progress = None
     with runner_for(options, argv, _beam_workers_pay_off(plan, conv.format),
                     work_units=len(plan.work_units)) as runner:
         planned = in_process_plan(plan, sink) if runs_in_process(options) else plan
         pipeline = beam.Pipeline(runner=runner, options=options)
         build_pipeline(pipeline, planned, sink)
-        if is_local(options) and not conv.quiet:
+        if show_progress:
             progress = Progress(sink.config.temp_dir, len(plan.work_units))
             progress.start()
         try:

@@ -168,6 +168,31 @@ def test_progress_counts_a_work_unit_written_within_one_heartbeat_interval(tmp_p
     assert "inputs started 1/1, 300 records written, 0 dead-lettered" in line
 
 
+@pytest.mark.parametrize(("runner_argv", "expected"), [
+    (["--runner", "direct"], True), (["--runner", "dask"], False), (["--quiet"], False)])
+def test_only_a_local_run_showing_progress_has_its_writers_leave_heartbeats(
+        tmp_path, monkeypatch, runner_argv, expected):
+    """Elsewhere the heartbeat files would be objects (on gs://, one per bundle) nobody reads."""
+    from pipeline import convert as convert_module
+
+    class Stop(Exception):
+        pass
+
+    given = {}
+
+    def sink(*args, **kwargs):
+        given.update(kwargs)
+        raise Stop  # the run itself is not needed
+
+    monkeypatch.setattr(convert_module, "WriteToShardedTFRecord", sink)
+    data = tmp_path / "in.csv"
+    data.write_text("a,b\n1,x\n", encoding="utf-8")
+    with pytest.raises(Stop):
+        convert_module.convert(["--input", str(data), "--format", "csv",
+                                "--output", str(tmp_path / "out"), *runner_argv])
+    assert given["report_progress"] is expected
+
+
 def test_progress_writes_whole_lines_where_the_stream_is_not_a_terminal():
     import io
 

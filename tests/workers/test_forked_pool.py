@@ -291,15 +291,18 @@ def test_in_process_plan_groups_the_units_only_when_several_processes_can_help()
         assert in_process_plan(single) is single
 
 
-def _convert(tmp_path, name: str, *extra: str) -> dict:
-    out = tmp_path / name
+def _convert_argv(tmp_path, name: str, *extra: str) -> list[str]:
+    """The CLI arguments converting the parts under `tmp_path / "in"` into `tmp_path / name`."""
     spec = tmp_path / "spec.yaml"
     spec.write_text(SPEC.to_yaml(), encoding="utf-8")
-    code = cli.run(["convert", "--input", str(tmp_path / "in" / "*.csv"), "--format", "csv",
-                    "--spec", str(spec), "--output", str(out), "--compression", "gzip",
-                    "--batch-rows", "700", "--quiet", *extra])
-    assert code == 0
-    return json.loads((out / "manifest.json").read_text())
+    return ["convert", "--input", str(tmp_path / "in" / "*.csv"), "--format", "csv",
+            "--spec", str(spec), "--output", str(tmp_path / name), "--compression", "gzip",
+            "--batch-rows", "700", "--quiet", *extra]
+
+
+def _convert(tmp_path, name: str, *extra: str) -> dict:
+    assert cli.run(_convert_argv(tmp_path, name, *extra)) == 0
+    return json.loads((tmp_path / name / "manifest.json").read_text())
 
 
 def _split_records(output, manifest: dict) -> dict[str, list[bytes]]:
@@ -372,12 +375,12 @@ def test_beams_worker_processes_give_the_same_records_without_noise(tmp_path):
 
     _write_parts(tmp_path / "in")
     serial = _convert(tmp_path, "serial", "--converter-processes", "1")
-    spec = tmp_path / "spec.yaml"
+    # In a child process: Beam's workers log through the launcher's logging, which the
+    # in-process CLI of other tests has already configured.
     done = subprocess.run(
-        [sys.executable, "-m", "pipeline", "convert", "--input", str(tmp_path / "in" / "*.csv"),
-         "--format", "csv", "--spec", str(spec), "--output", str(tmp_path / "workers"),
-         "--compression", "gzip", "--batch-rows", "700", "--quiet",
-         "--direct_running_mode=multi_processing", "--direct_num_workers=2"],
+        [sys.executable, "-m", "pipeline",
+         *_convert_argv(tmp_path, "workers", "--direct_running_mode=multi_processing",
+                        "--direct_num_workers=2")],
         capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert done.stderr == ""  # --quiet, and Beam's worker start-up warning is not shown

@@ -269,7 +269,7 @@ def convert(argv: Sequence[str]) -> None:
         raise UsageError(f"--output {output} is a file, not a folder")
     sharding_of(conv)  # contradicting sharding flags: refused before anything is read
     _check_index_flag(conv)
-    plan = plan_conversion(conv, input_path, output)
+    plan = plan_conversion(conv, input_path, output, cut_in_workers=not is_local(options))
     if conv.convert_dry_run:
         print(json.dumps(plan.summary, indent=2, sort_keys=True, default=str))
         return

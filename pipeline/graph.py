@@ -1,10 +1,13 @@
 """The conversion pipeline graph.
 
-    PlanWorkUnits (Create) -> Convert<Format> (ParDo) -> WriteShards (one terminal sink)
+    PlanWorkUnits (Create) [-> CutByteRanges] -> Convert<Format> (ParDo) -> WriteShards
 
 Work units are planned on the launcher and read inside the converter DoFn; records travel
 as batches; dead letters ride in the same elements; the sink is the only terminal step and
-writes the manifest. This shape is what Beam 2.77's DaskRunner can run correctly, and it
+writes the manifest. Where the launcher left large text files to be cut by the workers
+(distributed runners), `CutByteRanges` first finds their record starts there.
+
+This shape is what Beam 2.77's DaskRunner can run correctly, and it
 keeps memory bounded on the local runner (no shuffle of the data in the default sharding).
 
 On the local in-process runner the work units travel as one `WorkUnitGroup`, converted on
@@ -45,6 +48,8 @@ class ConversionPlan:
         on the local in-process runner (its DoFn then takes a `WorkUnitGroup`); 1: never.
       children_write: the converter's forked children can write their batches to temporary
         shards themselves (`WorkUnitGroup.writer`).
+      cut_units: a step from the planned work units to the ones the converter reads (the
+        workers find the record starts of byte ranges); None: they are read as planned.
     """
 
     converter_label: str
@@ -57,6 +62,7 @@ class ConversionPlan:
     input_bytes: int = 0
     local_processes: int = 1
     children_write: bool = False
+    cut_units: beam.PTransform | None = None
 
 
 def in_process_plan(plan: ConversionPlan, sink: WriteToShardedTFRecord | None = None) -> ConversionPlan:
@@ -68,7 +74,7 @@ def in_process_plan(plan: ConversionPlan, sink: WriteToShardedTFRecord | None = 
     the parent then never receives the converted bytes, a serial path it would otherwise be.
     """
     processes = min(plan.local_processes, len(plan.work_units))
-    if processes <= 1 or not fork_available():
+    if processes <= 1 or not fork_available() or plan.cut_units is not None:
         return plan
     writes = sink is not None and plan.children_write and not sink.config.sharding.num_shards
     group = WorkUnitGroup(tuple(plan.work_units), processes, sink.config if writes else None)
@@ -77,9 +83,11 @@ def in_process_plan(plan: ConversionPlan, sink: WriteToShardedTFRecord | None = 
 
 def build_pipeline(pipeline: beam.Pipeline, plan: ConversionPlan, sink: WriteToShardedTFRecord):
     """Adds the conversion to `pipeline`; returns the PCollection of the manifest path."""
+    units = pipeline | "PlanWorkUnits" >> beam.Create(list(plan.work_units))
+    if plan.cut_units is not None:
+        units = units | "CutByteRanges" >> plan.cut_units
     return (
-        pipeline
-        | "PlanWorkUnits" >> beam.Create(list(plan.work_units))
+        units
         | plan.converter_label >> (plan.converter if isinstance(plan.converter, beam.PTransform)
                                    else beam.ParDo(plan.converter))
         | "WriteShards" >> sink

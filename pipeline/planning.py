@@ -83,9 +83,11 @@ def _check_input_formats(units, fmt: str, spec: ConversionSpec | None) -> None:
         check_format(path, fmt, spec.csv if spec is not None else None)
 
 
-def _plan_tabular(conv: ConvertOptions, input_path: str, output: str) -> ConversionPlan:
+def _plan_tabular(conv: ConvertOptions, input_path: str, output: str,
+                  cut_in_workers: bool) -> ConversionPlan:
     from transforms.tabular.infer import estimate_output, resolve_spec
     from transforms.tabular.plan import plan_tabular
+    from transforms.tabular.range_cuts import CutRangesInWorkers
     from transforms.tabular.split_units import split_text_units
     from transforms.tabular.transform import ConvertTabular, TabularConfig
 
@@ -100,7 +102,8 @@ def _plan_tabular(conv: ConvertOptions, input_path: str, output: str) -> Convers
     # Four work units per process at least, so that none idles at the end of the run.
     processes = conv.converter_processes or default_threads()
     splitting = split_text_units(units, conv.format, spec.csv, conv.work_unit_bytes,
-                                 min_units=4 * processes if processes > 1 else 1)
+                                 min_units=4 * processes if processes > 1 else 1,
+                                 cut_in_workers=cut_in_workers)
     units = list(splitting.units)
     config = TabularConfig(spec=spec, fmt=conv.format, batch_rows=conv.batch_rows,
                            threads=conv.converter_threads)
@@ -152,6 +155,7 @@ def _plan_tabular(conv: ConvertOptions, input_path: str, output: str) -> Convers
         input_bytes=sum(unit.size for unit in units),
         local_processes=processes,
         children_write=spec.sequence is None,  # sequences shuffle their rows before writing
+        cut_units=CutRangesInWorkers(splitting.dialect) if splitting.cut_in_workers else None,
     )
 
 
@@ -236,13 +240,16 @@ def _plan_images(conv: ConvertOptions, input_path: str, output: str) -> Conversi
     )
 
 
-def plan_conversion(conv: ConvertOptions, input_path: str, output: str) -> ConversionPlan:
-    """Plans the conversion `conv` of `input_path` into `output`.
+def plan_conversion(conv: ConvertOptions, input_path: str, output: str,
+                    cut_in_workers: bool = False) -> ConversionPlan:
+    """Plans the conversion `conv` of `input_path` into `output`. `cut_in_workers`: large
+    text files are cut at record starts by the workers, not read on the launcher (for
+    runners whose workers are elsewhere: Dask, Dataflow).
 
     Raises ValueError (SpecError included) or FileNotFoundError with a clear message.
     """
     if conv.format in TABULAR_FORMATS:
-        return _plan_tabular(conv, input_path, output)
+        return _plan_tabular(conv, input_path, output, cut_in_workers)
     if conv.format in IMAGE_FORMATS:
         return _plan_images(conv, input_path, output)
     raise ValueError(f"unknown --format {conv.format!r}")

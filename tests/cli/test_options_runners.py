@@ -243,8 +243,8 @@ def test_local_parallel_threshold_depends_on_the_format(tmp_path, monkeypatch, f
     monkeypatch.setattr(convert_module, "runner_for", spy)
     real_plan = convert_module.plan_conversion
 
-    def plan(*args):
-        planned = real_plan(*args)
+    def plan(*args, **kwargs):
+        planned = real_plan(*args, **kwargs)
         return dataclasses.replace(planned, children_write=planned.children_write and children_write)
 
     monkeypatch.setattr(convert_module, "plan_conversion", plan)

@@ -176,6 +176,7 @@ def test_dataflow_template_is_built_offline(reference, tmp_path, gcs_emulator):
         "--runner", "DataflowRunner", "--project", "test-project", "--region", "us-central1",
         "--temp_location", f"{gcs_emulator}/tmp", "--staging_location", f"{gcs_emulator}/staging",
         f"--template_location={template}", "--sdk_location=container", "--no_auth", "--quiet",
+        "--work-unit-bytes", "2KB",  # the launcher leaves the cutting of files to the workers
     )) == 0
     job = json.loads(template.read_text())
     options = job["environment"]["sdkPipelineOptions"]["options"]
@@ -187,7 +188,8 @@ def test_dataflow_template_is_built_offline(reference, tmp_path, gcs_emulator):
     with FileSystems.open(pipeline_files[0]) as handle:
         proto = beam_runner_api_pb2.Pipeline.FromString(handle.read())
     names = {transform.unique_name for transform in proto.components.transforms.values()}
-    for step in ("PlanWorkUnits", "ConvertCsv", "WriteShards", "WriteShards/Finalize"):
+    for step in ("PlanWorkUnits", "CutByteRanges/ScanRanges", "CutByteRanges/PlaceRanges",
+                 "ConvertCsv", "WriteShards", "WriteShards/Finalize"):
         assert step in names, (step, sorted(names)[:20])
 
 

@@ -16,6 +16,12 @@ process) a file is also cut into ranges of about total input / `min_units` bytes
 smaller than `MIN_RANGE_BYTES`: one 150 MB file on 2 processes becomes 8 ranges, while 8
 files of 19 MB stay 8 whole units (no scan). Cutting never changes the output.
 
+With `cut_in_workers` (Dask, Dataflow: runners whose workers can read the files) the launcher
+reads none of it: a file is cut at even byte targets into raw ranges, units whose
+`extra["cut"]` = {"range", "ranges", "file_size"} says which; the graph's first step
+(`transforms.tabular.range_cuts.CutRangesInWorkers`) finds their record starts and offsets
+in the workers before the converter reads them.
+
 Kept whole (one unit, with the reason in the plan summary): compressed files (a compressed
 stream is read from its start), encodings in which a byte value does not stand for one
 character on its own (UTF-16, Shift JIS...), a delimiter or quote that is not ASCII, a CSV
@@ -28,6 +34,7 @@ from __future__ import annotations
 import codecs
 import dataclasses
 import importlib
+import itertools
 import math
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -42,8 +49,8 @@ from transforms.records import WorkUnit
 from transforms.tabular.byte_ranges import Scan, TextDialect, find_boundaries
 from transforms.tabular.spec import CsvOptions
 
-__all__ = ["DEFAULT_WORK_UNIT_BYTES", "MIN_RANGE_BYTES", "FileSplit", "SplitPlan", "scan_ranges",
-           "split_text_units", "text_dialect"]
+__all__ = ["DEFAULT_WORK_UNIT_BYTES", "MIN_RANGE_BYTES", "FileSplit", "SplitPlan", "cut_targets",
+           "scan_ranges", "split_text_units", "text_dialect"]
 
 DEFAULT_WORK_UNIT_BYTES = 64 << 20
 
@@ -67,12 +74,22 @@ class FileSplit:
       size: its size in bytes.
       work_units: how many byte ranges it became (1: read whole).
       kept_whole: why it is one unit, when it is.
+      cut_in_workers: its record starts are found by the workers (`work_units` raw ranges,
+        some of which may join the one before).
     """
 
     path: str
     size: int
     work_units: int
     kept_whole: str | None = None
+    cut_in_workers: bool = False
+
+    def described(self) -> str:
+        if self.kept_whole is not None:
+            return f"one unit: {self.kept_whole}"
+        if self.cut_in_workers:
+            return f"{self.work_units} byte ranges, cut at record starts by the workers"
+        return f"{self.work_units} byte ranges"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,6 +100,12 @@ class SplitPlan:
     files: tuple[FileSplit, ...]
     work_unit_bytes: int
     balance_bytes: int | None = None  # the range size cut for balance, when one was
+    dialect: TextDialect | None = None  # how the files' bytes delimit records (text formats)
+
+    @property
+    def cut_in_workers(self) -> bool:
+        """Some units are raw ranges whose record starts the workers find."""
+        return any(f.cut_in_workers for f in self.files)
 
     def summary(self) -> dict[str, Any]:
         """For the plan summary (`--dry-run` prints it)."""
@@ -94,9 +117,7 @@ class SplitPlan:
             "files_split": len(split),
             "byte_range_units": sum(f.work_units for f in split),
             "files_kept_whole": len(whole),
-            "files": {f.path: (f"{f.work_units} byte ranges" if f.kept_whole is None
-                               else f"one unit: {f.kept_whole}")
-                      for f in self.files[:_LISTED_FILES]},
+            "files": {f.path: f.described() for f in self.files[:_LISTED_FILES]},
         }
         if len(self.files) > _LISTED_FILES:
             out["files_not_listed"] = len(self.files) - _LISTED_FILES
@@ -161,8 +182,8 @@ def _range_count(size: int, work_unit_bytes: int, balance_bytes: int | None) -> 
     return max(count, 1)
 
 
-def _targets(size: int, count: int) -> list[int]:
-    """Evenly spread cut targets for `count` ranges."""
+def cut_targets(size: int, count: int) -> list[int]:
+    """Evenly spread cut targets for `count` ranges of a file of `size` bytes."""
     return [size * k // count for k in range(1, count)]
 
 
@@ -172,7 +193,8 @@ def _scan(path: str, targets: Sequence[int], dialect: TextDialect, threads: int)
 
 
 def _file_ranges(unit: WorkUnit, dialect: TextDialect | None, why: str | None, count: int,
-                 threads: int) -> tuple[list[tuple[int, int, dict]], FileSplit | None]:
+                 threads: int, cut_in_workers: bool = False
+                 ) -> tuple[list[tuple[int, int, dict]], FileSplit | None]:
     """(start, end, extra) of each of the `count` ranges wanted of the file of `unit`
     ([] = keep the unit), and its FileSplit when more than one is wanted."""
     size = unit.size
@@ -183,8 +205,14 @@ def _file_ranges(unit: WorkUnit, dialect: TextDialect | None, why: str | None, c
         why = f"compressed ({compression}): a compressed stream is read from its start"
     if why:
         return [], FileSplit(unit.path, size, 1, why)
+    if cut_in_workers:
+        cuts = [0, *cut_targets(size, count), size]
+        ranges = [(start, end, {"size": end - start,
+                                "cut": {"range": k, "ranges": count, "file_size": size}})
+                  for k, (start, end) in enumerate(itertools.pairwise(cuts))]
+        return ranges, FileSplit(unit.path, size, count, cut_in_workers=True)
     try:
-        scan = _scan(unit.path, _targets(size, count), dialect, threads)
+        scan = _scan(unit.path, cut_targets(size, count), dialect, threads)
     except Exception as error:  # noqa: BLE001 - the converter dead-letters an unreadable file
         return [], FileSplit(unit.path, size, 1, f"not scanned ({type(error).__name__}: "
                                                  f"{error}); converted as one unit")
@@ -213,10 +241,11 @@ def scan_ranges(scan: Scan) -> list[tuple[int, int, dict]]:
 
 def split_text_units(units: Sequence[WorkUnit], fmt: str, csv: CsvOptions | None = None,
                      work_unit_bytes: int = DEFAULT_WORK_UNIT_BYTES,
-                     min_units: int = 1) -> SplitPlan:
+                     min_units: int = 1, cut_in_workers: bool = False) -> SplitPlan:
     """The work units of `plan_tabular` with every CSV/TSV/JSON Lines file larger than
     `work_unit_bytes` cut into byte ranges (module docstring), re-indexed in plan order;
     with fewer than `min_units` units, large files are cut further for balance.
+    `cut_in_workers`: cut at byte targets only, leaving the record starts to the workers.
 
     `csv`: the resolved spec's CSV options (delimiter, quote, header, encoding). Other
     formats (Parquet: a unit per row group) come back as they are.
@@ -234,9 +263,10 @@ def split_text_units(units: Sequence[WorkUnit], fmt: str, csv: CsvOptions | None
     files_at_once = max(1, min(sum(1 for c in counts if c > 1), _SCAN_THREADS))
     threads = max(1, default_threads() // files_at_once)
     with ThreadPoolExecutor(files_at_once) as pool:
-        planned = list(pool.map(lambda u, c: _file_ranges(u, dialect, why, c, threads),
-                                units, counts))
-    if any(count > 1 for count in counts):
+        planned = list(pool.map(
+            lambda u, c: _file_ranges(u, dialect, why, c, threads, cut_in_workers),
+            units, counts))
+    if any(count > 1 for count in counts) and not cut_in_workers:
         release_freed_memory()  # the scan's blocks, before converters fork (see allocator)
     out: list[WorkUnit] = []
     files = []
@@ -249,4 +279,4 @@ def split_text_units(units: Sequence[WorkUnit], fmt: str, csv: CsvOptions | None
         for start, end, extra in ranges:
             out.append(dataclasses.replace(unit, index=len(out), start=start, end=end,
                                            extra={**(unit.extra or {}), **extra}))
-    return SplitPlan(tuple(out), tuple(files), work_unit_bytes, balance_bytes)
+    return SplitPlan(tuple(out), tuple(files), work_unit_bytes, balance_bytes, dialect)

@@ -1,0 +1,192 @@
+"""Large text files cut at record starts by the workers (`range_cuts`: `scan_range`, `cuts_of`,
+`CutRangesInWorkers`): each range counted on its own, the chain finds exactly the
+true record starts among the candidates, the launcher reads none of the file, and the units
+read every row once, as the whole file does."""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import pathlib
+import pickle
+import random
+
+import apache_beam as beam
+import pytest
+from apache_beam.runners.portability.fn_api_runner import FnApiRunner
+
+from tests.tabular.test_splittable import (
+    SEEDS,
+    _jsonl,
+    _reference_record_starts,
+    _rows,
+    _tricky_csv,
+)
+from transforms.records import WorkUnit
+from transforms.tabular import byte_ranges, split_units
+from transforms.tabular.byte_ranges import TextDialect, find_boundaries
+from transforms.tabular.plan import plan_tabular
+from transforms.tabular.range_cuts import CutRangesInWorkers, cuts_of, scan_range
+from transforms.tabular.split_units import split_text_units, text_dialect
+
+CSV = TextDialect("csv", quote=0x22, delimiter=0x2C, header=True, bom=True)
+
+
+def _candidate(data: bytes, target: int) -> int:
+    """The byte after the first LF at or after target - 1 (the file's size: none)."""
+    at = data.find(b"\n", target - 1)
+    return len(data) if at < 0 else at + 1
+
+
+def _worker_cut(data: bytes, targets, dialect: TextDialect, block_bytes: int, rng):
+    cuts = [0, *targets, len(data)]
+    f = io.BytesIO(data)
+    scans = [scan_range(f, k, cuts, dialect, block_bytes) for k in range(len(cuts) - 1)]
+    rng.shuffle(scans)  # the side input comes in any order
+    return cuts_of(scans, len(data), dialect)
+
+
+def test_the_chain_finds_exactly_the_candidates_that_are_record_starts():
+    """Random byte soup of quotes, delimiters and line ends, tiny blocks: a candidate is a
+    boundary exactly when a byte-by-byte reading of the whole file says it is a record
+    start (after the header), with the same rows and lines before it; the file's end state
+    (an unclosed quote) is the whole-file scan's."""
+    alphabet = [b"a", b",", b'"', b'""', b"\n", b"\r\n", b"\r", b" ", b"\xc3\xa9"]
+    boundaries = 0
+    for seed in range(4000):
+        rng = random.Random(seed)
+        data = b"".join(rng.choice(alphabet) for _ in range(rng.randint(2, 80)))
+        if rng.random() < 0.2:
+            data = b"\xef\xbb\xbf" + data
+        header = rng.random() < 0.5
+        dialect = TextDialect("csv", quote=0x22, delimiter=0x2C, header=header, bom=True)
+        targets = sorted({rng.randint(1, len(data) - 1) for _ in range(rng.randint(1, 5))})
+        scan, owners = _worker_cut(data, targets, dialect, rng.choice([1, 2, 5, 64]), rng)
+        starts = _reference_record_starts(data, header)
+        expected = {(p, *starts[p]) for p in (_candidate(data, t) for t in targets)
+                    if p in starts and p < len(data)}
+        assert {(b.offset, b.rows_before, b.lines_before) for b in scan.boundaries} == expected, \
+            (seed, data, targets)
+        assert sorted(owners) == [b.offset for b in scan.boundaries]
+        assert scan.open_quote == find_boundaries(io.BytesIO(data).read, [], dialect).open_quote
+        boundaries += len(expected)
+    assert boundaries > 2000  # most candidates are record starts
+
+
+def test_the_second_reading_stops_where_the_two_states_meet(monkeypatch):
+    """A range is counted as if its start were inside quotes too; that reading joins the
+    first one at the first block end where their states agree, so it costs about a block."""
+    fed = []
+    original = byte_ranges._Scanner.feed
+    monkeypatch.setattr(byte_ranges._Scanner, "feed",
+                        lambda self, data, base: fed.append(id(self)) or original(self, data, base))
+    data = b"id,text\n" + b"".join(b'%d,"a ""quoted"" field"\n' % i for i in range(5000))
+    outside, inside = byte_ranges.count_range(io.BytesIO(data[8:]).read, 8, len(data), CSV,
+                                              block_bytes=4096)
+    assert len(set(fed)) == 2 and len(fed) > 20
+    assert min(fed.count(scanner) for scanner in set(fed)) == 1
+    assert outside.records == 5000 and not outside.quoted_at_end
+    # Inside quotes at the start, the first line's opening quote closes the field instead:
+    # that line end still ends the record (one begun before the range), so both count alike.
+    assert inside == outside
+
+
+def _raw_units(path: pathlib.Path, fmt: str, count: int) -> list[WorkUnit]:
+    size = path.stat().st_size
+    cuts = [0, *split_units.cut_targets(size, count), size]
+    return [WorkUnit(str(path), k, start=a, end=b,
+                     extra={"size": b - a, "cut": {"range": k, "ranges": count, "file_size": size}})
+            for k, (a, b) in enumerate(zip(cuts, cuts[1:], strict=False))]
+
+
+def _cut_in_beam(units: list[WorkUnit], dialect: TextDialect, folder: pathlib.Path
+                 ) -> list[WorkUnit]:
+    """The units out of the transform, on Beam's local runner (each pickled to `folder`)."""
+    folder.mkdir()
+
+    def keep(unit: WorkUnit) -> None:
+        (folder / f"{unit.index}.pickle").write_bytes(pickle.dumps(unit))
+
+    with beam.Pipeline(runner=FnApiRunner()) as pipeline:
+        _ = pipeline | beam.Create(units) | CutRangesInWorkers(dialect) | beam.Map(keep)
+    found = [pickle.loads(path.read_bytes()) for path in folder.iterdir()]
+    return sorted(found, key=lambda unit: unit.index)
+
+
+@pytest.mark.parametrize("seed", SEEDS[:12])
+def test_units_cut_by_the_workers_read_every_row_once(tmp_path, seed):
+    """Through the Beam transform: the units it gives read the rows, raw text, row numbers
+    and line numbers of the whole file, CSV with every awkward field and JSON Lines."""
+    rng = random.Random(seed)
+    fmt = "csv" if seed % 2 else "jsonl"
+    path = tmp_path / f"data.{fmt}"
+    if fmt == "csv":
+        path.write_bytes(_tricky_csv(rng, 150, crlf=rng.random() < 0.5, bom=rng.random() < 0.5,
+                                     final_newline=rng.random() < 0.5))
+    else:
+        path.write_bytes(_jsonl(rng, 150))
+    dialect, _ = text_dialect(fmt)
+    whole = _rows(plan_tabular(str(path), fmt), fmt)
+    units = _cut_in_beam(_raw_units(path, fmt, rng.randint(3, 12)), dialect,
+                         tmp_path / "units")
+    assert units and all("cut" not in unit.extra for unit in units)
+    if len(units) > 1:  # else no candidate was a record start: the file is read whole
+        assert units[0].start == 0 and units[-1].end == path.stat().st_size
+        assert all(a.end == b.start for a, b in zip(units, units[1:], strict=False))
+    assert sorted(_rows(units, fmt), key=repr) == sorted(whole, key=repr)
+
+
+def test_a_file_ending_inside_quotes_or_unreadable_is_one_unit(tmp_path, caplog):
+    good = tmp_path / "good.csv"
+    good.write_bytes(b"id,text\n" + b"".join(b"%d,x\n" % i for i in range(400)))
+    unclosed = tmp_path / "open.csv"
+    unclosed.write_bytes(good.read_bytes() + b'9999,"never closed\n' + b"tail,x\n" * 50)
+    missing = tmp_path / "missing.csv"
+    units = [*_raw_units(good, "csv", 4), *_raw_units(unclosed, "csv", 4),
+             *(dataclasses.replace(unit, path=str(missing)) for unit in _raw_units(good, "csv", 3))]
+    units = [dataclasses.replace(unit, index=k) for k, unit in enumerate(units)]
+    cut = _cut_in_beam(units, CSV, tmp_path / "units")
+    by_path = {}
+    for unit in cut:
+        by_path.setdefault(pathlib.Path(unit.path).name, []).append(unit)
+    assert len(by_path["good.csv"]) == 4
+    for name, index in (("open.csv", 4), ("missing.csv", 8)):
+        (whole,) = by_path[name]
+        assert (whole.index, whole.start, whole.end) == (index, None, None)
+    assert "open.csv: read whole, as one unit: it ends inside a quoted field" in caplog.text
+    assert "missing.csv: read whole, as one unit: it could not be read (FileNotFoundError" \
+        in caplog.text
+
+
+def test_the_launcher_reads_nothing_of_a_file_the_workers_cut(tmp_path, monkeypatch):
+    path = tmp_path / "data.csv"
+    path.write_bytes(b"id,text\n" + b"".join(b"%d,x\n" % i for i in range(2000)))
+
+    def no_reading(*args, **kwargs):
+        raise AssertionError("the launcher read the file")
+
+    monkeypatch.setattr(split_units, "find_boundaries", no_reading)
+    plan = split_text_units(plan_tabular(str(path), "csv"), "csv", work_unit_bytes=4000,
+                            cut_in_workers=True)
+    assert len(plan.units) == 4 and plan.cut_in_workers
+    assert plan.summary()["files"][str(path)] == \
+        "4 byte ranges, cut at record starts by the workers"
+    assert [unit.extra["cut"]["range"] for unit in plan.units] == [0, 1, 2, 3]
+
+
+def test_ranges_of_a_gs_file_are_cut_by_seeking_in_it(tmp_path, gcs_emulator):
+    """Workers read their ranges from any Beam filesystem (here a GCS emulator), seeking."""
+    from apache_beam.io.filesystems import FileSystems
+
+    data = _tricky_csv(random.Random(3), 400, crlf=False, bom=False, final_newline=True)
+    local = tmp_path / "data.csv"
+    local.write_bytes(data)
+    remote = f"{gcs_emulator}/in/data.csv"
+    with FileSystems.create(remote) as handle:
+        handle.write(data)
+    raw = [dataclasses.replace(unit, path=remote) for unit in _raw_units(local, "csv", 6)]
+    units = _cut_in_beam(raw, CSV, tmp_path / "units")
+    assert len(units) > 3 and all(unit.path == remote for unit in units)
+    on_disk = [dataclasses.replace(unit, path=str(local)) for unit in units]
+    assert sorted(_rows(on_disk, "csv"), key=repr) == \
+        sorted(_rows(plan_tabular(str(local), "csv"), "csv"), key=repr)

@@ -1,0 +1,232 @@
+"""Finding the record starts of large text files in the workers: `CutRangesInWorkers`.
+
+On Dask, Dataflow and other distributed runners the launcher does not read the files it
+cuts (`split_text_units(..., cut_in_workers=True)`): it plans raw ranges at even byte
+targets, and this step, the first after the plan, makes them exact byte ranges:
+
+    work units -> ScanRanges: each raw range counts its own bytes, in parallel, in both
+                  states its candidate record start can be in (`byte_ranges.scan_range`)
+               -> PlaceRanges: each unit, with every range's counts as a side input,
+                  chains its file's states from the file's start (`byte_ranges.cuts_of`)
+                  and becomes [record start, next record start) with its row and line
+                  offsets, as if the launcher had scanned the file
+
+A candidate start that is not a record start (inside a quoted field, or in the CSV header)
+joins its range to the one before: the raw range yields no unit. A file that ends inside a
+quoted field, or that could not be read, becomes one unit (its first range's index) that
+the converter reads whole, as on the launcher (a warning names it). Units that are not raw
+ranges pass unchanged. The side input is one small record per raw range, never data.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Iterator, Sequence
+
+import apache_beam as beam
+from apache_beam.io.filesystem import CompressionTypes
+from apache_beam.io.filesystems import FileSystems
+
+from transforms.records import WorkUnit
+from transforms.tabular.byte_ranges import (
+    BLOCK_BYTES,
+    Boundary,
+    RangeCount,
+    Scan,
+    TextDialect,
+    count_range,
+)
+from transforms.tabular.split_units import cut_targets, scan_ranges
+
+__all__ = ["CutRangesInWorkers", "RangeScan", "cuts_of", "scan_range"]
+
+_LOG = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class RangeScan:
+    """One range of a file cut in the workers, counted without knowing what comes before it.
+
+    A range k > 0 of a file cut at targets t_1 < t_2 < ... is read from `start`, the byte
+    after the first LF at or after t_k - 1 (its candidate record start), to `end`, the next
+    range's `start` (or the file's size). That LF either ended a record outside quotes or
+    lay inside a quoted field; `outside` and `inside` are the counts in either case. The
+    first range starts at 0 in the file's own initial state (`outside` only).
+
+    Attributes:
+      range: k, the range's position in its file.
+      start, end: the bytes counted.
+      outside: the counts when the LF before `start` ended a record (range 0: from the
+        file's start).
+      inside: the counts when it lay inside a quoted field; None where none can be (JSON
+        Lines, CSV without quoting, the first range).
+    """
+
+    range: int
+    start: int
+    end: int
+    outside: RangeCount
+    inside: RangeCount | None = None
+
+
+
+
+#: Bytes read at once looking for the LF after a cut target.
+_SEEK_BYTES = 64 << 10
+
+
+def _candidate_start(f, target: int, size: int) -> int:
+    """The byte after the first LF at or after `target` - 1 in the seekable file `f`
+    (`size`: there is none)."""
+    position = target - 1
+    f.seek(position)
+    while position < size:
+        chunk = f.read(min(_SEEK_BYTES, size - position))
+        if not chunk:
+            break
+        at = chunk.find(b"\n")
+        if at >= 0:
+            return position + at + 1
+        position += len(chunk)
+    return size
+
+
+def scan_range(f, k: int, cuts: Sequence[int], dialect: TextDialect,
+               block_bytes: int = BLOCK_BYTES) -> RangeScan:
+    """The `RangeScan` of range `k` of the seekable binary file `f`, cut at `cuts` (0, the
+    targets t_1 < ... < t_{n-1}, then the file's size): reads from its candidate record start
+    to the next range's, both found from the targets alone."""
+    size = cuts[-1]
+    start = 0 if k == 0 else _candidate_start(f, cuts[k], size)
+    end = size if k + 2 >= len(cuts) else max(_candidate_start(f, cuts[k + 1], size), start)
+    f.seek(start)
+    outside, inside = count_range(f.read, start, end, dialect, block_bytes)
+    return RangeScan(k, start, end, outside, inside)
+
+
+def cuts_of(scans: Sequence[RangeScan], size: int, dialect: TextDialect) -> tuple[Scan, dict[int, int]]:
+    """The exact record starts among the ranges' candidates, chained from the file's start:
+    (a `Scan` of the file whose boundaries are those starts, {boundary offset: the range
+    whose candidate it is}).
+
+    A candidate is a boundary when the true state there is outside quotes and the CSV
+    header lies before it; otherwise its range joins the one before (fewer, longer ranges:
+    the cut is only ever coarser than `find_boundaries`', never wrong). `scans` must be
+    every range of the file, in any order.
+    """
+    ordered = sorted(scans, key=lambda scan: scan.range)
+    if [scan.range for scan in ordered] != list(range(len(ordered))):
+        raise ValueError(f"ranges {[scan.range for scan in ordered]} are not 0..{len(ordered) - 1}")
+    header = 1 if dialect.kind == "csv" and dialect.header else 0
+    records = lines = 0
+    quoted = False
+    boundaries: list[Boundary] = []
+    owners: dict[int, int] = {}
+    for scan in ordered:
+        if (scan.range and not quoted and records >= header and 0 < scan.start < size
+                and (not boundaries or boundaries[-1].offset < scan.start)):
+            boundaries.append(Boundary(scan.start, records - header, lines))
+            owners[scan.start] = scan.range
+        counted = scan.inside if quoted else scan.outside
+        if counted is None:
+            raise ValueError(f"range {scan.range} was not counted inside a quoted field")
+        records += counted.records
+        lines += counted.lines
+        quoted = counted.quoted_at_end
+    return Scan(size=size, boundaries=tuple(boundaries), open_quote=quoted), owners
+
+
+def _cut_of(unit: WorkUnit) -> dict | None:
+    """A raw range's `extra["cut"]`: {"range", "ranges", "file_size"}; None: not a raw range."""
+    return (unit.extra or {}).get("cut")
+
+
+def _cuts(cut: dict) -> list[int]:
+    size = int(cut["file_size"])
+    return [0, *cut_targets(size, int(cut["ranges"])), size]
+
+
+class _ScanRange(beam.DoFn):
+    """A raw range -> (path, its range index, its `RangeScan`, or why the file could not be
+    read)."""
+
+    def __init__(self, dialect: TextDialect):
+        self._dialect = dialect
+
+    def process(self, unit: WorkUnit) -> Iterator[tuple[str, int, RangeScan | str]]:
+        cut = _cut_of(unit)
+        if cut is None:
+            return
+        try:
+            with FileSystems.open(unit.path,
+                                  compression_type=CompressionTypes.UNCOMPRESSED) as f:
+                scan = scan_range(f, int(cut["range"]), _cuts(cut), self._dialect)
+        except Exception as error:  # noqa: BLE001 - the converter dead-letters the file
+            scan = f"{type(error).__name__}: {error}"
+        yield unit.path, int(cut["range"]), scan
+
+
+_Placed = dict[int, tuple[int, int, dict]]  # raw range index -> (start, end, extra) it becomes
+
+
+class _PlaceRange(beam.DoFn):
+    """A raw range -> its exact byte range (or nothing, when it joins the range before);
+    other units as they are. Takes every range's scan as a side input."""
+
+    def __init__(self, dialect: TextDialect):
+        self._dialect = dialect
+        self._placed: dict[str, tuple[_Placed | None, str]] | None = None
+
+    def process(self, unit: WorkUnit, scans: Sequence[tuple[str, int, RangeScan | str]]
+                ) -> Iterator[WorkUnit]:
+        cut = _cut_of(unit)
+        if cut is None:
+            yield unit
+            return
+        if self._placed is None:  # the side input is the same for every unit of the run
+            self._placed = self._place_all(scans)
+        placed, why = self._placed[unit.path]
+        k = int(cut["range"])
+        kept = {key: value for key, value in (unit.extra or {}).items() if key != "cut"}
+        if placed is None:  # read whole, as its first range
+            if k == 0:
+                _LOG.warning("%s: read whole, as one unit: %s", unit.path, why)
+                yield dataclasses.replace(unit, start=None, end=None,
+                                          extra={**kept, "size": int(cut["file_size"])})
+        elif k in placed:
+            start, end, extra = placed[k]
+            yield dataclasses.replace(unit, start=start, end=end, extra={**kept, **extra})
+
+    def _place_all(self, scans) -> dict[str, tuple[_Placed | None, str]]:
+        by_path: dict[str, list[RangeScan | str]] = {}
+        for path, _, scan in scans:
+            by_path.setdefault(path, []).append(scan)
+        return {path: self._place_file(found) for path, found in by_path.items()}
+
+    def _place_file(self, scans: list[RangeScan | str]) -> tuple[_Placed | None, str]:
+        """(the units the file's raw ranges become, or None and why it is read whole)."""
+        errors = [scan for scan in scans if isinstance(scan, str)]
+        if errors:
+            return None, f"it could not be read ({errors[0]})"
+        scan, owners = cuts_of(scans, max(scan.end for scan in scans), self._dialect)
+        if scan.open_quote:
+            return None, "it ends inside a quoted field (an unclosed quote)"
+        if not scan.boundaries:
+            return None, "no range starts at a record start"
+        owners[0] = 0
+        return {owners[start]: (start, end, extra) for start, end, extra in scan_ranges(scan)}, ""
+
+
+class CutRangesInWorkers(beam.PTransform):
+    """Work units -> the same units, raw byte ranges replaced by exact ones (module
+    docstring). `dialect`: how the files' bytes delimit records."""
+
+    def __init__(self, dialect: TextDialect):
+        super().__init__()
+        self._dialect = dialect
+
+    def expand(self, units):
+        scans = units | "ScanRanges" >> beam.ParDo(_ScanRange(self._dialect))
+        return units | "PlaceRanges" >> beam.ParDo(_PlaceRange(self._dialect),
+                                                   beam.pvalue.AsList(scans))

@@ -46,6 +46,7 @@ from pipeline.runners import (
     LOCAL_PARALLEL_MIN_BYTES,
     LOCAL_PARALLEL_MIN_IMAGE_BYTES,
     check_runner_installed,
+    follow_log_level,
     is_local,
     runner_for,
     runs_in_process,
@@ -90,9 +91,7 @@ def _configure_logging(argv: Sequence[str]) -> None:
         raise UsageError(f"--log-level {name!r} is not a Python log level")
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger().setLevel(level)
-    # Dask and Beam log routine lifecycle events at INFO; follow the user's level.
-    for noisy in ("distributed", "apache_beam"):
-        logging.getLogger(noisy).setLevel(max(level, logging.WARNING))
+    follow_log_level()
     logging.getLogger("apache_beam.runners.portability.local_job_service").addFilter(
         _not_spurious_worker_warning)  # the same function each time: added once
 

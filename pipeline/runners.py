@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import logging
 import os
 from collections.abc import Iterator, Sequence
 
@@ -165,10 +166,25 @@ def _cluster_threads(address: str) -> int:
         return sum(client.nthreads().values()) or 1
 
 
+#: Libraries that log routine lifecycle events at INFO (Dask's scheduler, Beam's runners).
+_CHATTY_LOGGERS = ("distributed", "apache_beam")
+
+
+def follow_log_level() -> None:
+    """Sets the chatty libraries' loggers to the root logger's level (`--log-level`), at
+    least WARNING: their INFO lines are routine start-up and shut-down events."""
+    level = max(logging.getLogger().getEffectiveLevel(), logging.WARNING)
+    for name in _CHATTY_LOGGERS:
+        logging.getLogger(name).setLevel(level)
+
+
 @contextlib.contextmanager
 def _dask_runner(options: PipelineOptions, argv: Sequence[str], work_units: int):
     check_runner_installed(options)
     import dask
+    import dask.distributed
+
+    follow_log_level()  # importing distributed set its logger to INFO (dask's logging config)
 
     # The DaskRunner groups with a bag's groupby, whose default shuffle on a distributed
     # client is "tasks" after importing dask.dataframe (and pandas) to rule out "p2p",

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import pathlib
+import subprocess
+import sys
 
 import pytest
 
@@ -16,6 +18,8 @@ from transforms.tabular.split_units import split_text_units
 from transforms.tfrecord_io import read_tfrecord_file
 
 pytestmark = pytest.mark.slow
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
 
 SPEC = """\
 features:
@@ -39,6 +43,8 @@ def _outcome(folder: pathlib.Path) -> tuple[dict, list, dict]:
 
 
 def test_dask_converts_a_split_file_as_the_local_runner(tmp_path):
+    """Through the command (a process of its own): the workers cut the file (the launcher
+    does not read it), and with --quiet the LocalCluster's start and stop print nothing."""
     lines = ["id,text,n"]
     for i in range(1, 3001):
         text = f'"two\nlines, ""{i}"""' if i % 4 == 0 else f"é {i}"
@@ -54,8 +60,10 @@ def test_dask_converts_a_split_file_as_the_local_runner(tmp_path):
                 *in_memory_args()]) == 0
     assert run([*base, "--output", str(tmp_path / "local"), "--work-unit-bytes", "4KB",
                 *in_memory_args()]) == 0
-    assert run([*base, "--output", str(tmp_path / "dask"), "--work-unit-bytes", "4KB",
-                "--runner", "dask"]) == 0
+    done = subprocess.run([sys.executable, "-m", "pipeline", *base, "--output",
+                           str(tmp_path / "dask"), "--work-unit-bytes", "4KB", "--runner", "dask"],
+                          capture_output=True, text=True, cwd=REPO, timeout=300)
+    assert (done.returncode, done.stdout, done.stderr) == (0, "", "")
     whole = _outcome(tmp_path / "whole")
     assert _outcome(tmp_path / "local") == whole
     assert _outcome(tmp_path / "dask") == whole

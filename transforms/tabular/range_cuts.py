@@ -5,9 +5,9 @@ cuts (`split_text_units(..., cut_in_workers=True)`): it plans raw ranges at even
 targets, and this step, the first after the plan, makes them exact byte ranges:
 
     work units -> ScanRanges: each raw range counts its own bytes, in parallel, in both
-                  states its candidate record start can be in (`byte_ranges.scan_range`)
+                  states its candidate record start can be in (`scan_range`)
                -> PlaceRanges: each unit, with every range's counts as a side input,
-                  chains its file's states from the file's start (`byte_ranges.cuts_of`)
+                  chains its file's states from the file's start (`cuts_of`)
                   and becomes [record start, next record start) with its row and line
                   offsets, as if the launcher had scanned the file
 
@@ -70,8 +70,6 @@ class RangeScan:
     inside: RangeCount | None = None
 
 
-
-
 #: Bytes read at once looking for the LF after a cut target.
 _SEEK_BYTES = 64 << 10
 
@@ -105,7 +103,8 @@ def scan_range(f, k: int, cuts: Sequence[int], dialect: TextDialect,
     return RangeScan(k, start, end, outside, inside)
 
 
-def cuts_of(scans: Sequence[RangeScan], size: int, dialect: TextDialect) -> tuple[Scan, dict[int, int]]:
+def cuts_of(scans: Sequence[RangeScan], size: int, dialect: TextDialect
+            ) -> tuple[Scan, dict[int, int]]:
     """The exact record starts among the ranges' candidates, chained from the file's start:
     (a `Scan` of the file whose boundaries are those starts, {boundary offset: the range
     whose candidate it is}).

@@ -154,14 +154,17 @@ def test_tensorflow_reads_every_sequence_back(tf, tmp_path, fmt):
 
 @pytest.mark.parametrize("bucket_bytes", [None, 2000])
 def test_dask_output_is_record_identical(tmp_path, bucket_bytes):
-    """Also with many small buckets, each assembled in several passes (bucket_bytes)."""
+    """Also with many small buckets, each assembled in several passes (bucket_bytes), read
+    from files cut into byte ranges (by the launcher locally, by the workers on Dask)."""
     _write(tmp_path / "in", "csv")
+    cut = []
     if bucket_bytes:
         spec = tmp_path / "in" / "spec.yaml"
         spec.write_text(spec.read_text() + f"  bucket_bytes: {bucket_bytes}\n")
-    assert _convert(tmp_path / "in", tmp_path / "local", "csv", "--num-shards", "2",
+        cut = ["--work-unit-bytes", "100B"]
+    assert _convert(tmp_path / "in", tmp_path / "local", "csv", "--num-shards", "2", *cut,
                     *in_memory_args()) == 0
-    assert _convert(tmp_path / "in", tmp_path / "dask", "csv", "--num-shards", "2",
+    assert _convert(tmp_path / "in", tmp_path / "dask", "csv", "--num-shards", "2", *cut,
                     "--runner", "dask", "--quiet") == 0
     local, dask = read_manifest(str(tmp_path / "local")), read_manifest(str(tmp_path / "dask"))
     assert _payloads(tmp_path / "local") == _payloads(tmp_path / "dask")

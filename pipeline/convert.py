@@ -46,6 +46,7 @@ from pipeline.runners import (
     LOCAL_PARALLEL_MIN_BYTES,
     LOCAL_PARALLEL_MIN_IMAGE_BYTES,
     check_runner_installed,
+    cluster_threads,
     follow_log_level,
     is_local,
     runner_for,
@@ -268,16 +269,18 @@ def convert(argv: Sequence[str]) -> None:
         raise UsageError(f"--output {output} is a file, not a folder")
     sharding_of(conv)  # contradicting sharding flags: refused before anything is read
     _check_index_flag(conv)
-    plan = plan_conversion(conv, input_path, output, cut_in_workers=not is_local(options))
+    threads = cluster_threads(options)
+    plan = plan_conversion(conv, input_path, output, cut_in_workers=not is_local(options),
+                           runner_threads=threads)
     if conv.convert_dry_run:
         print(json.dumps(plan.summary, indent=2, sort_keys=True, default=str))
         return
     with output_lock(output):
-        _convert_planned(options, argv, conv, plan, output, started)
+        _convert_planned(options, argv, conv, plan, output, started, threads)
 
 
 def _convert_planned(options: PipelineOptions, argv: list[str], conv: ConvertOptions, plan,
-                     output: str, started: float) -> None:
+                     output: str, started: float, threads: int | None) -> None:
     """Runs a planned conversion (under the output's lock)."""
     output_files.discard_interrupted_runs(output)
     if _already_committed(output, plan.manifest_metadata["fingerprint"], conv.overwrite):
@@ -290,7 +293,7 @@ def _convert_planned(options: PipelineOptions, argv: list[str], conv: ConvertOpt
     sink = _sink_for(conv, output, plan, show_progress)
     progress = None
     with runner_for(options, argv, _beam_workers_pay_off(plan, conv.format),
-                    work_units=len(plan.work_units)) as runner:
+                    work_units=len(plan.work_units), threads=threads) as runner:
         planned = in_process_plan(plan, sink) if runs_in_process(options) else plan
         pipeline = beam.Pipeline(runner=runner, options=options)
         build_pipeline(pipeline, planned, sink)

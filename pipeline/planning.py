@@ -84,7 +84,7 @@ def _check_input_formats(units, fmt: str, spec: ConversionSpec | None) -> None:
 
 
 def _plan_tabular(conv: ConvertOptions, input_path: str, output: str,
-                  cut_in_workers: bool) -> ConversionPlan:
+                  cut_in_workers: bool, runner_threads: int | None) -> ConversionPlan:
     from transforms.tabular.infer import estimate_output, resolve_spec
     from transforms.tabular.plan import plan_tabular
     from transforms.tabular.range_cuts import CutRangesInWorkers
@@ -99,10 +99,12 @@ def _plan_tabular(conv: ConvertOptions, input_path: str, output: str,
     _check_input_formats(units, conv.format, given)
     spec = resolve_spec(units, conv.format, given, sample_rows=conv.sample_rows)
     # After inference, which samples whole files from their start; the cut needs the CSV dialect.
-    # Four work units per process at least, so that none idles at the end of the run.
+    # Four work units per process (or Dask worker thread) at least, so that none idles at
+    # the end of the run.
     processes = conv.converter_processes or default_threads()
+    slots = runner_threads or processes
     splitting = split_text_units(units, conv.format, spec.csv, conv.work_unit_bytes,
-                                 min_units=4 * processes if processes > 1 else 1,
+                                 min_units=4 * slots if slots > 1 else 1,
                                  cut_in_workers=cut_in_workers)
     units = list(splitting.units)
     config = TabularConfig(spec=spec, fmt=conv.format, batch_rows=conv.batch_rows,
@@ -241,15 +243,18 @@ def _plan_images(conv: ConvertOptions, input_path: str, output: str) -> Conversi
 
 
 def plan_conversion(conv: ConvertOptions, input_path: str, output: str,
-                    cut_in_workers: bool = False) -> ConversionPlan:
+                    cut_in_workers: bool = False, runner_threads: int | None = None
+                    ) -> ConversionPlan:
     """Plans the conversion `conv` of `input_path` into `output`. `cut_in_workers`: large
     text files are cut at record starts by the workers, not read on the launcher (for
-    runners whose workers are elsewhere: Dask, Dataflow).
+    runners whose workers are elsewhere: Dask, Dataflow). `runner_threads`: how many work
+    units the runner converts at once, when known (a Dask cluster's threads; else the
+    converter's local processes), for the plan to give each at least four.
 
     Raises ValueError (SpecError included) or FileNotFoundError with a clear message.
     """
     if conv.format in TABULAR_FORMATS:
-        return _plan_tabular(conv, input_path, output, cut_in_workers)
+        return _plan_tabular(conv, input_path, output, cut_in_workers, runner_threads)
     if conv.format in IMAGE_FORMATS:
         return _plan_images(conv, input_path, output)
     raise ValueError(f"unknown --format {conv.format!r}")

@@ -18,7 +18,8 @@
   `dask.distributed.LocalCluster` started (and stopped) for the run. The DaskRunner puts up
   to 128 elements of a `beam.Create` in one bag partition, so a plan of 8 work units ran on
   one worker: the work units are cut into `dask_partitions` partitions instead, sized to the
-  cluster (unless `--dask_npartitions`/`--dask_partition_size` is given). Dask's
+  cluster (unless `--dask_npartitions`/`--dask_partition_size` is given); the planner cuts
+  large text files into four work units per thread of the cluster (`cluster_threads`). Dask's
   `dataframe.shuffle.method` is set to "tasks" for the run unless configured: the bag
   groupby's default reaches "tasks" too, but only after importing dask.dataframe.
 * Anything else (DataflowRunner, FlinkRunner, SparkRunner, PortableRunner, ...) is passed
@@ -101,22 +102,37 @@ def runs_in_process(options: PipelineOptions) -> bool:
     return is_local(options) and options.view_as(DirectOptions).direct_running_mode == "in_memory"
 
 
+def cluster_threads(options: PipelineOptions) -> int | None:
+    """How many work units the runner converts at once, where the launcher can tell before
+    the run: the worker threads of the Dask cluster at `--dask_client_address` (asked), or
+    of the LocalCluster a Dask run starts (one per CPU). None for other runners: the local
+    runner uses the planner's own processes, Dataflow and others scale their workers."""
+    if (options.view_as(StandardOptions).runner or "").lower() not in _DASK_NAMES:
+        return None
+    from apache_beam.runners.dask.dask_runner import DaskOptions
+
+    address = getattr(options.view_as(DaskOptions), "address", None)
+    return _cluster_threads(address) if address else (os.cpu_count() or 1)
+
+
 @contextlib.contextmanager
 def runner_for(
-    options: PipelineOptions, argv: Sequence[str], parallel: bool = True, work_units: int = 1
+    options: PipelineOptions, argv: Sequence[str], parallel: bool = True, work_units: int = 1,
+    threads: int | None = None,
 ) -> Iterator[object]:
     """Yields the runner (an instance or a Beam runner name) for `options`.
 
     May adjust `options` (local worker count and mode, Dask scheduler address and bag
     partitions) and, for Dask without an address, keeps a LocalCluster alive for the duration
     of the block. `parallel=False` says the input cannot use more than one local worker;
-    `work_units` is how many elements the plan feeds the converter.
+    `work_units` is how many elements the plan feeds the converter; `threads`: the cluster's
+    `cluster_threads`, when known (else a Dask cluster is asked).
     """
     name = (options.view_as(StandardOptions).runner or "").lower()
     if name in _LOCAL_NAMES:
         yield _local_runner(options, argv, parallel)
     elif name in _DASK_NAMES:
-        with _dask_runner(options, argv, work_units) as runner:
+        with _dask_runner(options, argv, work_units, threads) as runner:
             yield runner
     else:
         yield options.view_as(StandardOptions).runner
@@ -162,6 +178,7 @@ def _cluster_threads(address: str) -> int:
     """The worker threads of the Dask cluster at `address` (1 when it cannot say)."""
     from dask.distributed import Client
 
+    follow_log_level()  # importing distributed set its logger to INFO (dask's logging config)
     with Client(address, timeout=30, set_as_default=False) as client:
         return sum(client.nthreads().values()) or 1
 
@@ -179,7 +196,8 @@ def follow_log_level() -> None:
 
 
 @contextlib.contextmanager
-def _dask_runner(options: PipelineOptions, argv: Sequence[str], work_units: int):
+def _dask_runner(options: PipelineOptions, argv: Sequence[str], work_units: int,
+                 threads: int | None):
     check_runner_installed(options)
     import dask
     import dask.distributed
@@ -192,18 +210,20 @@ def _dask_runner(options: PipelineOptions, argv: Sequence[str], work_units: int)
     # the user configured a method.
     unset = dask.config.get("dataframe.shuffle.method", None) is None
     with dask.config.set({"dataframe.shuffle.method": "tasks"} if unset else {}), \
-            _dask_runner_on_cluster(options, argv, work_units) as runner:
+            _dask_runner_on_cluster(options, argv, work_units, threads) as runner:
         yield runner
 
 
 @contextlib.contextmanager
-def _dask_runner_on_cluster(options: PipelineOptions, argv: Sequence[str], work_units: int):
+def _dask_runner_on_cluster(options: PipelineOptions, argv: Sequence[str], work_units: int,
+                            threads: int | None):
     from apache_beam.runners.dask.dask_runner import DaskOptions, DaskRunner
     dask_options = options.view_as(DaskOptions)
     sized = not any(_explicit(argv, flag) for flag in ("--dask_npartitions", "--dask_partition_size"))
     if getattr(dask_options, "address", None):
         if sized:
-            dask_options.npartitions = dask_partitions(work_units, _cluster_threads(dask_options.address))
+            threads = threads or _cluster_threads(dask_options.address)
+            dask_options.npartitions = dask_partitions(work_units, threads)
         yield DaskRunner()
         return
     from dask.distributed import LocalCluster

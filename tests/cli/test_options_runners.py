@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime
+import json
 import os
 import sys
 
@@ -235,7 +236,7 @@ def test_local_parallel_threshold_depends_on_the_format(tmp_path, monkeypatch, f
     real_runner_for = convert_module.runner_for
 
     @contextlib.contextmanager
-    def spy(options, argv, parallel=True, work_units=1):
+    def spy(options, argv, parallel=True, work_units=1, threads=None):
         seen.append(parallel)
         with real_runner_for(options, argv, False, work_units) as runner:  # one process
             yield runner
@@ -276,6 +277,33 @@ def test_a_dask_run_spreads_its_work_units_over_the_local_cluster():
     options = PipelineOptions(given)
     with runner_for(options, given, work_units=8):
         assert options.view_as(DaskOptions).npartitions == 3
+
+
+@pytest.mark.slow
+def test_a_large_file_is_cut_for_every_thread_of_the_dask_cluster(tmp_path, monkeypatch, capsys):
+    """The plan gives each thread of the cluster at --dask_client_address four work units
+    (as each local converter process), and sizes the bag partitions by the same count."""
+    from dask.distributed import LocalCluster
+
+    from pipeline.cli import run
+    from transforms.tabular import split_units
+
+    monkeypatch.setattr(split_units, "MIN_RANGE_BYTES", 1000)  # a small file is cut too
+    path = tmp_path / "data.csv"
+    path.write_text("id,text\n" + "".join(f"{i},row {i}\n" for i in range(20000)))
+    base = ["convert", "--input", str(path), "--format", "csv", "--output", str(tmp_path / "out"),
+            "--dry-run"]
+    with LocalCluster(n_workers=3, threads_per_worker=1, processes=False,
+                      dashboard_address=None) as cluster:
+        assert run([*base, "--runner", "dask", "--dask_client_address",
+                    cluster.scheduler_address]) == 0
+        on_cluster = json.loads(capsys.readouterr().out)
+    assert run([*base, "--converter-processes", "2"]) == 0
+    local = json.loads(capsys.readouterr().out)
+    assert local["work_units"] == 8
+    assert on_cluster["work_units"] == 12
+    assert "cut at record starts by the workers" in \
+        on_cluster["work_unit_splitting"]["files"][str(path)]
 
 
 @pytest.mark.slow

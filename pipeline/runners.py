@@ -235,6 +235,9 @@ def _dask_runner_on_cluster(options: PipelineOptions, argv: Sequence[str], work_
         processes=True,
         host="127.0.0.1",
         dashboard_address=None,
+        # The scheduler's HTTP server still starts, by default on port 8787, and warns when
+        # another run holds that port: an unused port of the system's choosing instead.
+        scheduler_kwargs={"dashboard": False, "dashboard_address": "127.0.0.1:0"},
     ) as cluster:
         dask_options.address = cluster.scheduler_address
         if sized:

@@ -92,11 +92,12 @@ def test_the_second_reading_stops_where_the_two_states_meet(monkeypatch):
 
 
 def _raw_units(path: pathlib.Path, fmt: str, count: int) -> list[WorkUnit]:
-    size = path.stat().st_size
-    cuts = [0, *split_units.cut_targets(size, count), size]
-    return [WorkUnit(str(path), k, start=a, end=b,
-                     extra={"size": b - a, "cut": {"range": k, "ranges": count, "file_size": size}})
-            for k, (a, b) in enumerate(zip(cuts, cuts[1:], strict=False))]
+    """The planner's raw ranges of `path`: about `count`, their record starts left to the
+    workers."""
+    plan = split_text_units(plan_tabular(str(path), fmt), fmt,
+                            work_unit_bytes=-(-path.stat().st_size // count), cut_in_workers=True)
+    assert all("cut" in unit.extra for unit in plan.units)
+    return list(plan.units)
 
 
 def _cut_in_beam(units: list[WorkUnit], dialect: TextDialect, folder: pathlib.Path

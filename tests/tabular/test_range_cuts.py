@@ -81,7 +81,7 @@ def test_the_second_reading_stops_where_the_two_states_meet(monkeypatch):
     monkeypatch.setattr(byte_ranges._Scanner, "feed",
                         lambda self, data, base: fed.append(id(self)) or original(self, data, base))
     data = b"id,text\n" + b"".join(b'%d,"a ""quoted"" field"\n' % i for i in range(5000))
-    outside, inside = byte_ranges.count_range(io.BytesIO(data[8:]).read, 8, len(data), CSV,
+    outside, inside = byte_ranges.count_range(io.BytesIO(data[8:]).read, 8, CSV,
                                               block_bytes=4096)
     assert len(set(fed)) == 2 and len(fed) > 20
     assert min(fed.count(scanner) for scanner in set(fed)) == 1

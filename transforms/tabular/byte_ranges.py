@@ -530,31 +530,23 @@ class RangeCount:
     quoted_at_end: bool
 
 
-def count_range(read: Callable[[int], bytes], start: int, end: int, dialect: TextDialect,
+def count_range(read: Callable[[int], bytes], start: int, dialect: TextDialect,
                 block_bytes: int = BLOCK_BYTES) -> tuple[RangeCount, RangeCount | None]:
-    """Counts the bytes [start, end) of a file, `read(n)` returning them from `start` on, in
-    both states the byte before `start` (an LF) can leave: it ended a record outside quotes,
-    or it lay inside a quoted field (None where none can be: JSON Lines, CSV without
+    """Counts the bytes of a file that `read(n)` returns from `start` on (b"" at the range's
+    end), in both states the byte before `start` (an LF) can leave: it ended a record outside
+    quotes, or it lay inside a quoted field (None where none can be: JSON Lines, CSV without
     quoting, `start` 0, read from the file's start). `start` must be 0 or just after an LF,
-    `end` the file's size or just after an LF.
+    the range's end the file's size or just after an LF.
 
     The two readings share everything after the first block at whose end their states agree
     (a quoted field closing, in most files within the first block), so the second costs
     about one block."""
-    left = end - start
-
-    def limited(n: int) -> bytes:
-        nonlocal left
-        data = read(min(n, left)) if left > 0 else b""
-        left -= len(data)
-        return data
-
     outside = (_Scanner(dialect, []) if start == 0
                else _Scanner.resuming(dialect, start, quoted=False))
     can_be_inside = start > 0 and dialect.kind == "csv" and dialect.quote is not None
     inside = _Scanner.resuming(dialect, start, quoted=True) if can_be_inside else None
     joined = None  # (outside's counts, inside's counts) where the two readings became one
-    for base, data in _blocks(limited, dialect.quote, block_bytes, base=start):
+    for base, data in _blocks(read, dialect.quote, block_bytes, base=start):
         outside.feed(data, base)
         if inside is not None and joined is None:
             inside.feed(data, base)

@@ -33,6 +33,7 @@ from transforms.tabular.byte_ranges import (
     BLOCK_BYTES,
     Boundary,
     RangeCount,
+    RangeReader,
     Scan,
     TextDialect,
     count_range,
@@ -98,8 +99,8 @@ def scan_range(f, k: int, cuts: Sequence[int], dialect: TextDialect,
     size = cuts[-1]
     start = 0 if k == 0 else _candidate_start(f, cuts[k], size)
     end = size if k + 2 >= len(cuts) else max(_candidate_start(f, cuts[k + 1], size), start)
-    f.seek(start)
-    outside, inside = count_range(f.read, start, end, dialect, block_bytes)
+    f.seek(start)  # finding `end` moved it (and RangeReader seeks only past 0)
+    outside, inside = count_range(RangeReader(f, start, end).read, start, dialect, block_bytes)
     return RangeScan(k, start, end, outside, inside)
 
 

@@ -21,6 +21,7 @@ from tests.tabular.test_splittable import (
     _reference_record_starts,
     _rows,
     _tricky_csv,
+    byte_soup,
 )
 from transforms.records import WorkUnit
 from transforms.tabular import byte_ranges, split_units
@@ -51,14 +52,10 @@ def test_the_chain_finds_exactly_the_candidates_that_are_record_starts():
     boundary exactly when a byte-by-byte reading of the whole file says it is a record
     start (after the header), with the same rows and lines before it; the file's end state
     (an unclosed quote) is the whole-file scan's."""
-    alphabet = [b"a", b",", b'"', b'""', b"\n", b"\r\n", b"\r", b" ", b"\xc3\xa9"]
     boundaries = 0
     for seed in range(4000):
         rng = random.Random(seed)
-        data = b"".join(rng.choice(alphabet) for _ in range(rng.randint(2, 80)))
-        if rng.random() < 0.2:
-            data = b"\xef\xbb\xbf" + data
-        header = rng.random() < 0.5
+        data, header = byte_soup(rng, 2, 80)
         dialect = TextDialect("csv", quote=0x22, delimiter=0x2C, header=header, bom=True)
         targets = sorted({rng.randint(1, len(data) - 1) for _ in range(rng.randint(1, 5))})
         scan, owners = _worker_cut(data, targets, dialect, rng.choice([1, 2, 5, 64]), rng)

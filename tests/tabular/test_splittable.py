@@ -198,18 +198,24 @@ split_key: [id]
 
 # ------------------------------------------------------------------------------ the scan
 
+def byte_soup(rng: random.Random, shortest: int, longest: int) -> tuple[bytes, bool]:
+    """(Random CSV bytes of quotes, delimiters, line ends and multi-byte characters, sometimes
+    after a byte order mark; whether the file has a header)."""
+    alphabet = [b"a", b",", b'"', b'""', b"\n", b"\r\n", b"\r", b" ", b"\xc3\xa9"]
+    data = b"".join(rng.choice(alphabet) for _ in range(rng.randint(shortest, longest)))
+    if rng.random() < 0.2:
+        data = b"\xef\xbb\xbf" + data
+    return data, rng.random() < 0.5
+
+
 @pytest.mark.parametrize("threads", [1, 3])
 def test_boundaries_agree_with_a_byte_by_byte_reading(threads):
     """Random byte soup of quotes, delimiters and line ends, tiny blocks: the vectorised
     scan finds exactly the record starts (and counts) of a sequential reading, also when
     blocks are scanned speculatively on threads (most soups break the speculation)."""
-    alphabet = [b"a", b",", b'"', b'""', b"\n", b"\r\n", b"\r", b" ", b"\xc3\xa9"]
     for seed in range(3000):
         rng = random.Random(seed)
-        data = b"".join(rng.choice(alphabet) for _ in range(rng.randint(0, 60)))
-        if rng.random() < 0.2:
-            data = b"\xef\xbb\xbf" + data
-        header = rng.random() < 0.5
+        data, header = byte_soup(rng, 0, 60)
         targets = sorted({rng.randint(1, max(len(data), 1)) for _ in range(3)})
         scan = find_boundaries(io.BytesIO(data).read, targets,
                                TextDialect("csv", quote=0x22, delimiter=0x2C, header=header,

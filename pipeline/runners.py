@@ -174,12 +174,18 @@ def dask_partitions(work_units: int, threads: int) -> int:
     return max(1, min(work_units, PARTITIONS_PER_THREAD * max(1, threads)))
 
 
+def _distributed():
+    """`dask.distributed`, imported with its logger back at the run's level (importing it
+    applies dask's logging config, INFO)."""
+    import dask.distributed
+
+    follow_log_level()
+    return dask.distributed
+
+
 def _cluster_threads(address: str) -> int:
     """The worker threads of the Dask cluster at `address` (1 when it cannot say)."""
-    from dask.distributed import Client
-
-    follow_log_level()  # importing distributed set its logger to INFO (dask's logging config)
-    with Client(address, timeout=30, set_as_default=False) as client:
+    with _distributed().Client(address, timeout=30, set_as_default=False) as client:
         return sum(client.nthreads().values()) or 1
 
 
@@ -200,9 +206,8 @@ def _dask_runner(options: PipelineOptions, argv: Sequence[str], work_units: int,
                  threads: int | None):
     check_runner_installed(options)
     import dask
-    import dask.distributed
 
-    follow_log_level()  # importing distributed set its logger to INFO (dask's logging config)
+    _distributed()  # before the runner imports it
 
     # The DaskRunner groups with a bag's groupby, whose default shuffle on a distributed
     # client is "tasks" after importing dask.dataframe (and pandas) to rule out "p2p",

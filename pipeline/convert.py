@@ -39,18 +39,21 @@ from pipeline.options import (
     normalize_argv,
 )
 from pipeline.output_lock import output_lock
-from pipeline.planning import plan_conversion, sharding_of
+from pipeline.planning import cut_before_run, plan_conversion, sharding_of
 from pipeline.progress import Progress
 from pipeline.report import write_report_after_commit
 from pipeline.runners import (
     LOCAL_PARALLEL_MIN_BYTES,
     LOCAL_PARALLEL_MIN_IMAGE_BYTES,
+    DaskCluster,
     check_runner_installed,
     cluster_threads,
+    dask_cluster,
     follow_log_level,
     is_local,
     runner_for,
     runs_in_process,
+    workers_cut_large_files,
 )
 from transforms import manifest as manifest_lib
 from transforms import output_files
@@ -254,6 +257,18 @@ def _outcome_of(error: BaseException) -> Exception:
     return CommandFailed(f"conversion failed: {error}")
 
 
+def _cut_on_cluster(plan, cluster: DaskCluster):
+    """`plan` with its raw byte ranges cut by tasks on the Dask cluster before the run (see
+    `transforms.tabular.range_cuts`): the conversion tasks then wait for free threads and
+    balance over the workers, where the graph's side input would start them all at once."""
+    try:
+        return cut_before_run(plan, cluster.map)
+    except Exception as error:  # noqa: BLE001 - a lost worker, a cancelled task: one line
+        first_line = (str(error).splitlines() or [""])[0]  # dask's messages run on
+        raise CommandFailed(f"finding the record starts of the input's byte ranges on the "
+                            f"Dask cluster failed: {type(error).__name__}: {first_line}") from error
+
+
 def convert(argv: Sequence[str]) -> None:
     """Runs `tfrecord-pipeline convert`; raises a `pipeline.errors` outcome when it fails."""
     argv = normalize_argv(argv)
@@ -269,12 +284,16 @@ def convert(argv: Sequence[str]) -> None:
         raise UsageError(f"--output {output} is a file, not a folder")
     sharding_of(conv)  # contradicting sharding flags: refused before anything is read
     _check_index_flag(conv)
-    threads = cluster_threads(options)
-    plan = plan_conversion(conv, input_path, output, cut_in_workers=not is_local(options),
-                           runner_threads=threads)
-    if conv.convert_dry_run:
-        print(json.dumps(plan.summary, indent=2, sort_keys=True, default=str))
-        return
+    with dask_cluster(options) as cluster:
+        threads = cluster_threads(options, cluster)
+        plan = plan_conversion(conv, input_path, output,
+                               cut_in_workers=workers_cut_large_files(options),
+                               runner_threads=threads)
+        if conv.convert_dry_run:
+            print(json.dumps(plan.summary, indent=2, sort_keys=True, default=str))
+            return
+        if cluster is not None and plan.cut_units is not None:
+            plan = _cut_on_cluster(plan, cluster)
     with output_lock(output):
         _convert_planned(options, argv, conv, plan, output, started, threads)
 

@@ -5,7 +5,8 @@
 Work units are planned on the launcher and read inside the converter DoFn; records travel
 as batches; dead letters ride in the same elements; the sink is the only terminal step and
 writes the manifest. Where the launcher left large text files to be cut by the workers
-(distributed runners), `CutByteRanges` first finds their record starts there.
+(Dataflow and other distributed runners; a Dask cluster cuts them before the run, see
+`pipeline.planning.cut_before_run`), `CutByteRanges` first finds their record starts there.
 
 This shape is what Beam 2.77's DaskRunner can run correctly, and it
 keeps memory bounded on the local runner (no shuffle of the data in the default sharding).
@@ -19,13 +20,16 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import apache_beam as beam
 
 from transforms.forked_pool import fork_available
 from transforms.records import WorkUnit, WorkUnitGroup
 from transforms.sink import WriteToShardedTFRecord
+
+if TYPE_CHECKING:  # the tabular planner builds it, only for text inputs
+    from transforms.tabular.range_cuts import CutRangesInWorkers
 
 __all__ = ["ConversionPlan", "build_pipeline", "in_process_plan"]
 
@@ -62,7 +66,7 @@ class ConversionPlan:
     input_bytes: int = 0
     local_processes: int = 1
     children_write: bool = False
-    cut_units: beam.PTransform | None = None
+    cut_units: CutRangesInWorkers | None = None
 
 
 def in_process_plan(plan: ConversionPlan, sink: WriteToShardedTFRecord | None = None) -> ConversionPlan:

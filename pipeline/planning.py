@@ -6,9 +6,10 @@ unknown column fails fast with a clear message instead of inside a worker.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from apache_beam.io.filesystems import FileSystems
@@ -21,7 +22,7 @@ from transforms.records import DEFAULT_SPLIT
 from transforms.shard_writers import ShardingConfig
 from transforms.tabular.spec import ConversionSpec, load_spec
 
-__all__ = ["plan_conversion", "sharding_of"]
+__all__ = ["cut_before_run", "plan_conversion", "sharding_of"]
 
 
 def sharding_of(conv: ConvertOptions) -> ShardingConfig:
@@ -161,6 +162,17 @@ def _plan_tabular(conv: ConvertOptions, input_path: str, output: str,
     )
 
 
+def cut_before_run(plan: ConversionPlan, map_scans: Callable) -> ConversionPlan:
+    """`plan` with the byte ranges its `cut_units` step would cut in the pipeline cut now,
+    their scans run by `map_scans(fn, raw_ranges)` (`CutRangesInWorkers.cut_now`); the
+    plan keeps no cut step."""
+    if plan.cut_units is None:
+        return plan
+    units = plan.cut_units.cut_now(plan.work_units, map_scans)
+    return dataclasses.replace(plan, work_units=units, cut_units=None,
+                               summary={**plan.summary, "work_units": len(units)})
+
+
 def _image_config(conv: ConvertOptions):
     from transforms.images.config import ImageConfig, RenderOptions
 
@@ -247,9 +259,10 @@ def plan_conversion(conv: ConvertOptions, input_path: str, output: str,
                     ) -> ConversionPlan:
     """Plans the conversion `conv` of `input_path` into `output`. `cut_in_workers`: large
     text files are cut at record starts by the workers, not read on the launcher (for
-    runners whose workers are elsewhere: Dask, Dataflow). `runner_threads`: how many work
-    units the runner converts at once, when known (a Dask cluster's threads; else the
-    converter's local processes), for the plan to give each at least four.
+    runners whose workers are elsewhere: a Dask cluster, Dataflow; see `cut_before_run`).
+    `runner_threads`: how many work units the runner converts at once, when known (a Dask
+    cluster's threads; else the converter's local processes), for the plan to give each at
+    least four.
 
     Raises ValueError (SpecError included) or FileNotFoundError with a clear message.
     """

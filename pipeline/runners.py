@@ -19,7 +19,9 @@
   to 128 elements of a `beam.Create` in one bag partition, so a plan of 8 work units ran on
   one worker: the work units are cut into `dask_partitions` partitions instead, sized to the
   cluster (unless `--dask_npartitions`/`--dask_partition_size` is given); the planner cuts
-  large text files into four work units per thread of the cluster (`cluster_threads`). Dask's
+  large text files into four work units per thread of the cluster (`cluster_threads`), and
+  a cluster at an address finds their record starts in tasks of its own before the run
+  (`dask_cluster`, `workers_cut_large_files`). Dask's
   `dataframe.shuffle.method` is set to "tasks" for the run unless configured: the bag
   groupby's default reaches "tasks" too, but only after importing dask.dataframe.
 * Anything else (DataflowRunner, FlinkRunner, SparkRunner, PortableRunner, ...) is passed
@@ -38,17 +40,25 @@ import contextlib
 import importlib
 import logging
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from typing import TypeVar
 
 from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, StandardOptions
 
 __all__ = [
     "LOCAL_PARALLEL_MIN_BYTES",
     "LOCAL_PARALLEL_MIN_IMAGE_BYTES",
+    "DaskCluster",
     "RunnerError",
     "check_runner_installed",
+    "cluster_threads",
+    "dask_cluster",
     "runner_for",
+    "workers_cut_large_files",
 ]
+
+T = TypeVar("T")
+R = TypeVar("R")
 
 #: Below this much input, a local run stays in one process (see the module docstring).
 #: Measured on 2 cores (GZIP, 8-32 CSV files): one process beat two worker processes at
@@ -102,17 +112,65 @@ def runs_in_process(options: PipelineOptions) -> bool:
     return is_local(options) and options.view_as(DirectOptions).direct_running_mode == "in_memory"
 
 
-def cluster_threads(options: PipelineOptions) -> int | None:
-    """How many work units the runner converts at once, where the launcher can tell before
-    the run: the worker threads of the Dask cluster at `--dask_client_address` (asked), or
-    of the LocalCluster a Dask run starts (one per CPU). None for other runners: the local
-    runner uses the planner's own processes, Dataflow and others scale their workers."""
+def _dask_address(options: PipelineOptions) -> str | None:
+    """--dask_client_address of a Dask run; None for other runners or without one."""
     if (options.view_as(StandardOptions).runner or "").lower() not in _DASK_NAMES:
         return None
     from apache_beam.runners.dask.dask_runner import DaskOptions
 
-    address = getattr(options.view_as(DaskOptions), "address", None)
-    return _cluster_threads(address) if address else (os.cpu_count() or 1)
+    return getattr(options.view_as(DaskOptions), "address", None) or None
+
+
+class DaskCluster:
+    """The Dask cluster at `--dask_client_address`, as the launcher uses it before the run:
+    to count its threads and to run the plan's small tasks (`map`)."""
+
+    def __init__(self, client):
+        self._client = client
+
+    @property
+    def threads(self) -> int:
+        """The worker threads of the cluster (1 when it cannot say)."""
+        return sum(self._client.nthreads().values()) or 1
+
+    def map(self, fn: Callable[[T], R], items: Sequence[T]) -> list[R]:
+        """`fn(item)` of each item, in order, each computed as a task on the cluster."""
+        return self._client.gather(self._client.map(fn, list(items), pure=False))
+
+
+@contextlib.contextmanager
+def dask_cluster(options: PipelineOptions) -> Iterator[DaskCluster | None]:
+    """Connected to the cluster at `--dask_client_address` of a Dask run for the block;
+    None for other runners, and for a Dask run that starts its own LocalCluster (after
+    planning, on the launcher's machine)."""
+    address = _dask_address(options)
+    if address is None:
+        yield None
+        return
+    with _distributed().Client(address, timeout=30, set_as_default=False) as client:
+        yield DaskCluster(client)
+
+
+def cluster_threads(options: PipelineOptions, cluster: DaskCluster | None) -> int | None:
+    """How many work units the runner converts at once, where the launcher can tell before
+    the run: the worker threads of `cluster` (see `dask_cluster`), or of the LocalCluster a
+    Dask run without an address starts (one per CPU). None for other runners: the local
+    runner uses the planner's own processes, Dataflow and others scale their workers."""
+    if cluster is not None:
+        return cluster.threads
+    if (options.view_as(StandardOptions).runner or "").lower() in _DASK_NAMES:
+        return os.cpu_count() or 1
+    return None
+
+
+def workers_cut_large_files(options: PipelineOptions) -> bool:
+    """Whether large text files are cut where the workers run (`transforms.tabular.
+    range_cuts`) rather than scanned on the launcher: not on the local runner, nor on a
+    Dask run's own LocalCluster, whose workers share the launcher's machine and disk."""
+    if is_local(options):
+        return False
+    return (options.view_as(StandardOptions).runner or "").lower() not in _DASK_NAMES \
+        or _dask_address(options) is not None
 
 
 @contextlib.contextmanager
@@ -183,12 +241,6 @@ def _distributed():
     return dask.distributed
 
 
-def _cluster_threads(address: str) -> int:
-    """The worker threads of the Dask cluster at `address` (1 when it cannot say)."""
-    with _distributed().Client(address, timeout=30, set_as_default=False) as client:
-        return sum(client.nthreads().values()) or 1
-
-
 #: Libraries that log routine lifecycle events at INFO (Dask's scheduler, Beam's runners).
 _CHATTY_LOGGERS = ("distributed", "apache_beam")
 
@@ -227,7 +279,9 @@ def _dask_runner_on_cluster(options: PipelineOptions, argv: Sequence[str], work_
     sized = not any(_explicit(argv, flag) for flag in ("--dask_npartitions", "--dask_partition_size"))
     if getattr(dask_options, "address", None):
         if sized:
-            threads = threads or _cluster_threads(dask_options.address)
+            if not threads:
+                with dask_cluster(options) as cluster:
+                    threads = cluster.threads
             dask_options.npartitions = dask_partitions(work_units, threads)
         yield DaskRunner()
         return

@@ -108,6 +108,21 @@ def test_other_runners_pass_through_by_name():
         assert runner == "DataflowRunner"
 
 
+@pytest.mark.parametrize(("argv", "in_workers"), [
+    ([], False),
+    (["--runner", "direct"], False),
+    (["--runner", "dask"], False),  # its own LocalCluster: the launcher's machine
+    (["--runner", "dask", "--dask_client_address", "tcp://scheduler:8786"], True),
+    (["--runner", "DataflowRunner"], True),
+    (["--runner", "FlinkRunner"], True),
+])
+def test_large_files_are_cut_where_the_workers_run_unless_that_is_the_launchers_machine(
+        argv, in_workers):
+    from pipeline.runners import workers_cut_large_files
+
+    assert workers_cut_large_files(PipelineOptions(argv)) is in_workers
+
+
 @pytest.mark.parametrize(("runner", "module", "extra"), [
     ("DataflowRunner", "google.cloud.dataflow", "dataflow"),
     ("dataflow", "google.cloud.dataflow", "dataflow"),
@@ -318,3 +333,35 @@ def test_a_dask_run_shuffles_by_tasks_unless_dask_is_told_otherwise():
     with dask.config.set({"dataframe.shuffle.method": "disk"}):
         with runner_for(PipelineOptions(argv), argv, work_units=2):
             assert dask.config.get("dataframe.shuffle.method") == "disk"
+
+
+def test_a_dask_cluster_that_fails_to_cut_the_input_fails_the_run_in_one_line(
+        tmp_path, monkeypatch, capsys):
+    """Scans lost on the cluster (a worker gone, a cancelled task) end the run before it
+    starts: one line, exit 1, nothing written."""
+    import contextlib
+
+    from pipeline import convert
+    from pipeline.cli import EXIT_FAILED, run
+    from transforms.tabular import split_units
+
+    class LostWorkers:
+        threads = 2
+
+        def map(self, fn, items):
+            raise RuntimeError("Error during deserialization of the task graph. This\n"
+                               "frequently occurs if ...")
+
+    monkeypatch.setattr(convert, "dask_cluster",
+                        lambda options: contextlib.nullcontext(LostWorkers()))
+    monkeypatch.setattr(split_units, "MIN_RANGE_BYTES", 1000)
+    path = tmp_path / "data.csv"
+    path.write_text("id,text\n" + "".join(f"{i},row {i}\n" for i in range(5000)))
+    code = run(["convert", "--input", str(path), "--format", "csv", "--output",
+                str(tmp_path / "out"), "--runner", "dask", "--dask_client_address", "tcp://x:1"])
+    err = capsys.readouterr().err
+    assert code == EXIT_FAILED
+    assert err == ("tfrecord-pipeline convert: finding the record starts of the input's byte "
+                   "ranges on the Dask cluster failed: RuntimeError: Error during "
+                   "deserialization of the task graph. This\n")
+    assert not (tmp_path / "out").exists()

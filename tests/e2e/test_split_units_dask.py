@@ -1,5 +1,6 @@
-"""A CSV file cut into byte-range work units converts on a Dask LocalCluster exactly as on
-the local runner, and as the whole file does."""
+"""A CSV file cut into byte-range work units converts on Dask exactly as on the local runner,
+and as the whole file does: on a LocalCluster the run starts (the launcher scans the file, as
+locally), and on a cluster at --dask_client_address (its workers find the record starts)."""
 
 from __future__ import annotations
 
@@ -44,36 +45,77 @@ def _outcome(folder: pathlib.Path) -> tuple[dict, list, dict]:
         manifest["counts"]
 
 
-def test_dask_converts_a_split_file_as_the_local_runner(tmp_path):
-    """Through the command (a process of its own): the workers cut the file (the launcher
-    does not read it), and with --quiet the LocalCluster's start and stop print nothing."""
+def _tricky_csv(folder: pathlib.Path) -> list[str]:
+    """A CSV of 3,000 rows (every fourth with a quoted newline and escaped quotes, 12 bad
+    values) and its spec; returns the command's arguments, --work-unit-bytes 4KB cutting it
+    into more than 10 ranges, and writes the whole file's output to folder/"whole"."""
     lines = ["id,text,n"]
     for i in range(1, 3001):
         text = f'"two\nlines, ""{i}"""' if i % 4 == 0 else f"é {i}"
         lines.append(f"{i},{text},{'bad' if i % 250 == 0 else i}")
-    (tmp_path / "data.csv").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    (tmp_path / "spec.yaml").write_text(SPEC)
-    units = split_text_units(plan_tabular(str(tmp_path / "data.csv"), "csv"), "csv",
+    (folder / "data.csv").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    (folder / "spec.yaml").write_text(SPEC)
+    units = split_text_units(plan_tabular(str(folder / "data.csv"), "csv"), "csv",
                              work_unit_bytes=4000).units
     assert len(units) > 10  # what --work-unit-bytes 4KB plans
-    base = ["convert", "--input", str(tmp_path / "data.csv"), "--format", "csv",
-            "--spec", str(tmp_path / "spec.yaml"), "--quiet"]
-    assert run([*base, "--output", str(tmp_path / "whole"), "--work-unit-bytes", "1GB",
+    base = ["convert", "--input", str(folder / "data.csv"), "--format", "csv",
+            "--spec", str(folder / "spec.yaml"), "--quiet"]
+    assert run([*base, "--output", str(folder / "whole"), "--work-unit-bytes", "1GB",
                 *in_memory_args()]) == 0
-    assert run([*base, "--output", str(tmp_path / "local"), "--work-unit-bytes", "4KB",
-                *in_memory_args()]) == 0
+    records, dead, counts = _outcome(folder / "whole")
+    assert counts["input"] == 3000 and len(dead) == 12
+    assert sorted(d["row"] for d in dead) == list(range(250, 3001, 250))
+    return [*base, "--work-unit-bytes", "4KB"]
+
+
+def test_dask_converts_a_split_file_as_the_local_runner(tmp_path):
+    """Through the command (a process of its own): with --quiet the LocalCluster's start and
+    stop print nothing."""
+    base = _tricky_csv(tmp_path)
+    assert run([*base, "--output", str(tmp_path / "local"), *in_memory_args()]) == 0
     with contextlib.ExitStack() as stack:
         # Dask's default HTTP port taken (as by a concurrent run's cluster): still no warning.
         with contextlib.suppress(OSError):  # already taken: the case this stands for
             stack.enter_context(socket.create_server(("127.0.0.1", 8787)))
         done = subprocess.run([sys.executable, "-m", "pipeline", *base, "--output",
-                               str(tmp_path / "dask"), "--work-unit-bytes", "4KB",
-                               "--runner", "dask"],
+                               str(tmp_path / "dask"), "--runner", "dask"],
                               capture_output=True, text=True, cwd=REPO, timeout=300)
     assert (done.returncode, done.stdout, done.stderr) == (0, "", "")
     whole = _outcome(tmp_path / "whole")
     assert _outcome(tmp_path / "local") == whole
     assert _outcome(tmp_path / "dask") == whole
-    records, dead, counts = whole
-    assert counts["input"] == 3000 and len(dead) == 12
-    assert sorted(d["row"] for d in dead) == list(range(250, 3001, 250))
+
+
+def test_a_dask_cluster_cuts_a_split_file_in_its_workers_before_the_run(tmp_path, monkeypatch):
+    """At --dask_client_address the launcher reads none of the file: the record starts are
+    found by a task per raw range on the cluster, all done before the job starts. So no task
+    of the job waits on a side input of the cut (Beam's DaskRunner computes one inside every
+    task that reads it: they all start at once, each pinned to its worker, unbalanced)."""
+    from dask.distributed import Client, LocalCluster, get_task_stream
+
+    from transforms.tabular import split_units
+
+    base = _tricky_csv(tmp_path)
+    raw_ranges = len(split_text_units(plan_tabular(str(tmp_path / "data.csv"), "csv"), "csv",
+                                      work_unit_bytes=4000, cut_in_workers=True).units)
+
+    def no_reading(*args, **kwargs):
+        raise AssertionError("the launcher scanned a file the workers cut")
+
+    monkeypatch.setattr(split_units, "find_boundaries", no_reading)
+    # Worker processes, as on any cluster: Beam 2.77's DaskRunner shares one output list per
+    # step between the tasks that a worker runs without unpickling them (threads in the
+    # launcher's own process), which the commit refuses as batches reaching it twice.
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=True, host="127.0.0.1",
+                      dashboard_address=None) as cluster, \
+            Client(cluster.scheduler_address, set_as_default=False) as client, \
+            get_task_stream(client) as tasks:
+        assert run([*base, "--output", str(tmp_path / "dask"), "--runner", "dask",
+                    "--dask_client_address", cluster.scheduler_address]) == 0
+    assert _outcome(tmp_path / "dask") == _outcome(tmp_path / "whole")
+    spans = {str(task["key"]): [(span["start"], span["stop"]) for span in task["startstops"]
+                                if span["action"] == "compute"] for task in tasks.data}
+    scans = [span for key, found in spans.items() if key.startswith("_scan_unit") for span in found]
+    job = [span for key, found in spans.items() if not key.startswith("_scan_unit") for span in found]
+    assert len(scans) == raw_ranges > 10 and job
+    assert max(stop for _, stop in scans) <= min(start for start, _ in job)

@@ -155,7 +155,8 @@ def test_tensorflow_reads_every_sequence_back(tf, tmp_path, fmt):
 @pytest.mark.parametrize("bucket_bytes", [None, 2000])
 def test_dask_output_is_record_identical(tmp_path, bucket_bytes):
     """Also with many small buckets, each assembled in several passes (bucket_bytes), read
-    from files cut into byte ranges (by the launcher locally, by the workers on Dask)."""
+    from files cut into byte ranges (by the launcher, locally and for the LocalCluster a Dask
+    run starts)."""
     _write(tmp_path / "in", "csv")
     cut = []
     if bucket_bytes:

@@ -16,13 +16,21 @@ joins its range to the one before: the raw range yields no unit. A file that end
 quoted field, or that could not be read, becomes one unit (its first range's index) that
 the converter reads whole, as on the launcher (a warning names it). Units that are not raw
 ranges pass unchanged. The side input is one small record per raw range, never data.
+
+`CutRangesInWorkers.cut_now` is the same cut run before the pipeline, its scans mapped over
+the raw ranges by the caller, for runners that can run them as tasks and whose side inputs
+cost more (Beam 2.77's DaskRunner computes a side input inside each task that reads it:
+the task leaves its thread while waiting, so every conversion task of the run starts at
+once and stays on the worker it started on, whatever their balance).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 import apache_beam as beam
 from apache_beam.io.filesystem import CompressionTypes
@@ -147,6 +155,68 @@ def _cuts(cut: dict) -> list[int]:
     return [0, *cut_targets(size, int(cut["ranges"])), size]
 
 
+_Scanned = tuple[str, int, RangeScan | str]  # (path, range index, its scan or why unread)
+_Placed = dict[int, tuple[int, int, dict]]  # raw range index -> (start, end, extra) it becomes
+_Placements = dict[str, tuple[_Placed | None, str]]  # path -> (its placed ranges, or why whole)
+
+
+def _scan_unit(unit: WorkUnit, dialect: TextDialect) -> _Scanned | None:
+    """A raw range's (path, range index, `RangeScan` or why the file could not be read);
+    None for other units."""
+    cut = _cut_of(unit)
+    if cut is None:
+        return None
+    try:
+        with FileSystems.open(unit.path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
+            scan = scan_range(f, int(cut["range"]), _cuts(cut), dialect)
+    except Exception as error:  # noqa: BLE001 - the converter dead-letters the file
+        scan = f"{type(error).__name__}: {error}"
+    return unit.path, int(cut["range"]), scan
+
+
+def _placements(scans: Sequence[_Scanned], dialect: TextDialect) -> _Placements:
+    """Every cut file's placed ranges, from all its ranges' scans."""
+    by_path: dict[str, list[RangeScan | str]] = {}
+    for path, _, scan in scans:
+        by_path.setdefault(path, []).append(scan)
+    return {path: _place_file(found, dialect) for path, found in by_path.items()}
+
+
+def _place_file(scans: list[RangeScan | str], dialect: TextDialect) -> tuple[_Placed | None, str]:
+    """(the units the file's raw ranges become, or None and why it is read whole)."""
+    errors = [scan for scan in scans if isinstance(scan, str)]
+    if errors:
+        return None, f"it could not be read ({errors[0]})"
+    scan, owners = cuts_of(scans, max(scan.end for scan in scans), dialect)
+    if scan.open_quote:
+        return None, "it ends inside a quoted field (an unclosed quote)"
+    if not scan.boundaries:
+        return None, "no range starts at a record start"
+    owners[0] = 0
+    return {owners[start]: (start, end, extra) for start, end, extra in scan_ranges(scan)}, ""
+
+
+def _placed_unit(unit: WorkUnit, placements: _Placements) -> WorkUnit | None:
+    """What `unit` becomes: a raw range its exact byte range (None: it joins the range
+    before), the first range of a file read whole that whole file; other units as they are."""
+    cut = _cut_of(unit)
+    if cut is None:
+        return unit
+    placed, why = placements[unit.path]
+    k = int(cut["range"])
+    kept = {key: value for key, value in (unit.extra or {}).items() if key != "cut"}
+    if placed is None:  # read whole, as its first range
+        if k != 0:
+            return None
+        _LOG.warning("%s: read whole, as one unit: %s", unit.path, why)
+        return dataclasses.replace(unit, start=None, end=None,
+                                   extra={**kept, "size": int(cut["file_size"])})
+    if k not in placed:
+        return None
+    start, end, extra = placed[k]
+    return dataclasses.replace(unit, start=start, end=end, extra={**kept, **extra})
+
+
 class _ScanRange(beam.DoFn):
     """A raw range -> (path, its range index, its `RangeScan`, or why the file could not be
     read)."""
@@ -154,20 +224,10 @@ class _ScanRange(beam.DoFn):
     def __init__(self, dialect: TextDialect):
         self._dialect = dialect
 
-    def process(self, unit: WorkUnit) -> Iterator[tuple[str, int, RangeScan | str]]:
-        cut = _cut_of(unit)
-        if cut is None:
-            return
-        try:
-            with FileSystems.open(unit.path,
-                                  compression_type=CompressionTypes.UNCOMPRESSED) as f:
-                scan = scan_range(f, int(cut["range"]), _cuts(cut), self._dialect)
-        except Exception as error:  # noqa: BLE001 - the converter dead-letters the file
-            scan = f"{type(error).__name__}: {error}"
-        yield unit.path, int(cut["range"]), scan
-
-
-_Placed = dict[int, tuple[int, int, dict]]  # raw range index -> (start, end, extra) it becomes
+    def process(self, unit: WorkUnit) -> Iterator[_Scanned]:
+        scanned = _scan_unit(unit, self._dialect)
+        if scanned is not None:
+            yield scanned
 
 
 class _PlaceRange(beam.DoFn):
@@ -176,46 +236,15 @@ class _PlaceRange(beam.DoFn):
 
     def __init__(self, dialect: TextDialect):
         self._dialect = dialect
-        self._placed: dict[str, tuple[_Placed | None, str]] | None = None
+        self._placements: _Placements | None = None
 
-    def process(self, unit: WorkUnit, scans: Sequence[tuple[str, int, RangeScan | str]]
-                ) -> Iterator[WorkUnit]:
-        cut = _cut_of(unit)
-        if cut is None:
-            yield unit
-            return
-        if self._placed is None:  # the side input is the same for every unit of the run
-            self._placed = self._place_all(scans)
-        placed, why = self._placed[unit.path]
-        k = int(cut["range"])
-        kept = {key: value for key, value in (unit.extra or {}).items() if key != "cut"}
-        if placed is None:  # read whole, as its first range
-            if k == 0:
-                _LOG.warning("%s: read whole, as one unit: %s", unit.path, why)
-                yield dataclasses.replace(unit, start=None, end=None,
-                                          extra={**kept, "size": int(cut["file_size"])})
-        elif k in placed:
-            start, end, extra = placed[k]
-            yield dataclasses.replace(unit, start=start, end=end, extra={**kept, **extra})
-
-    def _place_all(self, scans) -> dict[str, tuple[_Placed | None, str]]:
-        by_path: dict[str, list[RangeScan | str]] = {}
-        for path, _, scan in scans:
-            by_path.setdefault(path, []).append(scan)
-        return {path: self._place_file(found) for path, found in by_path.items()}
-
-    def _place_file(self, scans: list[RangeScan | str]) -> tuple[_Placed | None, str]:
-        """(the units the file's raw ranges become, or None and why it is read whole)."""
-        errors = [scan for scan in scans if isinstance(scan, str)]
-        if errors:
-            return None, f"it could not be read ({errors[0]})"
-        scan, owners = cuts_of(scans, max(scan.end for scan in scans), self._dialect)
-        if scan.open_quote:
-            return None, "it ends inside a quoted field (an unclosed quote)"
-        if not scan.boundaries:
-            return None, "no range starts at a record start"
-        owners[0] = 0
-        return {owners[start]: (start, end, extra) for start, end, extra in scan_ranges(scan)}, ""
+    def process(self, unit: WorkUnit, scans: Sequence[_Scanned]) -> Iterator[WorkUnit]:
+        if _cut_of(unit) is not None and self._placements is None:
+            # The side input is the same for every unit of the run.
+            self._placements = _placements(scans, self._dialect)
+        placed = _placed_unit(unit, self._placements or {})
+        if placed is not None:
+            yield placed
 
 
 class CutRangesInWorkers(beam.PTransform):
@@ -230,3 +259,15 @@ class CutRangesInWorkers(beam.PTransform):
         scans = units | "ScanRanges" >> beam.ParDo(_ScanRange(self._dialect))
         return units | "PlaceRanges" >> beam.ParDo(_PlaceRange(self._dialect),
                                                    beam.pvalue.AsList(scans))
+
+    def cut_now(self, units: Sequence[WorkUnit],
+                map_scans: Callable[[Callable[[WorkUnit], Any], list[WorkUnit]], list]
+                ) -> list[WorkUnit]:
+        """The same cut outside a pipeline: what `expand` gives for `units`, in plan order,
+        the raw ranges' scans run by `map_scans(fn, raw_ranges)` (e.g. a Dask client's
+        map, so that the workers read the files and the caller gets one small summary per
+        range), the placing done here."""
+        raw = [unit for unit in units if _cut_of(unit) is not None]
+        scans = list(map_scans(functools.partial(_scan_unit, dialect=self._dialect), raw))
+        placements = _placements(scans, self._dialect)
+        return [placed for unit in units if (placed := _placed_unit(unit, placements)) is not None]

@@ -16,11 +16,12 @@ process) a file is also cut into ranges of about total input / `min_units` bytes
 smaller than `MIN_RANGE_BYTES`: one 150 MB file on 2 processes becomes 8 ranges, while 8
 files of 19 MB stay 8 whole units (no scan). Cutting never changes the output.
 
-With `cut_in_workers` (Dask, Dataflow: runners whose workers can read the files) the launcher
-reads none of it: a file is cut at even byte targets into raw ranges, units whose
-`extra["cut"]` = {"range", "ranges", "file_size"} says which; the graph's first step
-(`transforms.tabular.range_cuts.CutRangesInWorkers`) finds their record starts and offsets
-in the workers before the converter reads them.
+With `cut_in_workers` (a Dask cluster, Dataflow: runners whose workers can read the files)
+the launcher reads none of it: a file is cut at even byte targets into raw ranges, units whose
+`extra["cut"]` = {"range", "ranges", "file_size"} says which;
+`transforms.tabular.range_cuts.CutRangesInWorkers` finds their record starts and offsets in
+the workers before the converter reads them (as the graph's first step, or as cluster tasks
+before the run).
 
 Kept whole (one unit, with the reason in the plan summary): compressed files (a compressed
 stream is read from its start), encodings in which a byte value does not stand for one

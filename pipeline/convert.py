@@ -292,15 +292,14 @@ def convert(argv: Sequence[str]) -> None:
         if conv.convert_dry_run:
             print(json.dumps(plan.summary, indent=2, sort_keys=True, default=str))
             return
-        if cluster is not None and plan.cut_units is not None:
-            plan = _cut_on_cluster(plan, cluster)
-    with output_lock(output):
-        _convert_planned(options, argv, conv, plan, output, started, threads)
+        with output_lock(output):
+            _convert_planned(options, argv, conv, plan, output, started, threads, cluster)
 
 
 def _convert_planned(options: PipelineOptions, argv: list[str], conv: ConvertOptions, plan,
-                     output: str, started: float, threads: int | None) -> None:
-    """Runs a planned conversion (under the output's lock)."""
+                     output: str, started: float, threads: int | None,
+                     cluster: DaskCluster | None) -> None:
+    """Runs a planned conversion (under the output's lock); `cluster`: see `dask_cluster`."""
     output_files.discard_interrupted_runs(output)
     if _already_committed(output, plan.manifest_metadata["fingerprint"], conv.overwrite):
         if not conv.quiet:
@@ -308,6 +307,8 @@ def _convert_planned(options: PipelineOptions, argv: list[str], conv: ConvertOpt
                   f"nothing to do. Use --overwrite to redo it.")
         return
     _refuse_foreign_files(output, [*plan.extra_files, *TFDS_FILE_NAMES, STATS_NAME, DRIFT_NAME])
+    if cluster is not None and plan.cut_units is not None:
+        plan = _cut_on_cluster(plan, cluster)
     show_progress = is_local(options) and not conv.quiet
     sink = _sink_for(conv, output, plan, show_progress)
     progress = None

@@ -338,11 +338,12 @@ def test_a_dask_run_shuffles_by_tasks_unless_dask_is_told_otherwise():
 def test_a_dask_cluster_that_fails_to_cut_the_input_fails_the_run_in_one_line(
         tmp_path, monkeypatch, capsys):
     """Scans lost on the cluster (a worker gone, a cancelled task) end the run before it
-    starts: one line, exit 1, nothing written."""
+    starts: one line, exit 1, nothing written but the output folder's lock file."""
     import contextlib
 
     from pipeline import convert
     from pipeline.cli import EXIT_FAILED, run
+    from pipeline.output_lock import LOCK_NAME
     from transforms.tabular import split_units
 
     class LostWorkers:
@@ -364,4 +365,32 @@ def test_a_dask_cluster_that_fails_to_cut_the_input_fails_the_run_in_one_line(
     assert err == ("tfrecord-pipeline convert: finding the record starts of the input's byte "
                    "ranges on the Dask cluster failed: RuntimeError: Error during "
                    "deserialization of the task graph. This\n")
-    assert not (tmp_path / "out").exists()
+    assert [p.name for p in (tmp_path / "out").iterdir()] == [LOCK_NAME]
+
+
+def test_a_dask_rerun_of_a_committed_conversion_reads_nothing_on_the_cluster(
+        tmp_path, monkeypatch, capsys):
+    """The committed output is recognised before any range is scanned: a scheduled re-run
+    costs no read of the input on the workers."""
+    import contextlib
+
+    from pipeline import convert
+    from pipeline.cli import run
+    from tests.helpers import in_memory_args
+    from transforms.tabular import split_units
+
+    class NoScans:
+        threads = 2
+
+        def map(self, fn, items):
+            raise AssertionError("scanned the input of a committed conversion")
+
+    monkeypatch.setattr(split_units, "MIN_RANGE_BYTES", 1000)
+    path = tmp_path / "data.csv"
+    path.write_text("id,text\n" + "".join(f"{i},row {i}\n" for i in range(5000)))
+    base = ["convert", "--input", str(path), "--format", "csv", "--output", str(tmp_path / "out")]
+    assert run([*base, *in_memory_args()]) == 0
+    monkeypatch.setattr(convert, "dask_cluster", lambda options: contextlib.nullcontext(NoScans()))
+    capsys.readouterr()
+    assert run([*base, "--runner", "dask", "--dask_client_address", "tcp://x:1"]) == 0
+    assert "already holds this conversion" in capsys.readouterr().out

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import pathlib
 import socket
 import subprocess
@@ -70,16 +71,23 @@ def _tricky_csv(folder: pathlib.Path) -> list[str]:
 
 def test_dask_converts_a_split_file_as_the_local_runner(tmp_path):
     """Through the command (a process of its own): with --quiet the LocalCluster's start and
-    stop print nothing."""
+    stop print nothing, its workers included, in a default install too (no Beam gcp extra:
+    Beam warns on import that apitools is missing)."""
     base = _tricky_csv(tmp_path)
     assert run([*base, "--output", str(tmp_path / "local"), *in_memory_args()]) == 0
+    without_apitools = tmp_path / "default_install" / "apitools"
+    without_apitools.mkdir(parents=True)
+    (without_apitools / "__init__.py").write_text(
+        'raise ImportError("apitools: Beam\'s gcp extra is not installed")\n')
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(without_apitools.parent), *filter(None, [os.environ.get("PYTHONPATH")])])}
     with contextlib.ExitStack() as stack:
         # Dask's default HTTP port taken (as by a concurrent run's cluster): still no warning.
         with contextlib.suppress(OSError):  # already taken: the case this stands for
             stack.enter_context(socket.create_server(("127.0.0.1", 8787)))
         done = subprocess.run([sys.executable, "-m", "pipeline", *base, "--output",
                                str(tmp_path / "dask"), "--runner", "dask"],
-                              capture_output=True, text=True, cwd=REPO, timeout=300)
+                              capture_output=True, text=True, cwd=REPO, timeout=300, env=env)
     assert (done.returncode, done.stdout, done.stderr) == (0, "", "")
     whole = _outcome(tmp_path / "whole")
     assert _outcome(tmp_path / "local") == whole

@@ -102,9 +102,13 @@ def check_runner_installed(options: PipelineOptions) -> None:
                           f"pip install 'tfrecord-pipeline[{extra}]'") from error
 
 
+def _runner_name(options: PipelineOptions) -> str:
+    """The `--runner` asked for, lower case ("" for the default)."""
+    return (options.view_as(StandardOptions).runner or "").lower()
+
+
 def is_local(options: PipelineOptions) -> bool:
-    runner = options.view_as(StandardOptions).runner
-    return (runner or "").lower() in _LOCAL_NAMES
+    return _runner_name(options) in _LOCAL_NAMES
 
 
 def runs_in_process(options: PipelineOptions) -> bool:
@@ -114,7 +118,7 @@ def runs_in_process(options: PipelineOptions) -> bool:
 
 def _dask_address(options: PipelineOptions) -> str | None:
     """--dask_client_address of a Dask run; None for other runners or without one."""
-    if (options.view_as(StandardOptions).runner or "").lower() not in _DASK_NAMES:
+    if _runner_name(options) not in _DASK_NAMES:
         return None
     from apache_beam.runners.dask.dask_runner import DaskOptions
 
@@ -158,7 +162,7 @@ def cluster_threads(options: PipelineOptions, cluster: DaskCluster | None) -> in
     runner uses the planner's own processes, Dataflow and others scale their workers."""
     if cluster is not None:
         return cluster.threads
-    if (options.view_as(StandardOptions).runner or "").lower() in _DASK_NAMES:
+    if _runner_name(options) in _DASK_NAMES:
         return os.cpu_count() or 1
     return None
 
@@ -169,8 +173,7 @@ def workers_cut_large_files(options: PipelineOptions) -> bool:
     Dask run's own LocalCluster, whose workers share the launcher's machine and disk."""
     if is_local(options):
         return False
-    return (options.view_as(StandardOptions).runner or "").lower() not in _DASK_NAMES \
-        or _dask_address(options) is not None
+    return _runner_name(options) not in _DASK_NAMES or _dask_address(options) is not None
 
 
 @contextlib.contextmanager
@@ -186,7 +189,7 @@ def runner_for(
     `work_units` is how many elements the plan feeds the converter; `threads`: the cluster's
     `cluster_threads`, when known (else a Dask cluster is asked).
     """
-    name = (options.view_as(StandardOptions).runner or "").lower()
+    name = _runner_name(options)
     if name in _LOCAL_NAMES:
         yield _local_runner(options, argv, parallel)
     elif name in _DASK_NAMES:

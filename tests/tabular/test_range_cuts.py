@@ -97,6 +97,17 @@ def _raw_units(path: pathlib.Path, fmt: str, count: int) -> list[WorkUnit]:
     return list(plan.units)
 
 
+def _cut(units: list[WorkUnit], dialect: TextDialect, folder: pathlib.Path, where: str
+         ) -> list[WorkUnit]:
+    """The units the cut gives, in plan order: as the graph's step ("beam") or before the
+    run ("now", the scans mapped in this process as a Dask cluster maps them)."""
+    if where == "beam":
+        return _cut_in_beam(units, dialect, folder)
+    cut = CutRangesInWorkers(dialect).cut_now(units, lambda fn, items: [fn(i) for i in items])
+    assert [unit.index for unit in cut] == sorted(unit.index for unit in cut)
+    return cut
+
+
 def _cut_in_beam(units: list[WorkUnit], dialect: TextDialect, folder: pathlib.Path
                  ) -> list[WorkUnit]:
     """The units out of the transform, on Beam's local runner (each pickled to `folder`)."""
@@ -111,10 +122,12 @@ def _cut_in_beam(units: list[WorkUnit], dialect: TextDialect, folder: pathlib.Pa
     return sorted(found, key=lambda unit: unit.index)
 
 
+@pytest.mark.parametrize("where", ["beam", "now"])
 @pytest.mark.parametrize("seed", SEEDS[:12])
-def test_units_cut_by_the_workers_read_every_row_once(tmp_path, seed):
-    """Through the Beam transform: the units it gives read the rows, raw text, row numbers
-    and line numbers of the whole file, CSV with every awkward field and JSON Lines."""
+def test_units_cut_by_the_workers_read_every_row_once(tmp_path, seed, where):
+    """Through the Beam transform, and cut before the run: the units read the rows, raw
+    text, row numbers and line numbers of the whole file, CSV with every awkward field and
+    JSON Lines."""
     rng = random.Random(seed)
     fmt = "csv" if seed % 2 else "jsonl"
     path = tmp_path / f"data.{fmt}"
@@ -125,8 +138,7 @@ def test_units_cut_by_the_workers_read_every_row_once(tmp_path, seed):
         path.write_bytes(_jsonl(rng, 150))
     dialect, _ = text_dialect(fmt)
     whole = _rows(plan_tabular(str(path), fmt), fmt)
-    units = _cut_in_beam(_raw_units(path, fmt, rng.randint(3, 12)), dialect,
-                         tmp_path / "units")
+    units = _cut(_raw_units(path, fmt, rng.randint(3, 12)), dialect, tmp_path / "units", where)
     assert units and all("cut" not in unit.extra for unit in units)
     if len(units) > 1:  # else no candidate was a record start: the file is read whole
         assert units[0].start == 0 and units[-1].end == path.stat().st_size
@@ -134,7 +146,8 @@ def test_units_cut_by_the_workers_read_every_row_once(tmp_path, seed):
     assert sorted(_rows(units, fmt), key=repr) == sorted(whole, key=repr)
 
 
-def test_a_file_ending_inside_quotes_or_unreadable_is_one_unit(tmp_path, caplog):
+@pytest.mark.parametrize("where", ["beam", "now"])
+def test_a_file_ending_inside_quotes_or_unreadable_is_one_unit(tmp_path, caplog, where):
     good = tmp_path / "good.csv"
     good.write_bytes(b"id,text\n" + b"".join(b"%d,x\n" % i for i in range(400)))
     unclosed = tmp_path / "open.csv"
@@ -143,7 +156,7 @@ def test_a_file_ending_inside_quotes_or_unreadable_is_one_unit(tmp_path, caplog)
     units = [*_raw_units(good, "csv", 4), *_raw_units(unclosed, "csv", 4),
              *(dataclasses.replace(unit, path=str(missing)) for unit in _raw_units(good, "csv", 3))]
     units = [dataclasses.replace(unit, index=k) for k, unit in enumerate(units)]
-    cut = _cut_in_beam(units, CSV, tmp_path / "units")
+    cut = _cut(units, CSV, tmp_path / "units", where)
     by_path = {}
     for unit in cut:
         by_path.setdefault(pathlib.Path(unit.path).name, []).append(unit)

@@ -307,7 +307,7 @@ def _convert_planned(options: PipelineOptions, argv: list[str], conv: ConvertOpt
                   f"nothing to do. Use --overwrite to redo it.")
         return
     _refuse_foreign_files(output, [*plan.extra_files, *TFDS_FILE_NAMES, STATS_NAME, DRIFT_NAME])
-    if cluster is not None and plan.cut_units is not None:
+    if cluster is not None:
         plan = _cut_on_cluster(plan, cluster)
     show_progress = is_local(options) and not conv.quiet
     sink = _sink_for(conv, output, plan, show_progress)

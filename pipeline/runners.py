@@ -280,7 +280,7 @@ def _dask_runner_on_cluster(options: PipelineOptions, argv: Sequence[str], work_
     from apache_beam.runners.dask.dask_runner import DaskOptions, DaskRunner
     dask_options = options.view_as(DaskOptions)
     sized = not any(_explicit(argv, flag) for flag in ("--dask_npartitions", "--dask_partition_size"))
-    if getattr(dask_options, "address", None):
+    if _dask_address(options):
         if sized:
             if not threads:
                 with dask_cluster(options) as cluster:

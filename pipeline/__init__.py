@@ -10,7 +10,7 @@ Where each concern lives (each module's docstring states its one job):
   pipeline/ (the application): cli.py parsing, dispatch and the one exception → exit-code
       map; errors.py; options.py; planning.py; graph.py; convert.py; runners.py;
       output_lock.py; progress.py; verify.py; inspection.py; indexing.py; export.py;
-      report.py; quiet_imports.py
+      report.py; quiet_logs.py
   transforms/ (Beam transforms): records.py (RecordBatch, WorkUnit, dead letters),
       splits.py, input_formats.py, coders.py, manifest.py, fs.py, worker.py,
       forked_pool.py, ordered_pool.py, tfrecord_io.py, sink.py + shard_writers.py +

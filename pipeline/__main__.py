@@ -1,9 +1,9 @@
 """`python -m pipeline ...`: the `tfrecord-pipeline` command (also its console-script entry point).
 
-The command is imported without Beam's spurious BigQuery warning (`pipeline.quiet_imports`).
+The command is imported without Beam's spurious BigQuery warning (`pipeline.quiet_logs`).
 """
 
-from pipeline.quiet_imports import dropping_import_warnings
+from pipeline.quiet_logs import dropping_import_warnings
 
 with dropping_import_warnings():
     from pipeline.cli import main

@@ -41,6 +41,7 @@ from pipeline.options import (
 from pipeline.output_lock import output_lock
 from pipeline.planning import cut_before_run, plan_conversion, sharding_of
 from pipeline.progress import Progress
+from pipeline.quiet_logs import drop_runner_noise
 from pipeline.report import write_report_after_commit
 from pipeline.runners import (
     LOCAL_PARALLEL_MIN_BYTES,
@@ -73,16 +74,6 @@ __all__ = ["convert"]
 _LOG = logging.getLogger("tfrecord_pipeline")
 
 
-#: What Beam's worker processes (`--direct_running_mode=multi_processing`) log at WARNING on
-#: every start, forwarded by the launcher's job service: it concerns Beam's own registries,
-#: which this tool does not use, and no user can act on it.
-_SPURIOUS_WORKER_WARNING = "No semi_persistent_directory found"
-
-
-def _not_spurious_worker_warning(record: logging.LogRecord) -> bool:
-    return _SPURIOUS_WORKER_WARNING not in record.getMessage()
-
-
 def _configure_logging(argv: Sequence[str]) -> None:
     """Sets the root logger's level and, unless logging is already configured, its format.
 
@@ -96,8 +87,7 @@ def _configure_logging(argv: Sequence[str]) -> None:
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger().setLevel(level)
     follow_log_level()
-    logging.getLogger("apache_beam.runners.portability.local_job_service").addFilter(
-        _not_spurious_worker_warning)  # the same function each time: added once
+    drop_runner_noise()
 
 
 def _resolve_paths(conv: ConvertOptions) -> tuple[str, str]:
@@ -237,24 +227,30 @@ def _summary(output: str, manifest: dict, elapsed: float) -> str:
     return "\n".join(lines)
 
 
-#: The sink's outcomes that are not failures of the job itself, by exception name (Beam
-#: re-raises a worker's exception wrapped in its own, so the name is found in the text).
-_SINK_OUTCOMES = (("ErrorRateExceededError", ErrorRateExceeded), ("NothingConvertedError", NothingConverted),
-                  ("DriftDetectedError", DriftDetected))
+#: The outcomes of a run that committed only its dead letters, by its `failed_run.json`.
+_FAILED_RUN_OUTCOMES = {
+    output_files.NOTHING_CONVERTED: NothingConverted,
+    output_files.ERROR_RATE_EXCEEDED: ErrorRateExceeded,
+    output_files.DRIFT_DETECTED: DriftDetected,
+}
 
 
-def _outcome_of(error: BaseException) -> Exception:
-    """The one-line outcome of a failed job run."""
-    text = f"{error!r}\n{error}"
-    for name, outcome in _SINK_OUTCOMES:
-        if name in text:
-            message = str(error)
-            marker = message.find(name)
-            if marker >= 0:  # the wrapped error's own text follows its name
-                message = message[marker + len(name):].lstrip(":'\" ")
-            message = message.split("\n", 1)[0]
-            return outcome(re.sub(r"['\"]?\)?\s*\[while running [^\]]*\]$", "", message))
-    return CommandFailed(f"conversion failed: {error}")
+def _outcome_of(error: BaseException, output: str, run_id: str) -> Exception:
+    """The one-line outcome of a failed job run.
+
+    A run that committed only its dead letters says why in its `failed_run.json`, which is
+    read rather than the exception: each runner hands the worker's exception back in its own
+    way (the same type, a wrapper holding the worker's whole traceback as text, ...).
+    Any other failure is the last line of the error's text, where the worker's exception is.
+    """
+    failed = output_files.read_failed_run(output)
+    if failed is not None and failed.get("run_id") == run_id:
+        outcome = _FAILED_RUN_OUTCOMES.get(failed.get("outcome"))
+        if outcome is not None:
+            return outcome(str(failed.get("message", "")))
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    last = re.sub(r"\s*\[while running [^\]]*\]$", "", lines[-1]) if lines else type(error).__name__
+    return CommandFailed(f"conversion failed: {last}")
 
 
 def _cut_on_cluster(plan, cluster: DaskCluster):
@@ -320,6 +316,7 @@ def _convert_planned(options: PipelineOptions, argv: list[str], conv: ConvertOpt
         if show_progress:
             progress = Progress(sink.config.temp_dir, len(plan.work_units))
             progress.start()
+        result = None
         try:
             result = pipeline.run()
             if conv.no_wait and not is_local(options):
@@ -329,13 +326,15 @@ def _convert_planned(options: PipelineOptions, argv: list[str], conv: ConvertOpt
                 return
             result.wait_until_finish()
         except Exception as error:  # noqa: BLE001 - any job failure becomes one outcome
-            raise _outcome_of(error) from error
+            raise _outcome_of(error, output, sink.config.run_id) from error
         finally:
             if progress is not None:
                 progress.stop()
-        client = getattr(result, "client", None)  # DaskRunner keeps a client open
-        if client is not None:
-            client.close()
+            # The DaskRunner's result keeps a client open: closed before the run's own
+            # LocalCluster stops, failed or not (else the client logs its lost connection).
+            client = getattr(result, "client", None)
+            if client is not None and not conv.no_wait:
+                client.close()
 
     template = getattr(options.view_as(GoogleCloudOptions), "template_location", None)
     if template:

@@ -300,8 +300,8 @@ def _dask_runner_on_cluster(options: PipelineOptions, argv: Sequence[str], work_
         # The scheduler's HTTP server still starts, by default on port 8787, and warns when
         # another run holds that port: an unused port of the system's choosing instead.
         scheduler_kwargs={"dashboard": False, "dashboard_address": "127.0.0.1:0"},
-        # The workers print to our terminal: without Beam's spurious import warning.
-        preload=["pipeline.quiet_imports"],
+        # The workers print to our terminal: see `pipeline.quiet_logs`.
+        preload=["pipeline.quiet_logs"],
     ) as cluster:
         dask_options.address = cluster.scheduler_address
         if sized:

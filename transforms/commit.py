@@ -358,7 +358,7 @@ def finalize_output(
         message = (f"none of the {totals['input']} input records was converted{reasons}; no "
                    f"shard was committed. The dead letters (one per record, with the reason) "
                    f"are in {dead_letter_dir}")
-        _commit_dead_letters_only(config, dead_files, totals, "nothing_converted", message)
+        _commit_dead_letters_only(config, dead_files, totals, output_files.NOTHING_CONVERTED, message)
         raise NothingConvertedError(message)
     error_rate = totals["dead_letter"] / totals["input"] if totals["input"] else 0.0
     if config.max_error_rate is not None and error_rate > config.max_error_rate:
@@ -366,13 +366,13 @@ def finalize_output(
                    f"({error_rate:.2%}) were dead-lettered{reasons}, more than --max-error-rate "
                    f"{config.max_error_rate:.2%}; no shard was committed. The dead letters are "
                    f"in {dead_letter_dir}")
-        _commit_dead_letters_only(config, dead_files, totals, "max_error_rate_exceeded", message)
+        _commit_dead_letters_only(config, dead_files, totals, output_files.ERROR_RATE_EXCEEDED, message)
         raise ErrorRateExceededError(message)
     failure = drift_failure(drift, config.fail_on_drift) if drift is not None else None
     if failure is not None:
         message = (f"{failure}; no shard was committed (--fail-on-drift {config.fail_on_drift}). "
                    f"The comparison is in {config.output_dir}/{output_files.FAILED_RUN_NAME}")
-        _commit_dead_letters_only(config, dead_files, totals, "drift_detected", message,
+        _commit_dead_letters_only(config, dead_files, totals, output_files.DRIFT_DETECTED, message,
                                   drift=drift)
         raise DriftDetectedError(message)
 

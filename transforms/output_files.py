@@ -30,8 +30,11 @@ from transforms.manifest import read_manifest
 from transforms.shard_writers import DEAD_LETTER_DIR, TEMP_PREFIX
 
 __all__ = [
+    "DRIFT_DETECTED",
+    "ERROR_RATE_EXCEEDED",
     "FAILED_RUN_NAME",
     "JOURNAL_NAME",
+    "NOTHING_CONVERTED",
     "discard_interrupted_runs",
     "foreign_files",
     "listed_paths",
@@ -43,6 +46,11 @@ _LOG = logging.getLogger(__name__)
 
 #: The record of a run that committed only its dead letters (relative to the output folder).
 FAILED_RUN_NAME = f"{DEAD_LETTER_DIR}/failed_run.json"
+
+#: `failed_run.json`'s `outcome`: why the run committed only its dead letters.
+NOTHING_CONVERTED = "nothing_converted"
+ERROR_RATE_EXCEEDED = "max_error_rate_exceeded"
+DRIFT_DETECTED = "drift_detected"
 #: Inside a run's temp folder: the final files its commit may create or replace.
 JOURNAL_NAME = "commit-journal.json"
 #: Names the tool writes shards under, at the output root (any suffix: .tfrecord, .gz, .tfindex).

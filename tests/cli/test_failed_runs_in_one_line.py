@@ -1,0 +1,77 @@
+"""A run that fails on its input prints one line and exits with its code, as a command, on
+every runner: not the runner's log of the exception (with its traceback) that ended the job.
+Run as the user runs it (a child process), where Beam's and Dask's loggers print."""
+
+from __future__ import annotations
+
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+from pipeline.convert import _outcome_of
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+
+
+def _convert(tmp_path: pathlib.Path, rows: str, *extra: str) -> subprocess.CompletedProcess:
+    data = tmp_path / "ids.csv"
+    data.write_text("id\n" + rows)
+    spec = tmp_path / "spec.yaml"
+    spec.write_text("features:\n- {name: id, type: int64}\n")
+    return subprocess.run(
+        [sys.executable, "-m", "pipeline", "convert", "--input", str(data), "--format", "csv",
+         "--spec", str(spec), "--output", str(tmp_path / "out"), "--quiet", *extra],
+        cwd=REPO, capture_output=True, text=True, timeout=300)
+
+
+NOTHING = "tfrecord-pipeline convert: none of the 2 input records was converted"
+
+
+@pytest.mark.parametrize("rows, extra, code, line", [
+    ("x\ny\n", (), 5, NOTHING),
+    ("1\n2\nx\n", ("--max-error-rate", "0.1"), 3, "tfrecord-pipeline convert: 1 of 3 input records"),
+])
+def test_a_failed_run_prints_one_line(tmp_path, rows, extra, code, line):
+    done = _convert(tmp_path, rows, *extra)
+    assert done.returncode == code, done.stderr
+    assert done.stderr.count("\n") == 1 and done.stderr.startswith(line), done.stderr
+    assert done.stdout == ""
+
+
+def test_log_level_debug_shows_the_traceback(tmp_path):
+    done = _convert(tmp_path, "x\ny\n", "--log-level", "debug")
+    assert done.returncode == 5
+    assert "Traceback" in done.stderr and "NothingConvertedError" in done.stderr
+    assert done.stderr.splitlines()[-1].startswith(NOTHING)
+
+
+@pytest.mark.slow
+def test_on_beam_worker_processes_the_outcome_is_the_commits_own_message(tmp_path):
+    """The worker's exception reaches the launcher as text holding its whole traceback: the
+    outcome and its message come from the run's failed_run.json, not from that text."""
+    done = _convert(tmp_path, "x\ny\n", "--direct_running_mode=multi_processing",
+                    "--direct_num_workers=2")
+    assert done.returncode == 5, done.stderr
+    last = done.stderr.splitlines()[-1]
+    assert last.startswith(NOTHING) and last.endswith(str(tmp_path / "out" / "dead_letter"))
+    # Beam's worker processes print to the terminal themselves (see README); the launcher's
+    # job service does not forward the worker's log of the exception again.
+    assert "local_job_service" not in done.stderr
+
+
+@pytest.mark.slow
+def test_on_dask_a_failed_run_prints_one_line(tmp_path):
+    pytest.importorskip("dask.distributed")
+    done = _convert(tmp_path, "x\ny\n", "--runner", "dask")
+    assert done.returncode == 5, done.stderr
+    assert done.stderr.count("\n") == 1 and done.stderr.startswith(NOTHING), done.stderr
+
+
+def test_any_other_job_failure_is_the_last_line_of_the_workers_error(tmp_path):
+    error = RuntimeError("Error processing instruction bundle_3. Original traceback is\n"
+                         "Traceback (most recent call last):\n  File \"x.py\", line 1\n"
+                         "OSError: [Errno 28] No space left on device [while running 'WriteShards/Write']\n")
+    outcome = _outcome_of(error, str(tmp_path), "run")
+    assert str(outcome) == "conversion failed: OSError: [Errno 28] No space left on device"

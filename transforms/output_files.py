@@ -8,6 +8,10 @@ A file in `DIR` is the tool's own when one of these records names it:
     committed: written before the commit changes anything, it names every final file that
     commit may create or replace.
 
+A run's temporary folder is `DIR/.tmp-<run id>` with the command's run ids (16 hex digits),
+holding only files named as the writers and the commit name them (`_TEMP_FILE`): a folder
+merely named `.tmp-...`, or one holding anything else, is not the tool's to remove.
+
 Anything else under a name the tool writes (a `*-NNNNN-of-NNNNN*` shard name, `dead_letter/`,
 a side file's name) is foreign: a run refuses to start rather than replace it, even with
 `--overwrite`. Leftovers of interrupted runs are removed by `discard_interrupted_runs`,
@@ -19,6 +23,8 @@ from __future__ import annotations
 import glob
 import json
 import logging
+import os
+import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -26,6 +32,7 @@ from apache_beam.io.filesystems import FileSystems
 
 from transforms import fs
 from transforms.format.manifest_format import MANIFEST_NAME, is_plain_relative
+from transforms.format.tfrecord_index import INDEX_SUFFIX
 from transforms.manifest import read_manifest
 from transforms.shard_writers import DEAD_LETTER_DIR, TEMP_PREFIX
 
@@ -110,12 +117,48 @@ def _journal_paths(journal: Any) -> set[str]:
     return {name for name in names if is_plain_relative(name)}
 
 
-def _temp_folders(output_dir: str) -> list[str]:
+#: A command run's temporary folder (`SinkConfig.temp_dir` with the default run id).
+_TEMP_FOLDER = re.compile(re.escape(TEMP_PREFIX) + r"[0-9a-f]{16}")
+
+#: A file in it, relative to it: the commit journal, or, in a split's, `dead_letter` or
+#: `_progress` folder, an empty shard or a writer's uniquely named temporary file (32 hex
+#: digits, then a shard's or dead letters' suffix, an index, a sidecar, a partial write).
+_TEMP_FILE = re.compile(re.escape(JOURNAL_NAME) + r"(?:\.partial)?"
+                        r"|[^/]+/(?:empty-[^/]+|[0-9a-f]{32}(?:\.tfrecord(?:\.gz|\.zz)?|\.jsonl)?"
+                        + f"(?:{re.escape(INDEX_SUFFIX)})?" + r"(?:\.json)?(?:\.partial)?)")
+
+
+def _files_under(folder: str) -> list[str]:
+    """Every file under `folder` (on object stores: every object under the prefix),
+    relative to it."""
+    if "://" in folder:
+        prefix = folder.rstrip("/") + "/"
+        return [m.path[len(prefix):] for m in FileSystems.match([prefix + "**"])[0].metadata_list]
+    return [os.path.relpath(os.path.join(root, name), folder).replace(os.sep, "/")
+            for root, _, names in os.walk(folder) for name in names]
+
+
+def _temp_folders(output_dir: str, warn: bool = False) -> list[str]:
+    """The temporary folders of this tool's runs in `output_dir`: named as a run names them
+    and holding nothing it does not write; `warn` about folders so named that hold more."""
     prefix = fs.join_path(output_dir, TEMP_PREFIX)
     if "://" in output_dir:
         matched = FileSystems.match([prefix + "*/**"])[0].metadata_list
-        return sorted({prefix + m.path[len(prefix):].split("/", 1)[0] for m in matched})
-    return sorted(glob.glob(glob.escape(prefix) + "*"))  # Beam's local match lists no folders
+        candidates = {prefix + m.path[len(prefix):].split("/", 1)[0] for m in matched}
+    else:  # Beam's local match lists no folders
+        candidates = {path for path in glob.glob(glob.escape(prefix) + "*") if os.path.isdir(path)}
+    folders = []
+    for folder in sorted(candidates):
+        if not _TEMP_FOLDER.fullmatch(folder.rstrip("/").rsplit("/", 1)[-1]):
+            continue
+        strangers = [name for name in _files_under(folder) if not _TEMP_FILE.fullmatch(name)]
+        if strangers and warn:
+            _LOG.warning("leaving %s alone: it holds files this tool does not write (%s)",
+                         folder, ", ".join(sorted(strangers)[:3]))
+        if strangers:
+            continue
+        folders.append(folder)
+    return folders
 
 
 def owned_paths(output_dir: str, manifest: Mapping[str, Any] | None = None) -> set[str]:
@@ -157,7 +200,7 @@ def foreign_files(output_dir: str, side_files: Iterable[str] = (),
 def discard_interrupted_runs(output_dir: str) -> list[str]:
     """Removes what interrupted runs left: the final files their commit journals name that
     the committed manifest does not list, then their temp folders. Returns the folders."""
-    folders = _temp_folders(output_dir)
+    folders = _temp_folders(output_dir, warn=True)
     if not folders:
         return []
     keep = listed_paths(_committed_manifest(output_dir))

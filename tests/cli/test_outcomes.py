@@ -4,6 +4,7 @@ killed run cleaned by the next run (even one with nothing to do), one line per f
 from __future__ import annotations
 
 import json
+import uuid
 import pathlib
 
 import pipeline
@@ -32,13 +33,27 @@ def test_a_temp_folder_left_after_the_manifest_is_removed_by_a_run_with_nothing_
     out = tmp_path / "out"
     assert run(_convert(out)) == 0
     committed = sorted(path.name for path in out.iterdir())
-    leftover = out / ".tmp-killedafterthemanifest"  # a run killed between manifest and cleanup
+    leftover = out / ".tmp-0123456789abcdef"  # a run killed between manifest and cleanup
     (leftover / "train").mkdir(parents=True)
-    (leftover / "train" / "x.tfrecord").write_bytes(b"half")
+    (leftover / "train" / (uuid.uuid4().hex + ".tfrecord")).write_bytes(b"half")
     assert run(_convert(out)) == 0  # the same conversion: nothing to do
     assert not leftover.exists()
     assert sorted(path.name for path in out.iterdir()) == committed
     assert LOCK_NAME in committed
+
+
+def test_files_merely_named_like_a_temp_folder_are_left_alone(tmp_path):
+    out = tmp_path / "out"
+    mine = {".tmp-backup/thesis.docx": b"precious", ".tmp-2024.log": b"notes",
+            ".tmp-0123456789abcdef/notes.txt": b"mine",  # a run's name, but not a run's files
+            f".tmp-fedcba9876543210/train/{uuid.uuid4().hex}.tfrecord.partial.bak": b"mine too"}
+    for name, data in mine.items():
+        (out / name).parent.mkdir(parents=True, exist_ok=True)
+        (out / name).write_bytes(data)
+    assert run(_convert(out)) == 0
+    assert {name: (out / name).read_bytes() for name in mine} == mine
+    assert run(_convert(out)) == 0  # the same conversion: nothing to do, nothing removed
+    assert {name: (out / name).read_bytes() for name in mine} == mine
 
 
 def test_a_glob_without_a_folder_part_matches_in_the_working_folder(tmp_path, monkeypatch, capsys):

@@ -76,12 +76,12 @@ def test_a_commit_killed_half_way_is_undone_from_its_journal(tmp_path):
     # A later --overwrite run was killed mid-commit: it had deleted the manifest and renamed
     # one of its shards, and had not yet written its manifest.
     (out / "manifest.json").unlink()
-    killed = out / ".tmp-killedmidcommit"
+    killed = out / ".tmp-5e1f0c2a9b3d4e67"
     killed.mkdir()
     half = out / "train-00000-of-00009.tfrecord"
     half.write_bytes(b"half of a commit")
     old = sorted(shard["path"] for shard in committed["shards"])
-    journal = {"run_id": "killedmidcommit",
+    journal = {"run_id": "5e1f0c2a9b3d4e67",
                "writes": ["manifest.json", half.name, *committed["files"], FAILED_RUN_NAME],
                "replaces": sorted(listed_paths(committed))}
     (killed / JOURNAL_NAME).write_text(json.dumps(journal))

@@ -302,7 +302,8 @@ def _convert_planned(options: PipelineOptions, argv: list[str], conv: ConvertOpt
             print(f"{output} already holds this conversion (same inputs and options); "
                   f"nothing to do. Use --overwrite to redo it.")
         return
-    _refuse_foreign_files(output, [*plan.extra_files, *TFDS_FILE_NAMES, STATS_NAME, DRIFT_NAME])
+    _refuse_foreign_files(output, [*plan.extra_files, *TFDS_FILE_NAMES, STATS_NAME, DRIFT_NAME,
+                                   output_files.REPORT_NAME])
     if cluster is not None:
         plan = _cut_on_cluster(plan, cluster)
     show_progress = is_local(options) and not conv.quiet

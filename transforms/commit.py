@@ -340,8 +340,20 @@ def finalize_output(
     # Only files a record of this tool names are ever replaced or deleted (the CLI refuses
     # to start over foreign ones); the journal names them before anything changes.
     owned = output_files.owned_paths(config.output_dir, existing)
-    writes = {entry["path"] for entry in planned + index_files}
     stats_files, drift = _statistics(config, counts, totals)
+    failure = _failure(config, totals, drift)
+    if failure is not None:
+        # Only the dead letters are committed; what an earlier output of this folder left
+        # goes (--overwrite asked to replace it), or the folder would hold unlisted files.
+        writes = {entry["path"] for entry in dead_files} | {output_files.FAILED_RUN_NAME}
+        _write_journal(config, writes, owned)
+        _delete_quietly([manifest_path])
+        _delete_quietly([fs.join_path(config.output_dir, name) for name in sorted(owned - writes)])
+        outcome, message, error = failure
+        _commit_dead_letters_only(config, dead_files, totals, outcome, message,
+                                  drift=drift if error is DriftDetectedError else None)
+        raise error(message)
+    writes = {entry["path"] for entry in planned + index_files}
     side_files = _side_files(config, _extra_files(config, counts, totals["written"]) + stats_files,
                              shard_files, owned)
     writes |= {name for name, _ in side_files}
@@ -351,30 +363,6 @@ def finalize_output(
     _delete_quietly([manifest_path])
     _delete_quietly([fs.join_path(config.output_dir, name) for name in sorted(owned - writes)]
                     + [fs.join_path(config.output_dir, output_files.FAILED_RUN_NAME)])
-
-    dead_letter_dir = fs.join_path(config.output_dir, DEAD_LETTER_DIR)
-    reasons = _reasons_text(totals)
-    if totals["input"] and not totals["written"]:
-        message = (f"none of the {totals['input']} input records was converted{reasons}; no "
-                   f"shard was committed. The dead letters (one per record, with the reason) "
-                   f"are in {dead_letter_dir}")
-        _commit_dead_letters_only(config, dead_files, totals, output_files.NOTHING_CONVERTED, message)
-        raise NothingConvertedError(message)
-    error_rate = totals["dead_letter"] / totals["input"] if totals["input"] else 0.0
-    if config.max_error_rate is not None and error_rate > config.max_error_rate:
-        message = (f"{totals['dead_letter']} of {totals['input']} input records "
-                   f"({error_rate:.2%}) were dead-lettered{reasons}, more than --max-error-rate "
-                   f"{config.max_error_rate:.2%}; no shard was committed. The dead letters are "
-                   f"in {dead_letter_dir}")
-        _commit_dead_letters_only(config, dead_files, totals, output_files.ERROR_RATE_EXCEEDED, message)
-        raise ErrorRateExceededError(message)
-    failure = drift_failure(drift, config.fail_on_drift) if drift is not None else None
-    if failure is not None:
-        message = (f"{failure}; no shard was committed (--fail-on-drift {config.fail_on_drift}). "
-                   f"The comparison is in {config.output_dir}/{output_files.FAILED_RUN_NAME}")
-        _commit_dead_letters_only(config, dead_files, totals, output_files.DRIFT_DETECTED, message,
-                                  drift=drift)
-        raise DriftDetectedError(message)
 
     for entry in planned + index_files:
         _commit_file(config, entry)
@@ -436,6 +424,33 @@ def _reasons_text(totals: Mapping[str, Any]) -> str:
     shown = ", ".join(f"{count} {reason}" for reason, count in ordered[:5])
     more = f", {len(ordered) - 5} more reasons" if len(ordered) > 5 else ""
     return f" (dead letters: {shown}{more})"
+
+
+def _failure(config: SinkConfig, totals: Mapping[str, Any], drift: Mapping[str, Any] | None
+             ) -> tuple[str, str, type[Exception]] | None:
+    """Why the run must commit only its dead letters (its `failed_run.json` outcome, the
+    message, the exception to raise), or None when it commits."""
+    dead_letter_dir = fs.join_path(config.output_dir, DEAD_LETTER_DIR)
+    reasons = _reasons_text(totals)
+    if totals["input"] and not totals["written"]:
+        return (output_files.NOTHING_CONVERTED,
+                f"none of the {totals['input']} input records was converted{reasons}; no "
+                f"shard was committed. The dead letters (one per record, with the reason) "
+                f"are in {dead_letter_dir}", NothingConvertedError)
+    error_rate = totals["dead_letter"] / totals["input"] if totals["input"] else 0.0
+    if config.max_error_rate is not None and error_rate > config.max_error_rate:
+        return (output_files.ERROR_RATE_EXCEEDED,
+                f"{totals['dead_letter']} of {totals['input']} input records "
+                f"({error_rate:.2%}) were dead-lettered{reasons}, more than --max-error-rate "
+                f"{config.max_error_rate:.2%}; no shard was committed. The dead letters are "
+                f"in {dead_letter_dir}", ErrorRateExceededError)
+    drifted = drift_failure(drift, config.fail_on_drift) if drift is not None else None
+    if drifted is not None:
+        return (output_files.DRIFT_DETECTED,
+                f"{drifted}; no shard was committed (--fail-on-drift {config.fail_on_drift}). "
+                f"The comparison is in {config.output_dir}/{output_files.FAILED_RUN_NAME}",
+                DriftDetectedError)
+    return None
 
 
 def _commit_dead_letters_only(config: SinkConfig, dead_files: Sequence[Mapping[str, Any]],

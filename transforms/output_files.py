@@ -1,7 +1,8 @@
 """Which files in an output folder this tool wrote, so that it never deletes one it did not.
 
 A file in `DIR` is the tool's own when one of these records names it:
-  - the committed `manifest.json` (shards, their index sidecars, dead-letter files, side files);
+  - the committed `manifest.json` (shards, their index sidecars, dead-letter files, side files,
+    and `report.html`, which is derived from the output and so not listed);
   - `dead_letter/failed_run.json`, which a run that committed only its dead letters (exit 3
     or 5) writes beside them;
   - the commit journal `DIR/.tmp-<run id>/commit-journal.json` of a run killed while it
@@ -42,6 +43,7 @@ __all__ = [
     "FAILED_RUN_NAME",
     "JOURNAL_NAME",
     "NOTHING_CONVERTED",
+    "REPORT_NAME",
     "discard_interrupted_runs",
     "foreign_files",
     "listed_paths",
@@ -50,6 +52,9 @@ __all__ = [
 ]
 
 _LOG = logging.getLogger(__name__)
+
+#: The page `tfrecord-pipeline report` derives from a committed output (not in its manifest).
+REPORT_NAME = "report.html"
 
 #: The record of a run that committed only its dead letters (relative to the output folder).
 FAILED_RUN_NAME = f"{DEAD_LETTER_DIR}/failed_run.json"
@@ -167,6 +172,8 @@ def owned_paths(output_dir: str, manifest: Mapping[str, Any] | None = None) -> s
     if manifest is None:
         manifest = _committed_manifest(output_dir)
     owned = listed_paths(manifest)
+    if manifest is not None:
+        owned.add(REPORT_NAME)
     failed = read_failed_run(output_dir)
     if failed is not None:
         owned.add(FAILED_RUN_NAME)

@@ -4,8 +4,8 @@ killed run cleaned by the next run (even one with nothing to do), one line per f
 from __future__ import annotations
 
 import json
-import uuid
 import pathlib
+import uuid
 
 import pipeline
 from pipeline.cli import run

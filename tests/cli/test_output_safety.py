@@ -11,7 +11,7 @@ import pathlib
 import pipeline
 from pipeline.cli import run
 from transforms import fs
-from transforms.output_files import FAILED_RUN_NAME, JOURNAL_NAME, listed_paths
+from transforms.output_files import FAILED_RUN_NAME, JOURNAL_NAME, owned_paths
 
 SAMPLE = pathlib.Path(pipeline.__file__).parent / "sample_data" / "tabular"
 
@@ -73,6 +73,7 @@ def test_a_commit_killed_half_way_is_undone_from_its_journal(tmp_path):
     out = tmp_path / "out"
     assert run(_convert(out)) == 0
     committed = _manifest(out)
+    owned = owned_paths(str(out))  # what the killed commit's journal says it replaces
     # A later --overwrite run was killed mid-commit: it had deleted the manifest and renamed
     # one of its shards, and had not yet written its manifest.
     (out / "manifest.json").unlink()
@@ -83,7 +84,7 @@ def test_a_commit_killed_half_way_is_undone_from_its_journal(tmp_path):
     old = sorted(shard["path"] for shard in committed["shards"])
     journal = {"run_id": "5e1f0c2a9b3d4e67",
                "writes": ["manifest.json", half.name, *committed["files"], FAILED_RUN_NAME],
-               "replaces": sorted(listed_paths(committed))}
+               "replaces": sorted(owned)}
     (killed / JOURNAL_NAME).write_text(json.dumps(journal))
     assert run(_convert(out)) == 0
     assert not killed.exists() and not half.exists()
@@ -156,3 +157,38 @@ def test_every_file_the_manifest_names_is_synced_before_it_is_written(tmp_path, 
     assert {pathlib.Path(path).name for path in named} <= synced_before
     assert "out" in synced_before  # the folder entries of the renamed shards
     assert events[manifest_at + 1] == ("sync", "out")  # and the manifest's own entry
+
+
+def test_a_failed_overwrite_leaves_only_its_dead_letters_and_the_next_run_commits(tmp_path, capsys):
+    """A run with --overwrite that commits only its dead letters (exit 3) removes what the
+    earlier output left: the folder holds no unlisted shard or side file, so the next run
+    neither refuses it nor needs a hand."""
+    source, spec, out = _csv_and_spec(tmp_path, "a\n1\n2\n", "- {name: a, type: int64}\n")
+    bad = tmp_path / "bad.csv"
+    bad.write_text("a\n1\nx\ny\n4\n")
+    args = ["--format", "csv", "--spec", str(spec), "--output", str(out),
+            "--direct_running_mode=in_memory", "--quiet"]
+    assert run(["convert", "--input", str(source), *args]) == 0
+    assert (out / "report.html").exists()
+    assert run(["convert", "--input", str(bad), *args, "--overwrite", "--max-error-rate", "0.1"]) == 3
+    failed = json.loads((out / FAILED_RUN_NAME).read_text())
+    left = sorted(str(path.relative_to(out)) for path in out.rglob("*") if path.is_file())
+    assert left == sorted([".lock-tfrecord-pipeline", FAILED_RUN_NAME, *failed["files"]])
+    capsys.readouterr()
+    assert run(["convert", "--input", str(source), *args, "--overwrite"]) == 0, capsys.readouterr().err
+    assert run(["verify", str(out)]) == 0
+    assert not (out / FAILED_RUN_NAME).exists()
+
+
+def test_a_report_page_the_tool_did_not_write_is_refused_and_kept(tmp_path, capsys):
+    out = tmp_path / "out"
+    out.mkdir()
+    page = out / "report.html"
+    page.write_text("<html>mine</html>")
+    assert run(_convert(out)) == 2
+    assert "report.html" in capsys.readouterr().err
+    assert page.read_text() == "<html>mine</html>"
+    page.unlink()
+    assert run(_convert(out)) == 0  # then the tool's own page is no obstacle to a re-run
+    assert run(_convert(out, "--overwrite")) == 0
+    assert "<html>mine</html>" not in page.read_text()

@@ -8,13 +8,11 @@ can be rebuilt at any time; the manifest does not list it.
 from __future__ import annotations
 
 from transforms import fs
+from transforms.output_files import REPORT_NAME
 from transforms.report.collect import collect_report_data
 from transforms.report.render import render_report
 
 __all__ = ["REPORT_NAME", "build_report", "write_report"]
-
-REPORT_NAME = "report.html"
-
 
 def build_report(output_dir: str) -> str:
     """The report page of the committed output at `output_dir`.

@@ -20,6 +20,7 @@ from pipeline.errors import (
     ErrorRateExceeded,
     NothingConverted,
     OutputProblems,
+    Terminated,
     UsageError,
 )
 from pipeline.options import ConvertOptions, RaisingParser, command_line_path
@@ -53,11 +54,6 @@ EXIT_CODES: tuple[tuple[type[BaseException], int], ...] = (
 )
 
 _LOG = logging.getLogger("tfrecord_pipeline")
-
-
-class Terminated(BaseException):
-    """SIGTERM arrived: stop like an interrupt (a BaseException, so no `except Exception`
-    in the run swallows it)."""
 
 
 def _raise_terminated(signum, frame) -> None:

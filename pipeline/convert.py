@@ -25,6 +25,7 @@ from pipeline.errors import (
     DriftDetected,
     ErrorRateExceeded,
     NothingConverted,
+    Terminated,
     UsageError,
 )
 from pipeline.graph import build_pipeline, in_process_plan
@@ -235,6 +236,18 @@ _FAILED_RUN_OUTCOMES = {
 }
 
 
+def _interruption_in(error: BaseException) -> BaseException | None:
+    """The Ctrl-C (`KeyboardInterrupt`) or SIGTERM (`Terminated`) that ended the job, which
+    Beam re-raises wrapped in an exception of its own (the signal's is in the chain)."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        if isinstance(error, (KeyboardInterrupt, Terminated)):
+            return error
+        seen.add(id(error))
+        error = error.__cause__ or error.__context__
+    return None
+
+
 def _outcome_of(error: BaseException, output: str, run_id: str) -> Exception:
     """The one-line outcome of a failed job run.
 
@@ -327,6 +340,9 @@ def _convert_planned(options: PipelineOptions, argv: list[str], conv: ConvertOpt
                 return
             result.wait_until_finish()
         except Exception as error:  # noqa: BLE001 - any job failure becomes one outcome
+            interruption = _interruption_in(error)
+            if interruption is not None:
+                raise interruption from None
             raise _outcome_of(error, output, sink.config.run_id) from error
         finally:
             if progress is not None:

@@ -14,6 +14,7 @@ __all__ = [
     "ErrorRateExceeded",
     "NothingConverted",
     "OutputProblems",
+    "Terminated",
     "UsageError",
 ]
 
@@ -52,3 +53,8 @@ class NothingConverted(CommandError):
 
 class OutputProblems(CommandError):
     """`verify` found problems in the files it checked."""
+
+
+class Terminated(BaseException):
+    """SIGTERM arrived: stop like an interrupt (a BaseException, so no `except Exception`
+    in the run swallows it)."""

@@ -9,6 +9,11 @@ import sys
 
 import pytest
 
+from pipeline.cli import run
+from pipeline.errors import Terminated
+from tests.helpers import in_memory_args
+from transforms import commit
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
@@ -40,3 +45,22 @@ def test_a_signal_mid_run_is_one_line_and_a_conventional_code(tmp_path, signum, 
     assert process.returncode == code, err.decode()
     assert lines == [f"tfrecord-pipeline convert: {word}" + (" (SIGTERM)" if code == 143 else "")]
     assert not (tmp_path / "out" / "manifest.json").exists()
+
+
+@pytest.mark.parametrize("signal_error, code, word", [
+    (KeyboardInterrupt, 130, "interrupted"),
+    (Terminated, 143, "terminated"),
+])
+def test_a_signal_while_beam_runs_the_job_keeps_its_code(tmp_path, monkeypatch, capsys,
+                                                        signal_error, code, word):
+    """Beam re-raises what a step raised inside an exception of its own: a Ctrl-C or SIGTERM
+    that arrives while the job runs is still reported as one (it was 'conversion failed')."""
+    def interrupted(*args, **kwargs):
+        raise signal_error()
+
+    monkeypatch.setattr(commit, "finalize_output", interrupted)
+    (tmp_path / "in.csv").write_text("a,b\n1,2\n")
+    assert run(["convert", "--input", str(tmp_path / "in.csv"), "--format", "csv",
+                "--output", str(tmp_path / "out"), *in_memory_args()]) == code
+    assert capsys.readouterr().err.strip().splitlines() == [f"tfrecord-pipeline convert: {word}"
+                                                            + (" (SIGTERM)" if code == 143 else "")]

@@ -127,3 +127,26 @@ def test_a_folder_input_reads_only_files_named_like_the_format(tmp_path, capsys)
                 "--direct_running_mode=in_memory", "--quiet"]) == 2
     err = capsys.readouterr().err
     assert f"the folder {folder} holds no jsonl file" in err and ".csv" in err
+
+
+def test_an_input_file_that_cannot_be_opened_is_a_dead_letter_not_a_failed_plan(tmp_path, monkeypatch):
+    """The planner's format check opens the first files: one it cannot open (permissions,
+    an object store's refusal) is left to the readers, which dead-letter it, as README says."""
+    from apache_beam.io.filesystems import FileSystems
+
+    (tmp_path / "a.csv").write_text("id\n1\n2\n")
+    locked = tmp_path / "b.csv"
+    locked.write_text("id\n3\n")
+    opened = FileSystems.open
+
+    def open_unless_locked(path, *args, **kwargs):
+        if path == str(locked):
+            raise PermissionError(13, "Permission denied", path)
+        return opened(path, *args, **kwargs)
+
+    monkeypatch.setattr(FileSystems, "open", staticmethod(open_unless_locked))
+    out = tmp_path / "out"
+    assert run(["convert", "--input", str(tmp_path / "*.csv"), "--format", "csv", "--output", str(out),
+                "--direct_running_mode=in_memory", "--quiet"]) == 0
+    counts = json.loads((out / "manifest.json").read_text())["counts"]
+    assert (counts["written"], counts["dead_letter_reasons"]) == (2, {"unreadable_file": 1})

@@ -98,7 +98,10 @@ def _consistent_delimiter(lines: list[str], quotechar: str | None, exclude: str)
 
 def check_format(path: str, fmt: str, csv_options: CsvOptions | None = None) -> None:
     """Raises `InputFormatError` when the start of `path` shows it is not `fmt` (see above)."""
-    raw, complete = _start(path)
+    try:
+        raw, complete = _start(path)
+    except OSError:
+        return  # unreadable: the readers dead-letter it (`unreadable_file`), with the others
     if not raw:
         return  # an empty file: nothing to tell; the readers report it
     gz_name = path.lower().endswith(".gz")

@@ -301,8 +301,24 @@ def convert(argv: Sequence[str]) -> None:
         if conv.convert_dry_run:
             print(json.dumps(plan.summary, indent=2, sort_keys=True, default=str))
             return
+        _check_output_writable(output)
         with output_lock(output):
             _convert_planned(options, argv, conv, plan, output, started, threads, cluster)
+
+
+def _check_output_writable(output: str) -> None:
+    """Refuses a local --output that the run could not create or write into: one under a
+    file, or whose nearest existing folder this user may not write (object stores say so
+    only when written to)."""
+    if "://" in output:
+        return
+    existing = os.path.abspath(output)
+    while not os.path.exists(existing):
+        existing = os.path.dirname(existing)
+    if not os.path.isdir(existing):
+        raise UsageError(f"--output {output} is inside {existing}, which is a file, not a folder")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise UsageError(f"--output {output}: no permission to write in {existing}")
 
 
 def _convert_planned(options: PipelineOptions, argv: list[str], conv: ConvertOptions, plan,

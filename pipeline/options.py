@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipeline.errors import UsageError
+from transforms.format.compression import check_level
 from transforms.images.config import (
     CONVERT_MODES,
     DEFAULT_MAX_IMAGE_BYTES,
@@ -106,6 +107,13 @@ def _integer(text: str) -> int:
         return int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+
+
+def _compression_level(text: str) -> int:
+    try:
+        return check_level(_integer(text))
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
 
 
 def _positive_int(text: str) -> int:
@@ -214,7 +222,8 @@ class ConvertOptions(PipelineOptions):
         _flag(group, "output", help="output folder (any Beam filesystem)")
         _flag(group, "spec", help="conversion spec YAML (default: inferred, written to DIR/spec.yaml)")
         _flag(group, "compression", output=True, default="none", help="none (default), gzip or zlib")
-        _flag(group, "compression-level", output=True, type=_integer, default=None, help="codec level")
+        _flag(group, "compression-level", output=True, type=_compression_level, default=None,
+              help="codec level, 0-9 (default: the codec's)")
         _flag(group, "index", output=True, action="store_true", default=False,
               help="write <shard>.tfindex beside every shard (offset and length per record, for "
                    "the tfrecord package and NVIDIA DALI); uncompressed output only")

@@ -9,11 +9,13 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from apache_beam.io.filesystems import FileSystems
 
+from pipeline.errors import UsageError
 from pipeline.graph import ConversionPlan
 from pipeline.options import IMAGE_FORMATS, TABULAR_FORMATS, ConvertOptions, output_options
 from transforms.format.manifest_format import FEATURE_SPEC_NAME
@@ -84,6 +86,20 @@ def _check_input_formats(units, fmt: str, spec: ConversionSpec | None) -> None:
         check_format(path, fmt, spec.csv if spec is not None else None)
 
 
+def _refuse_inputs_in_output(paths, output: str) -> None:
+    """Refuses input files inside the output folder: the next run would read the shards and
+    side files this one writes there (`dataset_info.json` is a `--format jsonl` file)."""
+    if "://" in output:
+        inside = [path for path in paths if path.startswith(output.rstrip("/") + "/")]
+    else:
+        folder = os.path.abspath(output)
+        inside = [path for path in paths if "://" not in path
+                  and os.path.commonpath([folder, os.path.abspath(path)]) == folder]
+    if inside:
+        raise UsageError(f"--input matches files inside --output {output} (first: {inside[0]}): "
+                         f"write the output to a folder of its own")
+
+
 def _plan_tabular(conv: ConvertOptions, input_path: str, output: str,
                   cut_in_workers: bool, runner_threads: int | None) -> ConversionPlan:
     from transforms.tabular.infer import estimate_output, resolve_spec
@@ -96,6 +112,7 @@ def _plan_tabular(conv: ConvertOptions, input_path: str, output: str,
         raise ValueError("--labels-file applies to --format image-folder and image-manifest only")
     listing = _input_listing(input_path, conv.format)
     units = plan_tabular(input_path, conv.format)
+    _refuse_inputs_in_output(dict.fromkeys(unit.path for unit in units), output)
     given = _given_spec(conv)
     _check_input_formats(units, conv.format, given)
     spec = resolve_spec(units, conv.format, given, sample_rows=conv.sample_rows)

@@ -150,3 +150,37 @@ def test_an_input_file_that_cannot_be_opened_is_a_dead_letter_not_a_failed_plan(
                 "--direct_running_mode=in_memory", "--quiet"]) == 0
     counts = json.loads((out / "manifest.json").read_text())["counts"]
     assert (counts["written"], counts["dead_letter_reasons"]) == (2, {"unreadable_file": 1})
+
+
+def _refusal(capsys, args: list[str]) -> str:
+    assert run(args) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert lines[0].startswith("tfrecord-pipeline convert: error: "), lines
+    return lines[0]
+
+
+def test_an_output_that_cannot_be_written_is_refused_before_the_run(tmp_path, capsys, monkeypatch):
+    source = tmp_path / "in.csv"
+    source.write_text("id\n1\n")
+    (tmp_path / "afile").write_text("x")
+    base = ["convert", "--input", str(source), "--format", "csv", "--quiet"]
+    line = _refusal(capsys, [*base, "--output", str(tmp_path / "afile" / "sub")])
+    assert line.endswith(f"is inside {tmp_path / 'afile'}, which is a file, not a folder")
+    line = _refusal(capsys, [*base, "--output", str(tmp_path / "out"), "--compression", "gzip",
+                             "--compression-level", "99"])
+    assert "compression level must be an integer 0-9, got 99" in line
+    monkeypatch.setattr("os.access", lambda path, mode: False)  # as a user without rights
+    line = _refusal(capsys, [*base, "--output", str(tmp_path / "locked" / "out")])
+    assert line.endswith(f"no permission to write in {tmp_path}")
+    assert not (tmp_path / "locked").exists() and not (tmp_path / "out").exists()
+
+
+def test_inputs_inside_the_output_folder_are_refused(tmp_path, capsys):
+    """The next run would read what this one writes there (dataset_info.json is JSON Lines)."""
+    (tmp_path / "d.jsonl").write_text('{"a": 1}\n')
+    line = _refusal(capsys, ["convert", "--input", str(tmp_path), "--format", "jsonl",
+                             "--output", str(tmp_path), "--quiet"])
+    assert f"--input matches files inside --output {tmp_path}" in line
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["d.jsonl"]
+    assert run(["convert", "--input", str(tmp_path), "--format", "jsonl",  # a folder of its own
+                "--output", str(tmp_path / "out"), "--direct_running_mode=in_memory", "--quiet"]) == 0

@@ -34,6 +34,7 @@ __all__ = [
     "Inflater",
     "READ_CHUNK",
     "StreamError",
+    "check_level",
     "compression_from_path",
     "open_compressor",
     "parse_compression",
@@ -131,14 +132,20 @@ def shard_suffix(compression: str | Compression | None) -> str:
     return _SUFFIXES[parse_compression(compression)]
 
 
+def check_level(level: int | None) -> int | None:
+    """`level` when it is a compression level (None: the codec's default, or 0-9), else
+    raises ValueError."""
+    if level is not None and (isinstance(level, bool) or not isinstance(level, int) or not 0 <= level <= 9):
+        raise ValueError(f"compression level must be an integer 0-9, got {level!r}")
+    return level
+
+
 def _select_backend(level: int | None) -> tuple[str, object, int]:
     """(backend name, zlib-like module, effective level) for a compression level."""
-    if level is None:
+    if check_level(level) is None:
         if _HAVE_ISAL:
             return "isal", _isal_zlib, _ISAL_DEFAULT_LEVEL
         return "zlib", zlib, _ZLIB_DEFAULT_LEVEL
-    if isinstance(level, bool) or not isinstance(level, int) or not 0 <= level <= 9:
-        raise ValueError(f"compression level must be None or an integer 0-9, got {level!r}")
     if level <= _ISAL_MAX_LEVEL and _HAVE_ISAL:
         return "isal", _isal_zlib, level
     return "zlib", zlib, level

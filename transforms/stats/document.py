@@ -126,9 +126,12 @@ def numeric_summary(total: NumericTotal) -> dict[str, Any]:
         out["histogram"] = {"edges": [], "counts": []}
         return out
     values = total.kll.get_quantiles(list(QUANTILE_RANKS), True)
-    values[0], values[-1] = total.min, total.max
     if isinstance(total.min, int):  # int64 values: the sketch returns some of them, as floats
         values = [int(value) for value in values]
+    # The sketch holds float64s: an int64 near 2**63 comes back rounded, possibly past the
+    # exact max (2**63 itself is no int64). Clamped, the quantiles stay within [min, max].
+    values = [min(max(value, total.min), total.max) for value in values]
+    values[0], values[-1] = total.min, total.max
     out["quantiles"] = [[rank, _number(value)] for rank, value in zip(QUANTILE_RANKS, values, strict=True)]
     low, high = float(total.min), float(total.max)
     edges = np.linspace(low, high, HISTOGRAM_BINS + 1)

@@ -40,6 +40,7 @@ from transforms.shard_writers import (
     SinkConfig,
     TempShard,
 )
+from transforms.splits import DEAD_LETTER_SPLIT
 from transforms.stats.document import STATS_NAME, declared_kinds, merge_batches, stats_document
 from transforms.stats.drift import DRIFT_NAME, compare, drift_failure
 from transforms.stats.presence import add_presence, with_presence
@@ -106,7 +107,8 @@ def _reconcile(sidecars: Sequence[Mapping[str, Any]], counts: Sequence[tuple]) -
 
     Input is counted in rows: input == rows written + dead letters. A record holds one row,
     except a SequenceExample (`RecordBatch.record_rows`); the manifest then also counts
-    `written_rows` beside `written` (records).
+    `written_rows` beside `written` (records). Dead letters of no split (`DEAD_LETTER_SPLIT`)
+    are reconciled like a split's and counted in the totals, but listed under no split.
     """
     seen = set()
     per_split: dict[str, dict[str, int]] = defaultdict(
@@ -157,6 +159,8 @@ def _reconcile(sidecars: Sequence[Mapping[str, Any]], counts: Sequence[tuple]) -
                 f"split {split!r}: {entry['dead_letter']} dead letters produced but "
                 f"{dead_in_files[split]} found in the dead-letter files"
             )
+        if split == DEAD_LETTER_SPLIT and entry["written"]:
+            problems.append(f"{entry['written']} records written under no split")
     if problems:
         raise AccountingError("output does not reconcile: " + "; ".join(problems))
     totals = {
@@ -166,7 +170,8 @@ def _reconcile(sidecars: Sequence[Mapping[str, Any]], counts: Sequence[tuple]) -
     if any("written_rows" in entry for entry in per_split.values()):
         totals["written_rows"] = sum(entry["written_rows"] for entry in per_split.values())
     totals["dead_letter_reasons"] = dict(sorted(reasons.items()))
-    return {**totals, "splits": {split: dict(per_split[split]) for split in sorted(per_split)}}
+    return {**totals, "splits": {split: dict(per_split[split]) for split in sorted(per_split)
+                                 if split != DEAD_LETTER_SPLIT}}
 
 
 def _final_names(config: SinkConfig, sidecars: Sequence[Mapping[str, Any]]) -> list[dict]:

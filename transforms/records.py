@@ -163,7 +163,7 @@ def dead_letter(
     source: str,
     reason: str,
     message: str,
-    split: str,
+    split: str | None,
     row: int | None = None,
     column: str | None = None,
     raw: bytes | str | None = None,
@@ -175,7 +175,8 @@ def dead_letter(
       source: the input file or URI the record came from.
       reason: a stable, machine-readable reason code (e.g. "int_out_of_range").
       message: a human-readable explanation.
-      split: the split the record would have gone to.
+      split: the split the record would have gone to; None when it belongs to none (see
+        `transforms.splits.DEAD_LETTER_SPLIT`).
       row: 1-based record number within `source` (data rows, header excluded), if known.
       column: the failing column or feature, if any.
       raw: the raw record; stored as text when valid UTF-8, else base64.

@@ -24,7 +24,10 @@ import crc32c
 
 __all__ = ["DEAD_LETTER_SPLIT", "SplitAssigner", "check_split_name"]
 
-#: Reserved: the folder (and split label) of the dead letters.
+#: Reserved: the folder of the dead letters, and the split of a batch of dead letters that
+#: belong to no split (an image manifest row naming an undeclared split, a file beside the
+#: split folders): the commit counts them in the run's totals, never as a split, so a typo
+#: in a split column does not make a split appear (and, next run, vanish).
 DEAD_LETTER_SPLIT = "dead_letter"
 
 

@@ -8,6 +8,11 @@ What TFDS is told, and why:
   - Splits: each split's `shardLengths` (records per shard, in shard order), `numBytes` and
     `filepathTemplate` `{SPLIT}-{SHARD_X_OF_Y}.tfrecord`, which TFDS expands to exactly our
     shard names (`train-00000-of-00004.tfrecord`), so the shards stay where they are.
+    A split without records (a declared split's one empty shard) is left out, as TFDS
+    itself never writes one: TFDS refuses to read a split of no examples ("Instruction []
+    corresponds to no data"), and `as_dataset()` reads every split listed, so one empty
+    split would make the whole dataset unreadable. `as_dataset()` then gives the splits
+    with records, and asking for the empty one names the splits there are.
   - Features: a flat `FeaturesDict` keyed by our feature names ("image/encoded" included:
     TFDS flattens nested dicts with "/", so a flat "/" name parses the same feature).
     A feature present in every record with a constant count (the `transforms.reading`
@@ -94,8 +99,8 @@ def _shard_digits(total: int) -> int:
 
 
 def _split_infos(shards: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """One TFDS SplitInfo per split with shards, checking TFDS finds each shard under its
-    name by `SHARD_TEMPLATE`."""
+    """One TFDS SplitInfo per split with records (see the module docstring: TFDS cannot
+    read an empty split), checking TFDS finds each shard under its name by `SHARD_TEMPLATE`."""
     by_split: dict[str, list[tuple[int, Mapping[str, Any]]]] = defaultdict(list)
     for shard in shards:
         split, path = shard["split"], shard["path"]
@@ -106,6 +111,8 @@ def _split_infos(shards: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
         by_split[split].append((int(match["index"]), shard))
     infos = []
     for split in sorted(by_split):
+        if not any(shard["records"] for _, shard in by_split[split]):
+            continue
         if not _TFDS_SPLIT_NAME.match(split):
             raise ValueError(f"split {split!r}: TFDS selects only splits named with letters, "
                              f"digits, '_' and '-'")

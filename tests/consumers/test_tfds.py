@@ -267,7 +267,7 @@ def test_presence_counts_make_scalars_and_vectors_tfds_parses(tfds, tmp_path):
         for i in range(4)]
 
 
-def test_an_empty_split_is_listed_with_no_examples(tfds, tmp_path):
+def test_an_empty_split_is_left_out_so_tfds_reads_the_others(tfds, tmp_path):
     out = tmp_path / "empty-split"
     spec = {"version": 1, "features": {
         "always": {"dtype": "int64", "kind": "fixed", "shape": [], "default": None}}}
@@ -275,8 +275,37 @@ def test_an_empty_split_is_listed_with_no_examples(tfds, tmp_path):
                      splits=("train", "test"))
     builder = tfds.builder_from_directory(str(out))
     assert {split: info.num_examples for split, info in builder.info.splits.items()} == {
-        "train": 1, "test": 0}
+        "train": 1}
     assert [int(r["always"]) for r in _records(tfds, builder, "train")] == [1]
+
+
+SMALL_CSV = "id,v\n1,a\n2,b\n3,c\n"
+# test gets 1 % of the rows: none of these three.
+SKEWED_SPEC = """\
+features: [{name: id, type: int64}, {name: v, type: string}]
+splits: {train: 99, test: 1}
+split_key: [id]
+"""
+
+
+def test_a_declared_split_without_records_does_not_stop_tfds_reading_the_output(tfds, tmp_path):
+    (tmp_path / "small.csv").write_text(SMALL_CSV)
+    (tmp_path / "spec.yaml").write_text(SKEWED_SPEC)
+    out = str(tmp_path / "skewed")
+    assert run(["convert", "--format", "csv", "--input", str(tmp_path / "small.csv"),
+                "--spec", str(tmp_path / "spec.yaml"), "--output", out,
+                *in_memory_args()]) == 0
+    # The empty split still has its one empty shard in the manifest, as documented.
+    assert [(s["split"], s["records"]) for s in _manifest(out)["shards"]] == [
+        ("test", 0), ("train", 3)]
+
+    builder = tfds.builder_from_directory(out)
+    assert set(builder.info.splits) == {"train"}
+    datasets = builder.as_dataset(shuffle_files=False)  # every split TFDS lists
+    assert set(datasets) == {"train"}
+    assert sorted(int(r["id"]) for r in tfds.as_numpy(datasets["train"])) == [1, 2, 3]
+    with pytest.raises(ValueError, match="Unknown split 'test'"):
+        builder.as_dataset(split="test")
 
 
 def test_a_foreign_dataset_info_is_never_replaced(tmp_path):
@@ -347,6 +376,16 @@ def test_presence_decides_scalar_only_when_every_record_has_one_value():
     # A declared list keeps a dimension even with one value everywhere.
     assert shape_of({"records": 5, "of": 5, "min_values": 1, "max_values": 1},
                     default=[0]) == {"dimensions": ["1"]}
+
+
+def test_splits_without_records_are_left_out_and_empty_shards_of_others_kept():
+    manifest = {"shards": [_shard("test", 0, 1, 0, 0), _shard("train", 0, 2, 0, 0),
+                           _shard("train", 1, 2, 4, 40)]}
+    info, _ = _decoded(tfds_metadata(manifest, SPEC_DOC))
+    assert [(split["name"], split["shardLengths"]) for split in info["splits"]] == [
+        ("train", ["0", "4"])]
+    info, _ = _decoded(tfds_metadata({"shards": [_shard("test", 0, 1, 0, 0)]}, SPEC_DOC))
+    assert info["splits"] == []
 
 
 @pytest.mark.parametrize("manifest, spec, message", [

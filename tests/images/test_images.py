@@ -32,6 +32,7 @@ from transforms.images import convert as images_module
 from transforms.images.config import REASONS, ImageConfig, RenderOptions
 from transforms.images.convert import ConvertImages
 from transforms.images.plan import plan_image_folder, plan_image_manifest
+from transforms.splits import DEAD_LETTER_SPLIT
 from transforms.tabular.spec import parse_spec
 
 NATIVE = [name for name, (_, native) in samples.VARIANTS.items() if native]
@@ -664,7 +665,9 @@ def test_manifest_default_labels_extra_columns_and_allowed_roots(tf, tmp_path):
     assert records["images/dog.png"]["weight"] == pytest.approx([2.5])
     assert sorted(doc["reason"] for doc in dead) == [
         "invalid_json", "invalid_json", "invalid_split", "outside_allowed_roots"]
-    assert {b.split for b in batches} == {"train", "test", "data"}
+    # ... and are counted under no split, not a "data" split the output does not have.
+    assert {b.split for b in batches} == {"train", "test", DEAD_LETTER_SPLIT}
+    assert {doc["split"] for doc in dead if doc["reason"] != "outside_allowed_roots"} == {None}
     # Explicit allowed roots admit the outside folder (and only what they name).
     wider = plan_image_manifest(str(base / "m.jsonl"), "path", label_column="label",
                                 split_column="split",

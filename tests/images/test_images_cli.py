@@ -224,3 +224,23 @@ def test_bad_labels_flag_is_a_usage_error(tmp_path, capsys, case):
     assert code == 2
     assert "label" in capsys.readouterr().err.lower() or case == "missing_file"
     assert not (tmp_path / "out").exists()
+
+
+def test_a_file_beside_the_split_folders_creates_no_split(tmp_path):
+    root, out = tmp_path / "photos", str(tmp_path / "out")
+    png = samples.encode(samples.rgb(side=8), "PNG")
+    write(root / "train" / "cat" / "a.png", png)
+    write(root / "test" / "cat" / "b.png", png)
+    write(root / "notes.txt", b"not in a split folder")
+    assert run(["convert", "--format", "image-folder", "--input", str(root), "--output", out,
+                *in_memory_args()]) == 0
+    with open(os.path.join(out, "manifest.json")) as handle:
+        manifest = json.load(handle)
+    assert manifest["splits"] == ["test", "train"]
+    assert {shard["split"] for shard in manifest["shards"]} == {"test", "train"}
+    counts = manifest["counts"]
+    assert set(counts["splits"]) == {"test", "train"}
+    assert (counts["input"], counts["written"], counts["dead_letter"]) == (3, 2, 1)
+    assert counts["dead_letter_reasons"] == {"no_label": 1}
+    with open(os.path.join(out, "stats.json")) as handle:
+        assert set(json.load(handle)["splits"]) == {"test", "train"}

@@ -141,3 +141,33 @@ def test_dask_run_has_the_same_statistics(source, tmp_path):
     local, dask = samples.read_stats(tmp_path / "local"), samples.read_stats(tmp_path / "dask")
     samples.check_against_source(dask, columns)
     assert samples.exact_part(local) == samples.exact_part(dask)
+
+
+def _feature_stats(output, name, split="data") -> dict:
+    return samples.read_stats(output)["splits"][split]["features"][name]
+
+
+@pytest.mark.parametrize("batch_rows", ["16384", "1"])
+def test_the_empty_string_counts_as_a_distinct_value(tmp_path, batch_rows):
+    # The HLL sketch skips ""; with one row per batch the batches' partials are merged, one
+    # holding only "" and the next only "a".
+    folder = tmp_path / "in"
+    folder.mkdir()
+    (folder / "data.csv").write_text('id,s\n1,""\n2,a\n3,""\n')
+    (folder / "spec.yaml").write_text("features: [{name: id, type: int64}, {name: s, type: string}]\n")
+    assert convert(folder, tmp_path / "out", "--batch-rows", batch_rows) == 0
+    strings = _feature_stats(tmp_path / "out", "s")["bytes"]
+    assert sorted(entry["value"] for entry in strings["top"]) == ["", "a"]
+    assert strings["distinct"] == 2
+
+
+def test_int64_quantiles_stay_within_min_max_near_the_int64_limit(tmp_path):
+    top = 2**63 - 1
+    (tmp_path / "data.jsonl").write_text(f'{{"v": {top}}}\n{{"v": {top - 1}}}\n{{"v": 0}}\n')
+    assert run(["convert", "--input", str(tmp_path / "data.jsonl"), "--format", "jsonl",
+                "--output", str(tmp_path / "out"), *in_memory_args()]) == 0
+    numeric = _feature_stats(tmp_path / "out", "v")["numeric"]
+    assert (numeric["min"], numeric["max"]) == (0, top)
+    values = [value for _, value in numeric["quantiles"]]
+    assert all(isinstance(value, int) and 0 <= value <= top for value in values), values
+    assert values == sorted(values) and values[0] == 0 and values[-1] == top

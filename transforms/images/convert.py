@@ -47,6 +47,7 @@ from transforms.images.processing import decode_fully, exif_orientation, needs_r
 from transforms.ordered_pool import default_threads, ordered_map
 from transforms.records import DeadLetterError, RecordBatch, WorkUnit, WorkUnitGroup, batch_key, dead_letter
 from transforms.shard_writers import write_results
+from transforms.splits import DEAD_LETTER_SPLIT
 from transforms.stats.images import ENCODED, image_batch_stats
 from transforms.stats.sketches import stats_enabled
 from transforms.stats.unit_counts import defer_statistics
@@ -227,7 +228,8 @@ class ConvertImages(beam.DoFn):
                 reject = outcome
                 chunk.add_dead_letter(split, reject.reason, dead_letter(
                     source=item["uri"], reason=reject.reason, message=reject.message,
-                    split=split, row=item.get("row"), column=reject.column, raw=item.get("raw"),
+                    split=None if split == DEAD_LETTER_SPLIT else split, row=item.get("row"),
+                    column=reject.column, raw=item.get("raw"),
                     filename=item.get("filename"), label=item.get("text"),
                 ))
             # Memory stays bounded even for a unit of very large images: its records

@@ -16,7 +16,8 @@
 
 The rules: ROOT/<label>/**/<file>, or ROOT/<split>/<label>/**/<file> when a top-level folder
 is named train, validation or test; hidden files and folders, files without an image
-extension and files directly in ROOT (or in a split folder) are dead letters. Local trees
+extension and files directly in ROOT (or in a split folder) are dead letters; in a tree of
+split folders, those beside them belong to no split (`DEAD_LETTER_SPLIT`). Local trees
 are walked with `os.walk` (symlinked folders are not followed, dangling symlinks are kept
 and reported `missing_file` when read); other filesystems are listed by Beam's FileSystems,
 which returns the whole listing at once.
@@ -36,6 +37,7 @@ from apache_beam.io.filesystems import FileSystems
 
 from transforms.images.config import SPLIT_DIRECTORIES, planned_item
 from transforms.records import DEFAULT_SPLIT, WorkUnit
+from transforms.splits import DEAD_LETTER_SPLIT
 
 __all__ = ["IMAGE_EXTENSIONS", "FolderSlices", "FolderSurvey", "entry_rules", "survey_folder"]
 
@@ -59,9 +61,11 @@ def entry_rules(parts: Sequence[str], split_mode: bool, labels: dict[str, int] |
                 ) -> tuple[str, str | None, tuple[str, str, None] | None]:
     """(split, label folder, reject) of the file at ROOT/<parts...>.
 
-    `labels`: the label map; None while it is being found (no `unknown_label` then).
+    `labels`: the label map; None while it is being found (no `unknown_label` then). In a
+    tree of split folders a file outside them (always a dead letter: the plan refuses other
+    top-level folders) has no split, rather than the "data" split the tree does not have.
     """
-    split, rest = DEFAULT_SPLIT, list(parts)
+    split, rest = (DEAD_LETTER_SPLIT if split_mode else DEFAULT_SPLIT), list(parts)
     if split_mode and len(parts) > 1 and parts[0] in SPLIT_DIRECTORIES:
         split, rest = parts[0], rest[1:]
     label = rest[0] if len(rest) > 1 else None
@@ -195,7 +199,7 @@ class FolderSurvey:
       files: every file under the root (each becomes a record or a dead letter).
       split_mode: the tree has split folders (train, validation, test) at its top.
       label_folders: the label folders holding at least one visible image, sorted.
-      splits: the split of every folder holding files.
+      splits: the split of every folder holding files (files beside split folders have none).
       listing_digest: SHA-256 of every file's relative path, size and mtime, in walk order.
       folders: per folder with files, its candidate cuts (for `slices`).
     """
@@ -253,7 +257,8 @@ def survey_folder(root: str, step: int) -> FolderSurvey:
     labels, splits = set(), []
     for folder in folders:
         split, label, reject = entry_rules([*folder.parts, "image.jpg"], split_mode, None)
-        splits.append(split)
+        if split != DEAD_LETTER_SPLIT:
+            splits.append(split)
         if folder.has_image and reject is None:
             labels.add(label)
     return FolderSurvey(sum(f.files for f in folders), split_mode, tuple(sorted(labels)),

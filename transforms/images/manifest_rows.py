@@ -28,7 +28,7 @@ import pyarrow as pa
 from transforms.images.config import SPLIT_DIRECTORIES, planned_item
 from transforms.images.paths import is_within_roots, resolve_reference, uri_dirname
 from transforms.records import DEFAULT_SPLIT, WorkUnit
-from transforms.splits import SplitAssigner, check_split_name
+from transforms.splits import DEAD_LETTER_SPLIT, SplitAssigner, check_split_name
 from transforms.tabular.chunks import Chunk
 from transforms.tabular.read import read_chunks
 from transforms.tabular.spec import ConversionSpec, CsvOptions, FeatureSpec
@@ -112,6 +112,14 @@ class ManifestRows:
     def named_columns(self) -> tuple[str, ...]:
         return tuple(c for c in (self.image_column, self.label_column, self.split_column) if c)
 
+    @property
+    def unknown_split(self) -> str:
+        """The split of a row rejected before its split is known (unparsable, an invalid or
+        undeclared split, no image path): the one split "data" when there is no other, else
+        none (`DEAD_LETTER_SPLIT`): such a row is counted in the run's totals only, rather
+        than under a split the run never declared."""
+        return DEFAULT_SPLIT if self.split_column is None and not self.splits else DEAD_LETTER_SPLIT
+
     # ---------------------------------------------------------------------- reading rows
 
     def _read_spec(self, columns_only: bool) -> ConversionSpec:
@@ -193,14 +201,14 @@ class ManifestRows:
         """The planned item of one manifest row (a rejected one when the row cannot be used)."""
         number, cells, raw = row.number, row.values, row.raw
 
-        def rejected(reason, message, column=None, split=DEFAULT_SPLIT, uri=self.manifest_path,
+        def rejected(reason, message, column=None, split=self.unknown_split, uri=self.manifest_path,
                      filename=None, text=None):
             return planned_item(uri, split, filename=filename or "", row=number, raw=raw,
                                 text=text, reject=(reason, message, column))
 
         if cells is None:
             return rejected(*row.failure)
-        split = DEFAULT_SPLIT
+        split = self.unknown_split
         if self.split_column is not None:
             split = text_cell(cells.get(self.split_column)) or ""
             try:

@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from transforms.splits import DEAD_LETTER_SPLIT
 from transforms.stats.dead_letters import merge_examples
 from transforms.stats.sketches import (
     BatchStats,
@@ -70,7 +71,7 @@ class SplitStats(StatsTotal):
 def merge_batches(counts: Sequence[tuple]) -> tuple[dict[str, SplitStats], dict[str, list[dict]]]:
     """Each split's statistics and the dead-letter examples, from the sink's count entries
     (key, split, input, written, dead, record_rows, presence, stats, examples), merged in
-    batch-key order."""
+    batch-key order. Dead letters of no split (`DEAD_LETTER_SPLIT`) give examples, no split."""
     merged: dict[str, SplitStats] = {}
     examples = []
     for entry in sorted(counts, key=lambda entry: (entry[0], entry[1])):
@@ -78,6 +79,8 @@ def merge_batches(counts: Sequence[tuple]) -> tuple[dict[str, SplitStats], dict[
         stats = entry[7] if len(entry) > 7 else None
         if len(entry) > 8 and entry[8]:
             examples.append((key, entry[8]))
+        if split == DEAD_LETTER_SPLIT:
+            continue
         target = merged.setdefault(split, SplitStats())
         if stats == DEFERRED:
             continue  # counted in a later batch of its work unit
@@ -123,9 +126,12 @@ def numeric_summary(total: NumericTotal) -> dict[str, Any]:
         out["histogram"] = {"edges": [], "counts": []}
         return out
     values = total.kll.get_quantiles(list(QUANTILE_RANKS), True)
-    values[0], values[-1] = total.min, total.max
     if isinstance(total.min, int):  # int64 values: the sketch returns some of them, as floats
         values = [int(value) for value in values]
+    # The sketch holds float64s: an int64 near 2**63 comes back rounded, possibly past the
+    # exact max (2**63 itself is no int64). Clamped, the quantiles stay within [min, max].
+    values = [min(max(value, total.min), total.max) for value in values]
+    values[0], values[-1] = total.min, total.max
     out["quantiles"] = [[rank, _number(value)] for rank, value in zip(QUANTILE_RANKS, values, strict=True)]
     low, high = float(total.min), float(total.max)
     edges = np.linspace(low, high, HISTOGRAM_BINS + 1)

@@ -16,7 +16,8 @@ turned back into partials), so the commit receives one per work unit, not one pe
 * approximate, from Apache DataSketches (`datasketches`): quantiles and the histogram from
   a KLL sketch (k=200: normalized rank error ~1.33 %, 99th percentile; exact while it holds
   fewer than ~k values), distinct counts from an HLL sketch (lg_k=12: ~1.6 % relative
-  standard error, ~3.3 % at two sigmas), the most frequent values from a frequent-items
+  standard error, ~3.3 % at two sigmas; the sketch ignores the empty string, so whether a
+  batch holds it is kept apart, exactly, and adds one), the most frequent values from a frequent-items
   sketch. To keep the cost per row low, each batch offers the frequent-items sketch only
   its `TOP_PER_BATCH` most frequent values (with their exact counts in the batch): a value
   that is rarely among a batch's most frequent is undercounted, which only matters for
@@ -99,7 +100,8 @@ class NumericPartial:
 @dataclasses.dataclass(frozen=True)
 class BytesPartial:
     """bytes values of one feature in one batch: lengths, an HLL sketch of the values and a
-    frequent-items sketch of their display text (None: not tracked, e.g. image bytes)."""
+    frequent-items sketch of their display text (None: not tracked, e.g. image bytes).
+    `has_empty`: some value is the empty string, which the HLL sketch skips."""
 
     count: int
     length_min: int
@@ -107,6 +109,7 @@ class BytesPartial:
     length_total: int
     hll: bytes
     frequent: bytes | None
+    has_empty: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -193,8 +196,9 @@ def bytes_partial(lengths: np.ndarray, texts: Sequence[str], counts: np.ndarray,
             sketch.update(texts[i][:BYTES_DISPLAY_CHARS], int(counts[i]))
         frequent_bytes = sketch.serialize()
     size = int(lengths.size)
-    return BytesPartial(size, int(lengths.min()) if size else 0, int(lengths.max()) if size else 0,
-                        int(lengths.sum()), hll.serialize_compact(), frequent_bytes)
+    low = int(lengths.min()) if size else 0
+    return BytesPartial(size, low, int(lengths.max()) if size else 0, int(lengths.sum()),
+                        hll.serialize_compact(), frequent_bytes, has_empty=bool(size) and low == 0)
 
 
 class NumericTotal:
@@ -243,6 +247,7 @@ class BytesTotal:
         self.count = self.length_total = 0
         self.length_min = self.length_max = None
         self._hll = None
+        self.has_empty = False
         self.frequent = None
         self.tracks_frequent = True
 
@@ -255,6 +260,7 @@ class BytesTotal:
             self.length_max = part.length_max if self.length_max is None else max(
                 self.length_max, part.length_max)
         self.length_total += part.length_total
+        self.has_empty |= part.has_empty
         if self._hll is None:
             self._hll = ds.hll_union(HLL_LG_K)
         self._hll.update(ds.hll_sketch.deserialize(part.hll))
@@ -269,7 +275,9 @@ class BytesTotal:
 
     @property
     def distinct(self) -> float:
-        return float(self._hll.get_result().get_estimate()) if self._hll is not None else 0.0
+        """The estimated distinct values: the HLL sketch's, plus the empty string it skips."""
+        estimate = float(self._hll.get_result().get_estimate()) if self._hll is not None else 0.0
+        return estimate + self.has_empty
 
     def partial(self) -> BytesPartial:
         """The total as one partial (see `NumericTotal.partial`)."""
@@ -280,7 +288,8 @@ class BytesTotal:
             frequent = (self.frequent if self.frequent is not None
                         else ds.frequent_strings_sketch(FREQUENT_LG_MAX_K)).serialize()
         return BytesPartial(self.count, self.length_min or 0, self.length_max or 0,
-                            self.length_total, hll.serialize_compact(), frequent)
+                            self.length_total, hll.serialize_compact(), frequent,
+                            has_empty=self.has_empty)
 
     def top(self, limit: int) -> list[tuple[str, int]]:
         """The `limit` most frequent display texts with their estimated counts."""

@@ -26,6 +26,7 @@ from collections.abc import Iterable, Sequence
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
+from pipeline.errors import UsageError
 from transforms import fs
 from transforms import manifest as manifest_lib
 from transforms.format.compression import Compression, compression_from_path
@@ -253,21 +254,34 @@ def _stands_for_tfrecord(name: str) -> bool:
     return ".tfrecord" in name or bool(_SHARD_NAME.match(name))
 
 
-def verify_paths(paths: Sequence[str]) -> tuple[int, list[Problem]]:
-    """Verifies files, globs or output folders; returns (files checked, problems)."""
-    problems: list[Problem] = []
-    checked = 0
+def _resolve_all(paths: Sequence[str], problems: list[Problem]) -> list[tuple[str, list[str], dict | None]]:
+    """Every path resolved up front: one that stands for nothing is a usage error (exit 2,
+    as for inspect, index and export), raised before any file is checked; an unreadable
+    manifest is a problem of its folder."""
+    resolved = []
     for path in paths:
         try:
             files, manifest = resolve_tfrecord_paths(path)
         except ValueError as error:
             problems.append(Problem(path, str(error)))
             continue
+        if manifest is None and not files:
+            raise UsageError(f"no TFRecord file found at {path}")
+        resolved.append((path, files, manifest))
+    return resolved
+
+
+def verify_paths(paths: Sequence[str]) -> tuple[int, list[Problem]]:
+    """Verifies files, globs or output folders; returns (files checked, problems).
+
+    Raises `UsageError` when a path stands for no TFRecord file.
+    """
+    problems: list[Problem] = []
+    checked = 0
+    for path, files, manifest in _resolve_all(paths, problems):
         if manifest is not None:
             checked += _verify_output_dir(path.rstrip("/"), manifest, problems)
             continue
-        if not files:
-            problems.append(Problem(path, "no TFRecord file found"))
         for file_path in files:
             index_path = file_path + INDEX_SUFFIX
             has_index = FileSystems.exists(index_path)

@@ -85,6 +85,18 @@ def test_verify_reports_missing_and_unlisted_shards(tmp_path, capsys):
     assert "missing" in capsys.readouterr().out
 
 
+def test_verify_of_a_path_that_matches_nothing_is_a_usage_error(tmp_path, capsys):
+    """As inspect, index and export: exit 2 and one line, not a "corrupt" report (exit 4),
+    also when another path given is fine."""
+    _write_output(tmp_path / "out")
+    for paths in ([tmp_path / "nothing"], [tmp_path / "out", tmp_path / "nothing*"]):
+        assert run(["verify", *map(str, paths)]) == 2
+        captured = capsys.readouterr()
+        assert captured.out == ""
+        assert captured.err.splitlines() == [
+            f"tfrecord-pipeline verify: error: no TFRecord file found at {paths[-1]}"]
+
+
 def test_verify_rejects_a_payload_that_is_not_an_example(tmp_path, capsys):
     from transforms.format.tfrecord_format import frame_record
 

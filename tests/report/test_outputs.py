@@ -98,6 +98,26 @@ def test_the_report_command_on_a_folder_without_manifest_is_a_usage_error(tmp_pa
     assert not (tmp_path / REPORT_NAME).exists()
 
 
+def test_the_report_command_refuses_an_output_that_is_a_folder_up_front(tabular, tmp_path, capsys):
+    folder = tmp_path / "reports"
+    folder.mkdir()
+    assert run(["report", str(tabular), "--output", str(folder)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.splitlines() == [
+        f"tfrecord-pipeline report: error: --output {folder} is a folder; give the HTML file to "
+        f"write (e.g. {folder / REPORT_NAME})"]
+    assert list(tmp_path.iterdir()) == [folder] and not list(folder.iterdir())
+
+
+def test_a_failed_report_write_leaves_no_partial_file(tabular, tmp_path):
+    folder = tmp_path / "reports"
+    folder.mkdir()
+    with pytest.raises(IsADirectoryError):  # the final rename onto a folder fails
+        write_report(str(tabular), str(folder))
+    assert list(tmp_path.iterdir()) == [folder]
+
+
 def test_drift_is_shown_when_present(tabular, tmp_path):
     out = _copy(tabular, tmp_path)
     write_drift(out)

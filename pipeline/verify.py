@@ -3,8 +3,9 @@
 For every file: every record's length and data CRCs, and that every payload parses as a
 `tf.train.Example` or `tf.train.SequenceExample` (which `sequence:` specs write). For an
 output folder with a manifest, also that the shards listed
-exist with the recorded size, sha256 and record count, that dead-letter files match, that
-no stray shard sits beside them, and that the counts reconcile. A shard's `.tfindex`
+exist with the recorded size, sha256 and record count, that dead-letter files and side files
+(`files`: feature_spec.json, stats.json, ...) match their size and sha256, that no stray
+shard sits beside them, and that the counts reconcile. A shard's `.tfindex`
 sidecar (listed in the manifest, or beside a bare file) must match the shard's records
 (and the manifest's size and sha256).
 
@@ -168,6 +169,17 @@ def _file_digest(path: str) -> tuple[int, str]:
     return reader.bytes, reader.sha256.hexdigest()
 
 
+def _check_listed_file(path: str, entry: dict, problems: list[Problem]) -> None:
+    """Checks a file the manifest lists by size and sha256 only (dead letters, side files)."""
+    if not FileSystems.exists(path):
+        problems.append(Problem(path, "listed in the manifest but missing"))
+        return
+    size, digest = _file_digest(path)
+    for key, actual in (("bytes", size), ("sha256", digest)):
+        if entry[key] != actual:
+            problems.append(Problem(path, f"{key} is {actual!r}, manifest says {entry[key]!r}"))
+
+
 def _verify_output_dir(output_dir: str, manifest: dict, problems: list[Problem]) -> int:
     manifest_path = fs.join_path(output_dir, MANIFEST_NAME)
     listed = set()
@@ -194,14 +206,10 @@ def _verify_output_dir(output_dir: str, manifest: dict, problems: list[Problem])
             if shard[key] != actual:
                 problems.append(Problem(path, f"{key} is {actual!r}, manifest says {shard[key]!r}"))
     for entry in manifest.get("dead_letter_files", []):
-        path = fs.join_path(output_dir, entry["path"])
         listed.add(entry["path"])
-        if not FileSystems.exists(path):
-            problems.append(Problem(path, "listed in the manifest but missing"))
-            continue
-        size, digest = _file_digest(path)
-        if (size, digest) != (entry["bytes"], entry["sha256"]):
-            problems.append(Problem(path, "size or sha256 differs from the manifest"))
+        _check_listed_file(fs.join_path(output_dir, entry["path"]), entry, problems)
+    for name, entry in manifest.get("files", {}).items():
+        _check_listed_file(fs.join_path(output_dir, name), entry, problems)
     for result in FileSystems.match([fs.join_path(output_dir, "*.tfrecord*")]):
         for metadata in result.metadata_list:
             relative = metadata.path[len(output_dir):].lstrip("/")

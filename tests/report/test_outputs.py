@@ -8,6 +8,7 @@ import base64
 import io
 import json
 import logging
+import os
 import shutil
 from pathlib import Path
 
@@ -16,7 +17,8 @@ from apache_beam.io.filesystems import FileSystems
 from PIL import Image
 
 from pipeline.cli import run
-from tests.report.fixtures import DRIFT, convert_images, convert_tabular, write_drift
+from tests.helpers import in_memory_args
+from tests.report.fixtures import DRIFT, SAMPLE, convert_images, convert_tabular, write_drift
 from transforms.manifest import read_manifest
 from transforms.report.build import REPORT_NAME, build_report, write_report
 from transforms.report.collect import collect_report_data
@@ -129,6 +131,21 @@ def test_a_malformed_manifest_is_one_line_as_for_the_other_malformed_manifests(t
         assert run(["report", str(out)]) == 2
         err = capsys.readouterr().err.splitlines()
         assert len(err) == 1 and f"{out / 'manifest.json'}: manifest is malformed" in err[0], err
+
+
+def test_a_non_utf8_input_file_name_is_shown_escaped_not_a_failed_report(tmp_path, capsys):
+    source = os.fsdecode(bytes(tmp_path) + b"/f\xe9.csv")  # \udce9 in the name Python gives
+    shutil.copy(SAMPLE / "tabular" / "customers.csv", source)
+    out = tmp_path / "out"
+    assert run(["convert", "--input", source, "--format", "csv", "--output", str(out),
+                *in_memory_args()]) == 0
+    page = (out / REPORT_NAME).read_text(encoding="utf-8")  # written by the conversion
+    assert f"<code>{tmp_path}/f\\xe9.csv</code>" in page
+    (out / REPORT_NAME).unlink()
+    capsys.readouterr()
+    assert run(["report", str(out)]) == 0
+    assert capsys.readouterr().err == ""
+    assert (out / REPORT_NAME).read_text(encoding="utf-8") == page
 
 
 def test_drift_is_shown_when_present(tabular, tmp_path):

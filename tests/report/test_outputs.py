@@ -148,6 +148,34 @@ def test_a_non_utf8_input_file_name_is_shown_escaped_not_a_failed_report(tmp_pat
     assert (out / REPORT_NAME).read_text(encoding="utf-8") == page
 
 
+def test_a_sequence_output_shows_its_features_and_counts_that_reconcile(tmp_path):
+    """stats.json of SequenceExamples has no feature statistics: the features come from
+    feature_spec.json (context and sequence parts); the counts add up in rows, as the
+    manifest's do (input = written_rows + dead_letter), beside the sequences written."""
+    (tmp_path / "a.csv").write_text("user,country,ts,item\nu1,de,1,a\nu1,de,2,b\n,de,3,c\n"
+                                    "u2,fr,,d\nu2,fr,1,e\nu3,it,1,f\n")
+    (tmp_path / "spec.yaml").write_text(
+        "features:\n  - {name: user, type: string}\n  - {name: country, type: string}\n"
+        "  - {name: ts, type: int64}\n  - {name: item, type: string}\n"
+        "sequence: {group_by: user, order_by: ts, context: [user, country]}\n")
+    out = tmp_path / "out"
+    assert run(["convert", "--input", str(tmp_path / "a.csv"), "--format", "csv", "--spec",
+                str(tmp_path / "spec.yaml"), "--output", str(out), *in_memory_args()]) == 0
+    counts = read_manifest(str(out))["counts"]
+    assert (counts["input"], counts["written_rows"], counts["dead_letter"], counts["written"]) == (6, 4, 2, 3)
+    page = (out / REPORT_NAME).read_text()
+    overview = page[page.index('id="overview"'):page.index('id="dead-letters"')]
+    for title, value in (("rows read", 6), ("rows written", 4), ("dead-lettered rows", 2),
+                         ("sequences written", 3)):
+        assert f'<div class="card">{title}<b>{value}</b></div>' in overview, title
+    assert "<th>sequences</th><th>rows</th>" in overview
+    assert "<td>data</td><td>3</td><td>4</td><td>2</td>" in overview
+    features = page[page.index('id="features"'):]
+    assert "No features." not in features
+    for name in ("context:user", "context:country", "sequence:ts", "sequence:item"):
+        assert f"<code>{name}</code>" in features, name
+
+
 def test_drift_is_shown_when_present(tabular, tmp_path):
     out = _copy(tabular, tmp_path)
     write_drift(out)

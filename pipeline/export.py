@@ -4,7 +4,7 @@ to Parquet, without TensorFlow.
 PATH is an output folder of this tool (its manifest lists the shards; `feature_spec.json` gives
 the columns, and which are lists; an older output that does not say is completed from the
 records) or any TFRecord file, folder or glob (the columns are learnt from the records in a
-first pass). Records are read
+first pass; a file's compression comes from its name or is sniffed, as `verify` does). Records are read
 with every CRC checked, decoded in batches (`transforms.format.example_decoder`) and written
 batch by batch as row groups, so memory stays bounded whatever the size of the input. Each
 Parquet file is written under a temporary name and renamed when complete.
@@ -29,9 +29,9 @@ from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
 from pipeline.errors import OutputProblems, UsageError
-from pipeline.verify import resolve_tfrecord_paths
+from pipeline.verify import compression_of_file, resolve_tfrecord_paths
 from transforms import fs
-from transforms.format.compression import compression_from_path, parse_compression
+from transforms.format.compression import parse_compression
 from transforms.format.example_decoder import ExampleDecodeError, MixedKindError, decode_examples
 from transforms.format.example_table import (
     ColumnSchema,
@@ -59,7 +59,8 @@ _MAX_SIDE_FILE_BYTES = 64 << 20
 
 @dataclasses.dataclass(frozen=True)
 class _Source:
-    """The TFRecord files of one Parquet output and how they are compressed (None: by suffix)."""
+    """The TFRecord files of one Parquet output and how they are compressed (None: each
+    file's own, from its name or sniffed)."""
 
     name: str  # the split, or "" for plain files
     files: tuple[str, ...]
@@ -195,11 +196,12 @@ def _complete_columns(columns: list[ColumnSchema], sources: list[_Source]) -> li
 def _read_batches(source: _Source) -> Iterator[_Batch]:
     batch = _Batch()
     for file in source.files:
-        compression = (compression_from_path(file) if source.compression is None
-                       else parse_compression(source.compression))
         batch.file_starts.append(len(batch.payloads))
         batch.files.append(file)
         try:
+            # Sniffed when the name does not say (Beam's suffix-less shards), as verify does.
+            compression = (compression_of_file(file) if source.compression is None
+                           else parse_compression(source.compression))
             handle = FileSystems.open(file, compression_type=CompressionTypes.UNCOMPRESSED)
         except OSError as error:
             raise OutputProblems(f"{file}: cannot open: {error}") from None

@@ -7,8 +7,9 @@ with each shard's `index` entry (path, bytes, sha256), so that `verify` checks t
 and later runs know the files are the tool's own; the folder is locked meanwhile, as a
 conversion locks it. Every file is checked up front: a compressed one is refused before
 anything is written (an index holds byte offsets, and a gzip or zlib stream cannot be
-entered at an offset). A corrupt file gets no index; the others still do, and the command
-then fails naming the first corruption. One line is printed per index written.
+entered at an offset). A corrupt file (a bad length or data CRC, a truncated record) gets
+no index; the others still do, and the command then fails naming the first corruption.
+One line is printed per index written.
 """
 
 from __future__ import annotations
@@ -100,7 +101,8 @@ def _write_one(path: str) -> tuple[int, dict]:
         with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as raw:
             with FileSystems.create(partial, compression_type=CompressionTypes.UNCOMPRESSED) as out:
                 sink = _HashingSink(out)
-                records = write_index(raw, sink, path=path)
+                # Payload CRCs too: an index vouches for the records a reader seeks to.
+                records = write_index(raw, sink, path=path, check_payloads=True)
     except BaseException:
         if FileSystems.exists(partial):
             FileSystems.delete([partial])

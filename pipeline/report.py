@@ -1,25 +1,36 @@
 """`tfrecord-pipeline report DIR [--output FILE]`, and the report every conversion writes.
 
 The page itself is built by `transforms.report` from the committed output alone; this module
-maps its outcomes onto the command line's: a folder without a manifest is a usage error,
-and after a conversion a report that cannot be written is a warning, never a failed run
-(the output is committed and sound either way; `report` rebuilds the page later).
+maps its outcomes onto the command line's: a folder without a manifest, or an `--output`
+that is a folder, is a usage error, and after a conversion a report that cannot be written
+is a warning, never a failed run (the output is committed and sound either way; `report`
+rebuilds the page later).
 """
 
 from __future__ import annotations
 
 import logging
+import os
 
 from pipeline.errors import UsageError
-from transforms.report.build import write_report
+from transforms.report.build import REPORT_NAME, write_report
 
 __all__ = ["report_command", "write_report_after_commit"]
 
 _LOG = logging.getLogger("tfrecord_pipeline")
 
 
+def _refuse_folder_destination(destination: str | None) -> None:
+    """`--output` names the HTML file to write: an existing folder is refused before the
+    page is built (it would fail only at the final rename)."""
+    if destination is not None and "://" not in destination and os.path.isdir(destination):
+        raise UsageError(f"--output {destination} is a folder; give the HTML file to write "
+                         f"(e.g. {os.path.join(destination, REPORT_NAME)})")
+
+
 def report_command(output_dir: str, destination: str | None = None) -> None:
     """Writes the report of the committed output `output_dir`; prints the path written."""
+    _refuse_folder_destination(destination)
     try:
         path = write_report(output_dir, destination)
     except FileNotFoundError as error:

@@ -3,8 +3,9 @@
 For every file: every record's length and data CRCs, and that every payload parses as a
 `tf.train.Example` or `tf.train.SequenceExample` (which `sequence:` specs write). For an
 output folder with a manifest, also that the shards listed
-exist with the recorded size, sha256 and record count, that dead-letter files match, that
-no stray shard sits beside them, and that the counts reconcile. A shard's `.tfindex`
+exist with the recorded size, sha256 and record count, that dead-letter files and side files
+(`files`: feature_spec.json, stats.json, ...) match their size and sha256, that no stray
+shard sits beside them, and that the counts reconcile. A shard's `.tfindex`
 sidecar (listed in the manifest, or beside a bare file) must match the shard's records
 (and the manifest's size and sha256).
 
@@ -26,6 +27,7 @@ from collections.abc import Iterable, Sequence
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
+from pipeline.errors import UsageError
 from transforms import fs
 from transforms import manifest as manifest_lib
 from transforms.format.compression import Compression, compression_from_path
@@ -167,6 +169,17 @@ def _file_digest(path: str) -> tuple[int, str]:
     return reader.bytes, reader.sha256.hexdigest()
 
 
+def _check_listed_file(path: str, entry: dict, problems: list[Problem]) -> None:
+    """Checks a file the manifest lists by size and sha256 only (dead letters, side files)."""
+    if not FileSystems.exists(path):
+        problems.append(Problem(path, "listed in the manifest but missing"))
+        return
+    size, digest = _file_digest(path)
+    for key, actual in (("bytes", size), ("sha256", digest)):
+        if entry[key] != actual:
+            problems.append(Problem(path, f"{key} is {actual!r}, manifest says {entry[key]!r}"))
+
+
 def _verify_output_dir(output_dir: str, manifest: dict, problems: list[Problem]) -> int:
     manifest_path = fs.join_path(output_dir, MANIFEST_NAME)
     listed = set()
@@ -193,14 +206,10 @@ def _verify_output_dir(output_dir: str, manifest: dict, problems: list[Problem])
             if shard[key] != actual:
                 problems.append(Problem(path, f"{key} is {actual!r}, manifest says {shard[key]!r}"))
     for entry in manifest.get("dead_letter_files", []):
-        path = fs.join_path(output_dir, entry["path"])
         listed.add(entry["path"])
-        if not FileSystems.exists(path):
-            problems.append(Problem(path, "listed in the manifest but missing"))
-            continue
-        size, digest = _file_digest(path)
-        if (size, digest) != (entry["bytes"], entry["sha256"]):
-            problems.append(Problem(path, "size or sha256 differs from the manifest"))
+        _check_listed_file(fs.join_path(output_dir, entry["path"]), entry, problems)
+    for name, entry in manifest.get("files", {}).items():
+        _check_listed_file(fs.join_path(output_dir, name), entry, problems)
     for result in FileSystems.match([fs.join_path(output_dir, "*.tfrecord*")]):
         for metadata in result.metadata_list:
             relative = metadata.path[len(output_dir):].lstrip("/")
@@ -253,21 +262,34 @@ def _stands_for_tfrecord(name: str) -> bool:
     return ".tfrecord" in name or bool(_SHARD_NAME.match(name))
 
 
-def verify_paths(paths: Sequence[str]) -> tuple[int, list[Problem]]:
-    """Verifies files, globs or output folders; returns (files checked, problems)."""
-    problems: list[Problem] = []
-    checked = 0
+def _resolve_all(paths: Sequence[str], problems: list[Problem]) -> list[tuple[str, list[str], dict | None]]:
+    """Every path resolved up front: one that stands for nothing is a usage error (exit 2,
+    as for inspect, index and export), raised before any file is checked; an unreadable
+    manifest is a problem of its folder."""
+    resolved = []
     for path in paths:
         try:
             files, manifest = resolve_tfrecord_paths(path)
         except ValueError as error:
             problems.append(Problem(path, str(error)))
             continue
+        if manifest is None and not files:
+            raise UsageError(f"no TFRecord file found at {path}")
+        resolved.append((path, files, manifest))
+    return resolved
+
+
+def verify_paths(paths: Sequence[str]) -> tuple[int, list[Problem]]:
+    """Verifies files, globs or output folders; returns (files checked, problems).
+
+    Raises `UsageError` when a path stands for no TFRecord file.
+    """
+    problems: list[Problem] = []
+    checked = 0
+    for path, files, manifest in _resolve_all(paths, problems):
         if manifest is not None:
             checked += _verify_output_dir(path.rstrip("/"), manifest, problems)
             continue
-        if not files:
-            problems.append(Problem(path, "no TFRecord file found"))
         for file_path in files:
             index_path = file_path + INDEX_SUFFIX
             has_index = FileSystems.exists(index_path)

@@ -83,8 +83,9 @@ def write_bytes_atomically(path: str, data: bytes) -> None:
     """Writes `data` so that `path` is either absent, old, or complete, and durable.
 
     Object stores (gs://) publish an object only when its upload completes; on local disk
-    the bytes go to a sibling temporary name, are synced, and are renamed into place (then
-    the folder entry is synced too); other filesystems write a temporary name and rename.
+    the bytes go to a sibling temporary name (`path.partial`), are synced, and are renamed
+    into place (then the folder entry is synced too); other filesystems write a temporary
+    name and rename. A write that fails removes its temporary file.
     """
     if path.startswith("gs://"):
         with FileSystems.create(path) as handle:
@@ -92,6 +93,20 @@ def write_bytes_atomically(path: str, data: bytes) -> None:
         return
     ensure_parent(path)
     temporary = f"{path}.partial"
+    try:
+        _write_and_rename(temporary, path, data)
+    except BaseException:
+        # A failed write (`path` a folder, a full disk, an interrupt) leaves nothing behind;
+        # a folder of that name is not ours (the write could not have created it).
+        local = "://" not in temporary
+        if os.path.isfile(temporary) if local else FileSystems.exists(temporary):
+            FileSystems.delete([temporary])
+        raise
+
+
+def _write_and_rename(temporary: str, path: str, data: bytes) -> None:
+    """`write_bytes_atomically` past the object-store case: `data` to `temporary`, renamed
+    to `path`."""
     if "://" not in path:
         with open(temporary, "wb") as handle:
             handle.write(data)

@@ -67,6 +67,10 @@ def _rewrite_manifest(folder, change) -> None:
     (lambda m: m["shards"][0].update(path="/etc/passwd"), "outside the folder"),
     (lambda m: m["shards"][0].update(path="gs://bucket/x.tfrecord"), "outside the folder"),
     (lambda m: m.clear(), "lacks required keys"),
+    (lambda m: m["counts"].update(dead_letter_reasons=["x"]), "not counts per reason"),
+    (lambda m: m.update(files=["stats.json"]), "not an object of side files"),
+    (lambda m: m.update(files={"../stats.json": {"bytes": 1, "sha256": "0"}}), "outside the folder"),
+    (lambda m: m.update(files={"stats.json": {"bytes": "1"}}), "not its bytes and sha256"),
 ])
 def test_a_malformed_manifest_is_a_problem_not_a_traceback(tmp_path, capsys, change, problem):
     output = tmp_path / "out"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import os
 import re
@@ -19,7 +20,7 @@ from transforms.records import RecordBatch, batch_key
 from transforms.sink import WriteToShardedTFRecord
 
 
-def _write_output(output, compression="none", records=12):
+def _write_output(output, compression="none", records=12, extra_files=None):
     examples = [
         encode_example({"id": ("int64", [i]), "text": ("bytes", [f"héllo {i}".encode()]),
                         "raw": ("bytes", [b"\xff\x00" * (i % 3)]), "vec": ("float", [0.5, -1.0])})
@@ -27,7 +28,8 @@ def _write_output(output, compression="none", records=12):
     ]
     batch = RecordBatch(batch_key(0, 0), "train", examples, (), len(examples))
     with beam.Pipeline(runner=FnApiRunner()) as pipeline:
-        _ = pipeline | beam.Create([batch]) | WriteToShardedTFRecord(str(output), compression=compression)
+        _ = pipeline | beam.Create([batch]) | WriteToShardedTFRecord(str(output), compression=compression,
+                                                                     extra_files=extra_files)
     with open(os.path.join(output, "manifest.json")) as handle:
         return json.load(handle)
 
@@ -83,6 +85,33 @@ def test_verify_reports_missing_and_unlisted_shards(tmp_path, capsys):
     os.remove(tmp_path / manifest["shards"][0]["path"])
     assert run(["verify", str(tmp_path)]) != 0
     assert "missing" in capsys.readouterr().out
+
+
+def test_verify_of_a_path_that_matches_nothing_is_a_usage_error(tmp_path, capsys):
+    """As inspect, index and export: exit 2 and one line, not a "corrupt" report (exit 4),
+    also when another path given is fine."""
+    _write_output(tmp_path / "out")
+    for paths in ([tmp_path / "nothing"], [tmp_path / "out", tmp_path / "nothing*"]):
+        assert run(["verify", *map(str, paths)]) == 2
+        captured = capsys.readouterr()
+        assert captured.out == ""
+        assert captured.err.splitlines() == [
+            f"tfrecord-pipeline verify: error: no TFRecord file found at {paths[-1]}"]
+
+
+def test_verify_checks_the_side_files_the_manifest_lists(tmp_path, capsys):
+    labels, altered = b"cat\ndog\n", b"cat\ndig\n"  # same size
+    _write_output(tmp_path, extra_files={"feature_spec.json": b"{}", "labels.txt": labels})
+    assert run(["verify", str(tmp_path)]) == 0
+    (tmp_path / "feature_spec.json").unlink()
+    (tmp_path / "labels.txt").write_bytes(altered)
+    capsys.readouterr()
+    assert run(["verify", str(tmp_path)]) == EXIT_CORRUPT
+    out = capsys.readouterr().out.splitlines()
+    assert out[:-1] == [f"{tmp_path / 'feature_spec.json'}: listed in the manifest but missing",
+                        f"{tmp_path / 'labels.txt'}: sha256 is {hashlib.sha256(altered).hexdigest()!r}, "
+                        f"manifest says {hashlib.sha256(labels).hexdigest()!r}"]
+    assert json.loads(out[-1])["status"] == "corrupt"
 
 
 def test_verify_rejects_a_payload_that_is_not_an_example(tmp_path, capsys):

@@ -4,10 +4,12 @@ as float32, strings as bytes, a missing value as null)."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import math
 import pathlib
 import re
+import zlib
 
 import numpy as np
 import pyarrow as pa
@@ -165,6 +167,19 @@ def test_a_tensorflow_written_file_is_exported_with_an_inferred_schema(tmp_path,
     assert table["label"].to_pylist() == [i - 150 for i in range(300)]
     assert table["text"].to_pylist() == [b"\xff%d" % i if i % 3 else None for i in range(300)]
     assert table["vec"].to_pylist() == [[i / 4] * (i % 3) for i in range(300)]
+
+
+@pytest.mark.parametrize(("compress", "name"), [(gzip.compress, "gzip"), (zlib.compress, "zlib")])
+def test_suffix_less_compressed_files_are_sniffed_as_verify_and_inspect_do(tmp_path, capsys,
+                                                                           compress, name):
+    """A file whose name does not say (Beam's `prefix-00000-of-00001`) is read as what its
+    first bytes are, not as uncompressed."""
+    payloads = [encode_example({"x": ("int64", [i])}) for i in range(20)]
+    path = tmp_path / f"{name}-00000-of-00001"
+    path.write_bytes(compress(frame_records(payloads)))
+    target = tmp_path / "x.parquet"
+    assert run(["export", str(path), "--to", "parquet", str(target)]) == 0, capsys.readouterr().err
+    assert pq.read_table(target)["x"].to_pylist() == list(range(20))
 
 
 def test_records_are_written_in_batches_as_row_groups(tmp_path, monkeypatch):

@@ -282,6 +282,25 @@ def test_index_command_reports_a_corrupt_file_and_leaves_no_index(tmp_path, caps
     assert not list(tmp_path.glob("*.partial"))
 
 
+def test_index_command_refuses_a_file_with_a_bad_payload_crc(tmp_path, capsys):
+    """The framing is intact (length CRCs, sizes): only the data CRC tells the payload is
+    damaged, and a corrupt file gets no index."""
+    from transforms.format.tfrecord_format import frame_records
+
+    bad = tmp_path / "bad.tfrecord"
+    data = bytearray(frame_records(_examples(5)))
+    data[14] ^= 0xFF  # a payload byte of the first record
+    bad.write_bytes(bytes(data))
+    capsys.readouterr()
+    assert run(["index", str(bad)]) == EXIT_CORRUPT
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    err = captured.err.strip().splitlines()
+    assert len(err) == 1 and str(bad) in err[0] and "data CRC mismatch" in err[0], err
+    assert not (tmp_path / "bad.tfrecord.tfindex").exists()
+    assert not list(tmp_path.glob("*.partial"))
+
+
 # ------------------------------------------------------------------------------ Beam interop
 
 

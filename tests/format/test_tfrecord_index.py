@@ -131,6 +131,20 @@ def test_payload_crcs_are_not_read_so_a_bad_payload_still_indexes():
     assert _index_of(bytes(data)) == _expected([b"payload", b"more"])
 
 
+@pytest.mark.parametrize("seekable", [True, False])
+def test_checking_payloads_finds_a_bad_payload_and_indexes_a_good_one_alike(seekable):
+    payloads = [b"payload", b"more", b"x" * 3000]
+    data = frame_records(payloads)
+    out = io.BytesIO()
+    write_index(io.BytesIO(data) if seekable else _Unseekable(data), out, check_payloads=True)
+    assert out.getvalue() == _expected(payloads)
+    damaged = bytearray(data)
+    damaged[16 + len(payloads[0]) + 13] ^= 0xFF  # a payload byte of the second record
+    with pytest.raises(TFRecordCorruptError, match="data CRC mismatch") as caught:
+        write_index(io.BytesIO(bytes(damaged)), io.BytesIO(), path="f.tfrecord", check_payloads=True)
+    assert (caught.value.path, caught.value.offset, caught.value.index) == ("f.tfrecord", 23, 1)
+
+
 def test_lines_as_written_equal_lines_found_by_scanning():
     payloads = [b"p" * n for n in (0, 1, 200, 3, 70000, 5)]
     scanned = _index_of(frame_records(payloads))

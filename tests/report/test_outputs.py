@@ -8,6 +8,7 @@ import base64
 import io
 import json
 import logging
+import os
 import shutil
 from pathlib import Path
 
@@ -16,7 +17,8 @@ from apache_beam.io.filesystems import FileSystems
 from PIL import Image
 
 from pipeline.cli import run
-from tests.report.fixtures import DRIFT, convert_images, convert_tabular, write_drift
+from tests.helpers import in_memory_args
+from tests.report.fixtures import DRIFT, SAMPLE, convert_images, convert_tabular, write_drift
 from transforms.manifest import read_manifest
 from transforms.report.build import REPORT_NAME, build_report, write_report
 from transforms.report.collect import collect_report_data
@@ -96,6 +98,82 @@ def test_the_report_command_on_a_folder_without_manifest_is_a_usage_error(tmp_pa
     err = capsys.readouterr().err
     assert "has no manifest.json" in err and "hint:" in err
     assert not (tmp_path / REPORT_NAME).exists()
+
+
+def test_the_report_command_refuses_an_output_that_is_a_folder_up_front(tabular, tmp_path, capsys):
+    folder = tmp_path / "reports"
+    folder.mkdir()
+    assert run(["report", str(tabular), "--output", str(folder)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.splitlines() == [
+        f"tfrecord-pipeline report: error: --output {folder} is a folder; give the HTML file to "
+        f"write (e.g. {folder / REPORT_NAME})"]
+    assert list(tmp_path.iterdir()) == [folder] and not list(folder.iterdir())
+
+
+def test_a_failed_report_write_leaves_no_partial_file(tabular, tmp_path):
+    folder = tmp_path / "reports"
+    folder.mkdir()
+    with pytest.raises(IsADirectoryError):  # the final rename onto a folder fails
+        write_report(str(tabular), str(folder))
+    assert list(tmp_path.iterdir()) == [folder]
+
+
+def test_a_malformed_manifest_is_one_line_as_for_the_other_malformed_manifests(tabular, tmp_path, capsys):
+    """Exit 2 and one line naming the manifest, for dead letters by reason that are not a
+    mapping (were exit 1, AttributeError) as for counts that are not counts."""
+    for counts in ({"dead_letter_reasons": ["missing_required"]}, {"written": -1}):
+        out = _copy(tabular, tmp_path / str(len(counts)) / next(iter(counts)))
+        manifest = json.loads((out / "manifest.json").read_text())
+        manifest["counts"].update(counts)
+        (out / "manifest.json").write_text(json.dumps(manifest))
+        assert run(["report", str(out)]) == 2
+        err = capsys.readouterr().err.splitlines()
+        assert len(err) == 1 and f"{out / 'manifest.json'}: manifest is malformed" in err[0], err
+
+
+def test_a_non_utf8_input_file_name_is_shown_escaped_not_a_failed_report(tmp_path, capsys):
+    source = os.fsdecode(bytes(tmp_path) + b"/f\xe9.csv")  # \udce9 in the name Python gives
+    shutil.copy(SAMPLE / "tabular" / "customers.csv", source)
+    out = tmp_path / "out"
+    assert run(["convert", "--input", source, "--format", "csv", "--output", str(out),
+                *in_memory_args()]) == 0
+    page = (out / REPORT_NAME).read_text(encoding="utf-8")  # written by the conversion
+    assert f"<code>{tmp_path}/f\\xe9.csv</code>" in page
+    (out / REPORT_NAME).unlink()
+    capsys.readouterr()
+    assert run(["report", str(out)]) == 0
+    assert capsys.readouterr().err == ""
+    assert (out / REPORT_NAME).read_text(encoding="utf-8") == page
+
+
+def test_a_sequence_output_shows_its_features_and_counts_that_reconcile(tmp_path):
+    """stats.json of SequenceExamples has no feature statistics: the features come from
+    feature_spec.json (context and sequence parts); the counts add up in rows, as the
+    manifest's do (input = written_rows + dead_letter), beside the sequences written."""
+    (tmp_path / "a.csv").write_text("user,country,ts,item\nu1,de,1,a\nu1,de,2,b\n,de,3,c\n"
+                                    "u2,fr,,d\nu2,fr,1,e\nu3,it,1,f\n")
+    (tmp_path / "spec.yaml").write_text(
+        "features:\n  - {name: user, type: string}\n  - {name: country, type: string}\n"
+        "  - {name: ts, type: int64}\n  - {name: item, type: string}\n"
+        "sequence: {group_by: user, order_by: ts, context: [user, country]}\n")
+    out = tmp_path / "out"
+    assert run(["convert", "--input", str(tmp_path / "a.csv"), "--format", "csv", "--spec",
+                str(tmp_path / "spec.yaml"), "--output", str(out), *in_memory_args()]) == 0
+    counts = read_manifest(str(out))["counts"]
+    assert (counts["input"], counts["written_rows"], counts["dead_letter"], counts["written"]) == (6, 4, 2, 3)
+    page = (out / REPORT_NAME).read_text()
+    overview = page[page.index('id="overview"'):page.index('id="dead-letters"')]
+    for title, value in (("rows read", 6), ("rows written", 4), ("dead-lettered rows", 2),
+                         ("sequences written", 3)):
+        assert f'<div class="card">{title}<b>{value}</b></div>' in overview, title
+    assert "<th>sequences</th><th>rows</th>" in overview
+    assert "<td>data</td><td>3</td><td>4</td><td>2</td>" in overview
+    features = page[page.index('id="features"'):]
+    assert "No features." not in features
+    for name in ("context:user", "context:country", "sequence:ts", "sequence:item"):
+        assert f"<code>{name}</code>" in features, name
 
 
 def test_drift_is_shown_when_present(tabular, tmp_path):

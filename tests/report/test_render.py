@@ -12,7 +12,7 @@ from PIL import Image
 from transforms.report.charts import bar_chart_svg, histogram_svg
 from transforms.report.collect import ReportData
 from transforms.report.dead_letters import DeadLetterSample
-from transforms.report.markup import fmt_bytes, fmt_number, fmt_percent
+from transforms.report.markup import esc, fmt_bytes, fmt_number, fmt_percent
 from transforms.report.render import render_report
 from transforms.report.thumbnails import ContactSheet, Thumbnail, thumbnail_data_uri
 
@@ -97,6 +97,13 @@ def test_hostile_names_and_values_are_escaped_everywhere():
     assert not [(tag, name) for tag, attrs in tags for name in attrs if name.startswith("on")]
     images = [attrs for tag, attrs in tags if tag == "img"]
     assert len(images) == 1 and images[0]["src"].startswith("data:image/jpeg;base64,")
+
+
+def test_text_utf8_cannot_encode_is_shown_as_backslash_escapes():
+    # A non-UTF-8 byte of a file name (as Python decodes it), a lone surrogate, and text.
+    assert esc("f\udce9 <x>") == "f\\xe9 &lt;x&gt;"
+    assert esc("\ud800\u00e9") == "\\ud800\u00e9"
+    assert bar_chart_svg([("f\udce9", 1)]).encode("utf-8")
 
 
 def test_the_page_is_inert_and_self_contained():

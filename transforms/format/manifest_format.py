@@ -67,19 +67,8 @@ def manifest_problems(manifest: Any) -> list[str]:
         problems.append(f"lacks required keys {missing}")
     if not isinstance(manifest.get("compression", ""), str):
         problems.append(f"'compression' is {manifest['compression']!r}, not a codec name")
-    counts = manifest.get("counts", {})
-    if not isinstance(counts, dict) or not all(
-            _is_count(counts.get(key)) for key in ("input", "written", "dead_letter")):
-        problems.append(f"'counts' is {counts!r}, not input/written/dead_letter counts")
-    else:
-        splits = counts.get("splits", {})
-        if not isinstance(splits, dict) or not all(
-                isinstance(entry, dict) and all(_is_count(entry.get(key)) for key in
-                                                ("input", "written", "dead_letter"))
-                for entry in splits.values()):
-            problems.append(f"'counts.splits' is {splits!r}, not counts per split")
-        if "written_rows" in counts and not _is_count(counts["written_rows"]):
-            problems.append(f"'counts.written_rows' is {counts['written_rows']!r}, not a count")
+    problems += _counts_problems(manifest.get("counts", {}))
+    problems += _side_file_problems(manifest.get("files", {}))
     for key, fields in (("shards", ("path", "split", "records", "bytes", "sha256")),
                         ("dead_letter_files", ("path", "records", "bytes", "sha256"))):
         entries = manifest.get(key, [])
@@ -99,4 +88,41 @@ def manifest_problems(manifest: Any) -> list[str]:
                       and isinstance(entry["sha256"], str)
                       and (key != "shards" or isinstance(entry["split"], str))):
                 problems.append(f"{key!r} entry {entry!r} has a value of the wrong type")
+    return problems
+
+
+def _counts_problems(counts: Any) -> list[str]:
+    """What is wrong with a manifest's `counts`: totals, per split, rows of sequences and
+    dead letters by reason."""
+    if not isinstance(counts, dict) or not all(
+            _is_count(counts.get(key)) for key in ("input", "written", "dead_letter")):
+        return [f"'counts' is {counts!r}, not input/written/dead_letter counts"]
+    problems = []
+    splits = counts.get("splits", {})
+    if not isinstance(splits, dict) or not all(
+            isinstance(entry, dict) and all(_is_count(entry.get(key)) for key in
+                                            ("input", "written", "dead_letter"))
+            for entry in splits.values()):
+        problems.append(f"'counts.splits' is {splits!r}, not counts per split")
+    if "written_rows" in counts and not _is_count(counts["written_rows"]):
+        problems.append(f"'counts.written_rows' is {counts['written_rows']!r}, not a count")
+    reasons = counts.get("dead_letter_reasons") or {}  # readers take a null as none
+    if not isinstance(reasons, dict) or not all(
+            isinstance(reason, str) and _is_count(count) for reason, count in reasons.items()):
+        problems.append(f"'counts.dead_letter_reasons' is {reasons!r}, not counts per reason")
+    return problems
+
+
+def _side_file_problems(files: Any) -> list[str]:
+    """What is wrong with a manifest's `files`: {name: {"bytes": ..., "sha256": ...}} of the
+    side files, every name inside the folder."""
+    if not isinstance(files, dict):
+        return [f"'files' is {files!r}, not an object of side files"]
+    problems = []
+    for name, entry in files.items():
+        if not is_plain_relative(name):
+            problems.append(f"'files' names {name!r}, a path outside the folder")
+        elif not (isinstance(entry, dict) and _is_count(entry.get("bytes"))
+                  and isinstance(entry.get("sha256"), str)):
+            problems.append(f"'files' entry {name!r} is {entry!r}, not its bytes and sha256")
     return problems

@@ -4,14 +4,15 @@ Hand-built SVG rather than matplotlib: the charts are a few rectangles each, so 
 `<svg>` is a few hundred bytes (a PNG data URI of the same is ~10x that), stays sharp at any
 zoom, needs no new dependency (matplotlib and its font cache cost seconds on first import),
 and its text is escaped like the rest of the page. Every label is user data: it goes
-through `html.escape`.
+through `markup.esc`.
 """
 
 from __future__ import annotations
 
-import html
 import math
 from collections.abc import Sequence
+
+from transforms.report.markup import esc
 
 __all__ = ["BAR_COLOR", "bar_chart_svg", "histogram_svg"]
 
@@ -19,10 +20,6 @@ BAR_COLOR = "#3b6ea8"
 _WARN_COLOR = "#c0504d"
 _CHAR_PIXELS = 7  # an average glyph of the 12 px sans-serif labels
 _MAX_LABEL_CHARS = 32
-
-
-def _escape(text: object) -> str:
-    return html.escape(str(text), quote=True)
 
 
 def _short(text: str, limit: int = _MAX_LABEL_CHARS) -> str:
@@ -57,9 +54,9 @@ def histogram_svg(counts: Sequence[int], edges: Sequence[float] | None = None, w
             bar = 1.0  # a non-empty bin stays visible
         bars.append(f'<rect x="{i * step + 0.5:.1f}" y="{height - 1 - bar:.1f}" '
                     f'width="{max(step - 1, 1):.1f}" height="{bar:.1f}"/>')
-    tooltip = f"<title>{_escape(chr(10).join(lines))}</title>" if lines else ""
+    tooltip = f"<title>{esc(chr(10).join(lines))}</title>" if lines else ""
     return (f'<svg class="spark" width="{width}" height="{height}" '
-            f'viewBox="0 0 {width} {height}" role="img" aria-label="{_escape(title or "histogram")}">'
+            f'viewBox="0 0 {width} {height}" role="img" aria-label="{esc(title or "histogram")}">'
             f'{tooltip}<line x1="0" y1="{height - 0.5}" x2="{width}" y2="{height - 0.5}" '
             f'stroke="#bbb" stroke-width="1"/><g fill="{BAR_COLOR}">{"".join(bars)}</g></svg>')
 
@@ -87,10 +84,10 @@ def bar_chart_svg(items: Sequence[tuple[str, float]], width: int = 520, bar_heig
         text_y = y + bar_height / 2 + 4
         rows.append(
             f'<text x="{label_width - 6}" y="{text_y:.1f}" text-anchor="end">'
-            f'<title>{_escape(label)}</title>{_escape(_short(str(label)))}</text>'
+            f'<title>{esc(label)}</title>{esc(_short(str(label)))}</text>'
             f'<rect x="{label_width}" y="{y}" width="{length:.1f}" height="{bar_height}" fill="{color}"/>'
-            f'<text x="{label_width + length + 4:.1f}" y="{text_y:.1f}">{_escape(_number(value))}</text>')
+            f'<text x="{label_width + length + 4:.1f}" y="{text_y:.1f}">{esc(_number(value))}</text>')
     return (f'<svg class="bars" width="{width}" height="{height}" '
-            f'viewBox="0 0 {width} {height}" role="img" aria-label="{_escape(title or "bar chart")}" '
+            f'viewBox="0 0 {width} {height}" role="img" aria-label="{esc(title or "bar chart")}" '
             f'font-size="12" font-family="system-ui, sans-serif">'
-            f'{"<title>" + _escape(title) + "</title>" if title else ""}{"".join(rows)}</svg>')
+            f'{"<title>" + esc(title) + "</title>" if title else ""}{"".join(rows)}</svg>')

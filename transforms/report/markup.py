@@ -1,8 +1,8 @@
 """HTML building blocks shared by the report's renderers: escaping, number formatting, tables.
 
 Everything shown comes from user data (feature names, values, file names, messages), so every
-piece of text goes through `esc` (`html.escape` with quotes). Table cells are HTML already
-built by the caller from escaped text; headers are escaped here.
+piece of text goes through `esc` (`html.escape` with quotes; the charts' labels too). Table
+cells are HTML already built by the caller from escaped text; headers are escaped here.
 """
 
 from __future__ import annotations
@@ -19,8 +19,25 @@ MISSING = "\u2014"
 
 
 def esc(value: Any) -> str:
-    """`value` as text, escaped for HTML text and attribute values."""
-    return html.escape(str(value), quote=True)
+    """`value` as text, escaped for HTML text and attribute values, and encodable as UTF-8
+    (see `_encodable`)."""
+    return html.escape(_encodable(str(value)), quote=True)
+
+
+def _encodable(text: str) -> str:
+    """`text` with what UTF-8 cannot encode shown as backslash escapes: the lone surrogates
+    Python decodes the bytes of a non-UTF-8 file name to become those bytes (`f\\xe9.csv`),
+    any other surrogate its code point (`\\ud800`). The page is written as UTF-8: a name
+    the disk holds must not keep it from being written."""
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        pass
+    try:
+        return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    except UnicodeEncodeError:  # a surrogate that stands for no byte
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def fmt_number(value: Any) -> str:

@@ -68,7 +68,27 @@ def _inputs(manifest: dict[str, Any]) -> str:
     return "<h3>Inputs</h3>" + table(None, main, "inputs") + folded
 
 
+def _holds_sequences(counts: dict[str, Any]) -> bool:
+    """Whether the manifest counts SequenceExamples: each holds several input rows, so the
+    input reconciles with `written_rows` (rows in sequences), not `written` (sequences)."""
+    return "written_rows" in counts
+
+
+def _count_cards(counts: dict[str, Any]) -> list[tuple[str, str]]:
+    """The overview's counts, which add up as the manifest's do: read = written + dead-lettered
+    (for sequences, in rows)."""
+    if not _holds_sequences(counts):
+        return [("records read", fmt_number(counts.get("input"))),
+                ("written", fmt_number(counts.get("written"))),
+                ("dead-lettered", fmt_number(counts.get("dead_letter")))]
+    return [("rows read", fmt_number(counts.get("input"))),
+            ("rows written", fmt_number(counts.get("written_rows"))),
+            ("dead-lettered rows", fmt_number(counts.get("dead_letter"))),
+            ("sequences written", fmt_number(counts.get("written")))]
+
+
 def _split_rows(manifest: dict[str, Any]) -> tuple[list[list[str]], list[tuple[str, float]]]:
+    """Per split: its cells (with a rows column for sequences) and its bar."""
     counts = manifest.get("counts") or {}
     per_split = counts.get("splits") or {}
     shards_of: dict[str, list[dict[str, Any]]] = {}
@@ -80,7 +100,8 @@ def _split_rows(manifest: dict[str, Any]) -> tuple[list[list[str]], list[tuple[s
         shards = shards_of.get(split, [])
         sizes = [shard.get("bytes") or 0 for shard in shards]
         written = entry.get("written", sum(shard.get("records") or 0 for shard in shards))
-        rows.append([esc(split), fmt_number(written), fmt_number(entry.get("dead_letter")),
+        rows_in = [fmt_number(entry.get("written_rows"))] if _holds_sequences(counts) else []
+        rows.append([esc(split), fmt_number(written), *rows_in, fmt_number(entry.get("dead_letter")),
                      fmt_number(len(shards)), fmt_bytes(sum(sizes)),
                      f"{fmt_bytes(min(sizes))} \u2013 {fmt_bytes(max(sizes))}" if sizes else MISSING])
         bars.append((split, written if isinstance(written, (int, float)) else 0))
@@ -91,15 +112,14 @@ def _overview(data: ReportData) -> str:
     manifest = data.manifest
     counts = manifest.get("counts") or {}
     shards = manifest.get("shards") or []
-    cards = "".join([
-        _card("records read", fmt_number(counts.get("input"))),
-        _card("written", fmt_number(counts.get("written"))),
-        _card("dead-lettered", fmt_number(counts.get("dead_letter"))),
-        _card("shards", fmt_number(len(shards))),
-        _card("bytes", fmt_bytes(sum(shard.get("bytes") or 0 for shard in shards))),
+    cards = "".join(_card(title, value) for title, value in [
+        *_count_cards(counts),
+        ("shards", fmt_number(len(shards))),
+        ("bytes", fmt_bytes(sum(shard.get("bytes") or 0 for shard in shards))),
     ])
     rows, bars = _split_rows(manifest)
-    splits = table(["split", "records", "dead-lettered", "shards", "bytes", "shard sizes"], rows)
+    written = ["sequences", "rows"] if _holds_sequences(counts) else ["records"]
+    splits = table(["split", *written, "dead-lettered", "shards", "bytes", "shard sizes"], rows)
     listed = [[f"<code>{esc(shard.get('path'))}</code>", esc(shard.get("split")),
                fmt_number(shard.get("records")), fmt_bytes(shard.get("bytes"))]
               for shard in shards[:_SHARDS_LISTED]]

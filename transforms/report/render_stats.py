@@ -152,10 +152,21 @@ def _spec_features_table(feature_spec: dict[str, Any]) -> str:
     return table(["feature", "dtype", "kind", "present", "values per record"], rows, "features")
 
 
+def _has_feature_stats(stats: dict[str, Any]) -> bool:
+    """Whether `stats.json` describes any feature: it does not for SequenceExample outputs
+    (it counts their records only)."""
+    return any(_dict(_dict(split).get("features")) for split in _dict(stats.get("splits")).values())
+
+
 def features_section(stats: dict[str, Any] | None, feature_spec: dict[str, Any] | None,
                      manifest: dict[str, Any]) -> str:
-    """The features: per split with statistics from `stats.json`, else the feature spec's
-    dtypes, kinds and presence over all splits."""
+    """The features: per split with statistics from `stats.json`, else (no stats.json, or
+    one without feature statistics, as for SequenceExamples) the feature spec's dtypes,
+    kinds and presence over all splits."""
+    if stats is not None and feature_spec is not None and not _has_feature_stats(stats):
+        body = ('<p class="note">No feature statistics for this output (stats.json counts its '
+                'records only): dtypes and kinds from feature_spec.json.</p>')
+        return section("features", "Features", body + _spec_features_table(feature_spec))
     if stats is not None:
         splits = _dict(stats.get("splits"))
         parts = []

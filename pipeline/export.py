@@ -262,10 +262,10 @@ def _write_parquet(source: _Source, columns: list[ColumnSchema], target: str) ->
             os.replace(temporary, target)  # atomic, and replaces an earlier export
         else:
             if FileSystems.exists(target):
-                FileSystems.delete([target])
+                fs.delete([target])
             FileSystems.rename([temporary], [target])
     except BaseException:
         if FileSystems.exists(temporary):
-            FileSystems.delete([temporary])
+            fs.delete([temporary])
         raise
     return rows

@@ -105,10 +105,10 @@ def _write_one(path: str) -> tuple[int, dict]:
                 records = write_index(raw, sink, path=path, check_payloads=True)
     except BaseException:
         if FileSystems.exists(partial):
-            FileSystems.delete([partial])
+            fs.delete([partial])
         raise
     if FileSystems.exists(index_path):
-        FileSystems.delete([index_path])
+        fs.delete([index_path])
     FileSystems.rename([partial], [index_path])
     return records, {"bytes": sink.bytes, "sha256": sink.sha256.hexdigest()}
 

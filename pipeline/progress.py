@@ -32,7 +32,7 @@ class Progress(threading.Thread):
         if interval is None:
             interval = 2.0 if self._terminal else self.LOG_INTERVAL
         self._total_units = total_units
-        self._pattern = fs.join_path(temp_dir, "_progress", "*.json")
+        self._pattern = fs.join_path(fs.literal(temp_dir), "_progress", "*.json")
         self._stream = stream
         self._interval = interval
         self._done = threading.Event()

@@ -99,7 +99,7 @@ def _read_json(path: str) -> Any:
 def _delete_quietly(paths: Iterable[str]) -> None:
     paths = [path for path in paths if FileSystems.exists(path)]
     if paths:
-        FileSystems.delete(paths)
+        fs.delete(paths)
 
 
 def _reconcile(sidecars: Sequence[Mapping[str, Any]], counts: Sequence[tuple]) -> dict[str, Any]:
@@ -295,13 +295,13 @@ def _commit_file(config: SinkConfig, planned: Mapping[str, Any]) -> None:
     source = planned["temp_path"]
     if FileSystems.exists(source):
         if FileSystems.exists(final):
-            FileSystems.delete([final])
+            fs.delete([final])
         fs.ensure_parent(final)
         FileSystems.rename([source], [final])
         return
     if not FileSystems.exists(final):
         raise AccountingError(f"temporary file {source} vanished before it was committed")
-    size = FileSystems.match([final])[0].metadata_list[0].size_in_bytes
+    size = FileSystems.match([fs.literal(final)])[0].metadata_list[0].size_in_bytes
     if size != planned["bytes"]:
         raise AccountingError(
             f"{final} has {size} bytes, expected {planned['bytes']}: it is not the file "

@@ -1,19 +1,27 @@
 """Path and file helpers for any Beam filesystem (local, gs://, ...): joining, existence,
-deleting a folder tree, creating parent folders, writing a small file atomically and durably,
-syncing local files to disk."""
+matching and deleting exact paths, deleting a folder tree, creating parent folders, writing a
+small file atomically and durably, syncing local files to disk.
+
+Beam's `FileSystems.match` and its local `delete` take their arguments as glob patterns: a
+path of ours (an output folder may be named `out[1]`) goes through `literal` before a match,
+and through `delete`, never `FileSystems.delete`: `out[1]/x` as a pattern is `out1/x`."""
 
 from __future__ import annotations
 
+import glob
 import os
 import posixpath
+import shutil
 from collections.abc import Iterable
 
 from apache_beam.io.filesystems import FileSystems
 
 __all__ = [
+    "delete",
     "delete_tree",
     "ensure_parent",
     "join_path",
+    "literal",
     "path_exists",
     "sync_files",
     "write_bytes_atomically",
@@ -31,17 +39,37 @@ def path_exists(path: str) -> bool:
     return FileSystems.exists(path)
 
 
+def literal(path: str) -> str:
+    """`path` as a `FileSystems.match` pattern that matches `path` itself only (its glob
+    characters escaped, which Beam's local and object-store matching both honour)."""
+    return glob.escape(path)
+
+
+def delete(paths: Iterable[str]) -> None:
+    """Deletes exactly `paths` (files; local folders with everything in them)."""
+    remote = []
+    for path in paths:
+        if "://" in path:
+            remote.append(path)
+        elif os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path)
+        else:
+            os.remove(path)
+    if remote:  # object stores delete the names given, not patterns
+        FileSystems.delete(remote)
+
+
 def delete_tree(path: str) -> None:
     """Deletes a folder and everything in it; on object stores, every object under the prefix.
 
     A missing folder is not an error.
     """
     if "://" in path:
-        objects = FileSystems.match([path.rstrip("/") + "/**"])[0].metadata_list
+        objects = FileSystems.match([literal(path.rstrip("/")) + "/**"])[0].metadata_list
         if objects:
             FileSystems.delete([metadata.path for metadata in objects])
-    elif FileSystems.exists(path):
-        FileSystems.delete([path])
+    elif os.path.lexists(path):
+        delete([path])
 
 
 def ensure_parent(path: str) -> None:
@@ -100,7 +128,7 @@ def write_bytes_atomically(path: str, data: bytes) -> None:
         # a folder of that name is not ours (the write could not have created it).
         local = "://" not in temporary
         if os.path.isfile(temporary) if local else FileSystems.exists(temporary):
-            FileSystems.delete([temporary])
+            delete([temporary])
         raise
 
 
@@ -118,5 +146,5 @@ def _write_and_rename(temporary: str, path: str, data: bytes) -> None:
     with FileSystems.create(temporary) as handle:
         handle.write(data)
     if FileSystems.exists(path):
-        FileSystems.delete([path])
+        delete([path])
     FileSystems.rename([temporary], [path])

@@ -138,7 +138,7 @@ def _files_under(folder: str) -> list[str]:
     relative to it."""
     if "://" in folder:
         prefix = folder.rstrip("/") + "/"
-        return [m.path[len(prefix):] for m in FileSystems.match([prefix + "**"])[0].metadata_list]
+        return [m.path[len(prefix):] for m in FileSystems.match([fs.literal(prefix) + "**"])[0].metadata_list]
     return [os.path.relpath(os.path.join(root, name), folder).replace(os.sep, "/")
             for root, _, names in os.walk(folder) for name in names]
 
@@ -148,7 +148,7 @@ def _temp_folders(output_dir: str, warn: bool = False) -> list[str]:
     and holding nothing it does not write; `warn` about folders so named that hold more."""
     prefix = fs.join_path(output_dir, TEMP_PREFIX)
     if "://" in output_dir:
-        matched = FileSystems.match([prefix + "*/**"])[0].metadata_list
+        matched = FileSystems.match([fs.literal(prefix) + "*/**"])[0].metadata_list
         candidates = {prefix + m.path[len(prefix):].split("/", 1)[0] for m in matched}
     else:  # Beam's local match lists no folders
         candidates = {path for path in glob.glob(glob.escape(prefix) + "*") if os.path.isdir(path)}
@@ -185,9 +185,10 @@ def owned_paths(output_dir: str, manifest: Mapping[str, Any] | None = None) -> s
 
 def _candidates(output_dir: str, side_files: Iterable[str]) -> set[str]:
     """Relative paths in `output_dir` under names this tool writes."""
-    patterns = [fs.join_path(output_dir, _SHARD_GLOB), fs.join_path(output_dir, DEAD_LETTER_DIR, "*")]
-    patterns += [fs.join_path(output_dir, name) for name in side_files]
-    patterns.append(fs.join_path(output_dir, MANIFEST_NAME))
+    folder = fs.literal(output_dir)
+    patterns = [fs.join_path(folder, _SHARD_GLOB), fs.join_path(folder, DEAD_LETTER_DIR, "*")]
+    patterns += [fs.join_path(folder, fs.literal(name)) for name in side_files]
+    patterns.append(fs.join_path(folder, MANIFEST_NAME))
     found = set()
     for result in FileSystems.match(patterns):
         for metadata in result.metadata_list:
@@ -221,6 +222,6 @@ def discard_interrupted_runs(output_dir: str) -> list[str]:
         paths = [fs.join_path(output_dir, name) for name in sorted(partial)]
         paths = [path for path in paths if FileSystems.exists(path)]
         if paths:
-            FileSystems.delete(paths)
+            fs.delete(paths)
         fs.delete_tree(folder)
     return folders

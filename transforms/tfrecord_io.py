@@ -70,6 +70,13 @@ def _expand_patterns(patterns: Sequence[str]):
             yield metadata.path
 
 
+def _existing_files(paths: Sequence[str]):
+    for path in paths:
+        if not FileSystems.exists(path):
+            raise FileNotFoundError(f"{path} is listed in the manifest but does not exist")
+        yield path
+
+
 def _examples_as_dicts(payload: bytes) -> dict:
     return {name: values for name, (_, values) in decode_example(payload).items()}
 
@@ -91,19 +98,24 @@ class ReadTFRecordFiles(beam.PTransform):
     def __init__(self, patterns: str | Sequence[str], compression=None, parse: bool = False):
         super().__init__()
         self._patterns = [patterns] if isinstance(patterns, str) else list(patterns)
+        self._exact = False  # from_output: the manifest's paths, not patterns
         self._compression = None if compression is None else parse_compression(compression)
         self._parse = parse
 
     @classmethod
     def from_output(cls, output_dir: str, split: str | None = None, parse: bool = False):
-        """Reads the shards listed in `output_dir`'s manifest (one split, or all)."""
-        return cls(manifest_shard_paths(output_dir, split), parse=parse)
+        """Reads the shards listed in `output_dir`'s manifest (one split, or all): those
+        paths exactly, not as patterns (an output folder may be named `out[1]`)."""
+        reader = cls(manifest_shard_paths(output_dir, split), parse=parse)
+        reader._exact = True
+        return reader
 
     def expand(self, pbegin):
+        match = _existing_files if self._exact else _expand_patterns
         records = (
             pbegin
             | "Patterns" >> beam.Create(self._patterns)
-            | "MatchFiles" >> beam.FlatMap(lambda pattern: _expand_patterns([pattern]))
+            | "MatchFiles" >> beam.FlatMap(lambda pattern: match([pattern]))
             | "ReadRecords" >> beam.FlatMap(read_tfrecord_file, self._compression)
         )
         if self._parse:

@@ -192,3 +192,38 @@ def test_a_report_page_the_tool_did_not_write_is_refused_and_kept(tmp_path, caps
     assert run(_convert(out)) == 0  # then the tool's own page is no obstacle to a re-run
     assert run(_convert(out, "--overwrite")) == 0
     assert "<html>mine</html>" not in page.read_text()
+
+
+def test_an_output_folder_named_like_a_glob_is_taken_literally(tmp_path, capsys):
+    """Beam matches and (locally) deletes paths as glob patterns: `out[1]/x` as a pattern is
+    `out1/x`. The tool's own paths are taken as they are: nothing of `out1` is touched, the
+    foreign-file check sees into `out[1]`, the temp folder goes, and readers read it."""
+    import apache_beam as beam
+    from apache_beam.runners.portability.fn_api_runner import FnApiRunner
+    from apache_beam.testing.util import assert_that, equal_to
+
+    from transforms.tfrecord_io import ReadTFRecordFiles
+
+    source, _, _ = _csv_and_spec(tmp_path, "a\n1\n2\n", "- {name: a, type: int64}\n")
+    out, decoy = tmp_path / "out[1]", tmp_path / "out1"
+    decoy.mkdir()
+    theirs = {name: f"not the tool's {name}".encode() for name in
+              ("manifest.json", "data-00000-of-00001.tfrecord", "spec.yaml")}
+    for name, data in theirs.items():
+        (decoy / name).write_bytes(data)
+    args = ["convert", "--input", str(source), "--format", "csv", "--output", str(out),
+            "--direct_running_mode=in_memory", "--quiet"]
+    assert run(args) == 0
+    assert run([*args, "--overwrite"]) == 0
+    assert {name: (decoy / name).read_bytes() for name in theirs} == theirs
+    assert not [path.name for path in out.iterdir() if path.name.startswith(".tmp-")]
+    assert run(["verify", str(out)]) == 0
+    with beam.Pipeline(runner=FnApiRunner()) as pipeline:
+        values = (pipeline | ReadTFRecordFiles.from_output(str(out), "data", parse=True)
+                  | beam.Map(lambda example: example["a"][0]))
+        assert_that(values, equal_to([1, 2]))
+    (out / "manifest.json").unlink()  # now its shard is nobody's: refused, and kept
+    capsys.readouterr()
+    assert run([*args, "--overwrite"]) == 2
+    assert "data-00000-of-00001.tfrecord" in capsys.readouterr().err
+    assert (out / "data-00000-of-00001.tfrecord").exists()

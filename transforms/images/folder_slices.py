@@ -35,6 +35,7 @@ from collections.abc import Iterator, Sequence
 
 from apache_beam.io.filesystems import FileSystems
 
+from transforms import fs
 from transforms.images.config import SPLIT_DIRECTORIES, planned_item
 from transforms.records import DEFAULT_SPLIT, WorkUnit
 from transforms.splits import DEAD_LETTER_SPLIT
@@ -130,7 +131,7 @@ class _RemoteListing:
     def entries(cls, folder: str, token: str, first: str | None, stop: str | None) -> list[tuple]:
         kept = cls._kept
         if not token or kept is None or kept[:2] != (folder, token):
-            matched = FileSystems.match([folder.rstrip("/") + "/*"])[0].metadata_list
+            matched = FileSystems.match([fs.literal(folder.rstrip("/")) + "/*"])[0].metadata_list
             entries = sorted((m.path.rsplit("/", 1)[1], m.size_in_bytes,
                               getattr(m, "last_updated_in_seconds", None))
                              for m in matched if not m.path.endswith("/"))
@@ -163,7 +164,7 @@ def _list_folder(folder: str, first: str | None = None, stop: str | None = None,
 def _walk(root: str) -> Iterator[tuple[str, list[tuple[str, int | None, float | None]]]]:
     """(folder, its files) of every folder under `root` holding files, folders in sorted order."""
     if "://" in root:
-        matched = FileSystems.match([root.rstrip("/") + "/**"])[0].metadata_list
+        matched = FileSystems.match([fs.literal(root.rstrip("/")) + "/**"])[0].metadata_list
         folders: dict[str, list] = {}
         for m in matched:
             if not m.path.endswith("/"):

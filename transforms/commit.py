@@ -19,7 +19,7 @@ import datetime
 import hashlib
 import json
 import logging
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -192,21 +192,22 @@ def _final_names(config: SinkConfig, sidecars: Sequence[Mapping[str, Any]]) -> l
 
 
 def _empty_shards(config: SinkConfig, sidecars: Sequence[Mapping[str, Any]]) -> list[dict]:
-    """Creates one empty temp shard per declared split that got no records."""
-    if config.sharding.skip_if_empty:
-        return []
-    present = {s["split"] for s in sidecars if s["kind"] == TFRECORD_KIND}
+    """Creates the empty temp shards the sharding policy asks for: per declared split, as
+    many as make `num_shards` (a split may get fewer records than that), else one for a split
+    without records; none for a split without records with `skip_if_empty`."""
+    present = Counter(s["split"] for s in sidecars if s["kind"] == TFRECORD_KIND)
     created = []
     for split in config.splits:
-        if split in present:
+        if config.sharding.skip_if_empty and not present[split]:
             continue
-        path = fs.join_path(config.temp_dir, split, f"empty-{split}{config.suffix}")
-        sidecar_path = path + ".json"
-        if FileSystems.exists(sidecar_path):  # a retried finalize made it already
-            created.append(_read_json(sidecar_path))
-            continue
-        # A stable name, so that a retried finalize finds it instead of making another.
-        created.append(TempShard(config, TFRECORD_KIND, split, "", path=path).close())
+        for index in range(present[split], config.sharding.num_shards or 1):
+            path = fs.join_path(config.temp_dir, split, f"empty-{split}-{index:05d}{config.suffix}")
+            sidecar_path = path + ".json"
+            if FileSystems.exists(sidecar_path):  # a retried finalize made it already
+                created.append(_read_json(sidecar_path))
+                continue
+            # A stable name, so that a retried finalize finds it instead of making another.
+            created.append(TempShard(config, TFRECORD_KIND, split, "", path=path).close())
     return created
 
 

@@ -112,6 +112,20 @@ def test_fixed_shard_count_is_exact_and_deterministic(tmp_path):
     assert [s["sha256"] for s in first["shards"]] == [s["sha256"] for s in second["shards"]]
 
 
+def test_fixed_shard_count_is_exact_for_a_split_with_fewer_records(tmp_path):
+    """--num-shards N is N shards per split, empty ones included, as Beam's sinks write them
+    (a split of 2 records got 2 shards; a split without records, one)."""
+    train = [RecordBatch(batch_key(0, 0), "train", [_example(1), _example(2)], (), 2)]
+    manifest = _run(train, tmp_path, splits=("train", "test"), num_shards=5)
+    by_split = {split: sorted(s["path"] for s in manifest["shards"] if s["split"] == split)
+                for split in ("train", "test")}
+    assert by_split == {split: [f"{split}-{i:05d}-of-00005.tfrecord" for i in range(5)]
+                        for split in ("train", "test")}
+    assert sorted(_ids(tmp_path / path) for path in by_split["train"]) == [[], [], [], [1], [2]]
+    skipped = _run(train, tmp_path / "skip", splits=("train", "test"), num_shards=5, skip_if_empty=True)
+    assert sorted(s["path"] for s in skipped["shards"]) == by_split["train"]
+
+
 @pytest.mark.parametrize("compression", ["none", "gzip", "zlib"])
 def test_tensorflow_reads_every_shard(tmp_path, tf, compression):
     batches = _batches(num_batches=3, per_batch=30)

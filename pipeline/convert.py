@@ -204,24 +204,26 @@ def _refuse_foreign_files(output: str, side_files: Sequence[str]) -> None:
 
 def _summary(output: str, manifest: dict, elapsed: float) -> str:
     counts = manifest["counts"]
-    rows = [("records read", counts["input"])]
-    for split, entry in sorted(counts.get("splits", {}).items()):
-        rows.append((f"written: {split}", entry["written"]))
-    rows += [
-        ("written (total)", counts["written"]),
-        ("dead-lettered", counts["dead_letter"]),
-        ("shards", len(manifest["shards"])),
-        ("bytes", sum(shard["bytes"] for shard in manifest["shards"])),
-    ]
     reasons = sorted((counts.get("dead_letter_reasons") or {}).items(), key=lambda item: (-item[1], item[0]))
-    dead_at = next(i for i, (name, _) in enumerate(rows) if name == "dead-lettered")
-    rows[dead_at + 1:dead_at + 1] = [(f"  {reason}", number) for reason, number in reasons]
+    sequences = "written_rows" in counts  # input and dead letters count rows, `written` sequences
+    unit = "rows" if sequences else "records"
+    rows = [(f"{unit} read", counts["input"])]
+    if sequences:
+        rows.append(("rows written", counts["written_rows"]))
+    written = "sequences written" if sequences else "written"
+    for split, entry in sorted(counts.get("splits", {}).items()):
+        rows.append((f"{written}: {split}", entry["written"]))
+    rows.append((f"{written} (total)", counts["written"]))
+    rows.append((f"dead-lettered {unit}" if sequences else "dead-lettered", counts["dead_letter"]))
+    rows += [(f"  {reason}", number) for reason, number in reasons]
+    rows += [("shards", len(manifest["shards"])),
+             ("bytes", sum(shard["bytes"] for shard in manifest["shards"]))]
     width = max(len(name) for name, _ in rows)
     lines = [f"Committed {output}/{MANIFEST_NAME}"]
     lines += [f"  {name.ljust(width)}  {value:>14,}" for name, value in rows]
     lines.append(f"  {'elapsed'.ljust(width)}  {elapsed:>13.1f}s")
     if elapsed > 0:
-        lines.append(f"  {'records/s'.ljust(width)}  {counts['input'] / elapsed:>14,.0f}")
+        lines.append(f"  {(unit + '/s').ljust(width)}  {counts['input'] / elapsed:>14,.0f}")
     if manifest.get("dead_letter_files"):
         lines.append(f"  dead letters (one JSON line each, with the reason): {output}/{DEAD_LETTER_DIR}/")
     lines += summary_lines(output, manifest)  # the feature table and the drift, if compared

@@ -4,6 +4,7 @@ equal to the source groups, for CSV, JSONL and Parquet, on the local runner and 
 from __future__ import annotations
 
 import json
+import re
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -245,3 +246,21 @@ def test_spec_section_round_trips_and_errors_name_the_key():
             parse_spec(base + f"sequence: {section}\n")
     with pytest.raises(SpecError, match="split_key"):
         parse_spec(base + "splits: {a: 1, b: 1}\nsplit_key: [a]\nsequence: {group_by: k}\n")
+
+
+def test_the_run_summary_counts_rows_and_sequences_so_they_add_up(tmp_path, capsys):
+    """Input and dead letters are rows, `written` sequences: the summary says which, with the
+    rows written, so that rows read = rows written + dead-lettered rows."""
+    source = tmp_path / "s.csv"
+    source.write_text("session_id,ts,user,page\ns1,1,u1,a\ns1,2,u1,b\ns2,1,u2,c\ns2,x,u2,d\ns3,1,u3,e\n")
+    spec = tmp_path / "s.yaml"
+    spec.write_text("features:\n- {name: session_id, type: string}\n- {name: ts, type: int64}\n"
+                    "- {name: user, type: string}\n- {name: page, type: string}\n"
+                    "sequence:\n  group_by: [session_id]\n  order_by: ts\n  context: [user]\n")
+    assert run(["convert", "--input", str(source), "--format", "csv", "--spec", str(spec),
+                "--output", str(tmp_path / "out"), "--direct_running_mode=in_memory"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    shown = dict(re.split(r"\s{2,}", line.strip()) for line in lines[1:9])
+    assert shown == {"rows read": "5", "rows written": "4", "sequences written: data": "3",
+                     "sequences written (total)": "3", "dead-lettered rows": "1",
+                     "invalid_int": "1", "shards": "1", "bytes": shown["bytes"]}

@@ -86,15 +86,20 @@ def _check_input_formats(units, fmt: str, spec: ConversionSpec | None) -> None:
         check_format(path, fmt, spec.csv if spec is not None else None)
 
 
+def _within(path: str, folder: str) -> bool:
+    """Whether `path` is `folder` or lies under it (local paths resolved, URIs as written)."""
+    if ("://" in path) != ("://" in folder):
+        return False
+    if "://" in folder:
+        return path.rstrip("/") == folder.rstrip("/") or path.startswith(folder.rstrip("/") + "/")
+    folder = os.path.abspath(folder)
+    return os.path.commonpath([folder, os.path.abspath(path)]) == folder
+
+
 def _refuse_inputs_in_output(paths, output: str) -> None:
     """Refuses input files inside the output folder: the next run would read the shards and
     side files this one writes there (`dataset_info.json` is a `--format jsonl` file)."""
-    if "://" in output:
-        inside = [path for path in paths if path.startswith(output.rstrip("/") + "/")]
-    else:
-        folder = os.path.abspath(output)
-        inside = [path for path in paths if "://" not in path
-                  and os.path.commonpath([folder, os.path.abspath(path)]) == folder]
+    inside = [path for path in paths if _within(path, output)]
     if inside:
         raise UsageError(f"--input matches files inside --output {output} (first: {inside[0]}): "
                          f"write the output to a folder of its own")
@@ -219,6 +224,10 @@ def _plan_images(conv: ConvertOptions, input_path: str, output: str) -> Conversi
 
     config = _image_config(conv)
     if conv.format == "image-folder":
+        if _within(output, input_path):
+            raise UsageError(f"--output {output} is inside the folder tree --input {input_path}, "
+                             f"whose next run would read the output as input: write the output "
+                             f"to a folder of its own")
         plan = plan_image_folder(input_path, allowed_roots=_allowed_roots(conv),
                                  labels=conv.labels_file)
         # The walk that planned the tree digested its listing: no second listing is held.
@@ -226,6 +235,7 @@ def _plan_images(conv: ConvertOptions, input_path: str, output: str) -> Conversi
         spec_text = ""
     else:
         listing = _input_listing(input_path, conv.format)
+        _refuse_inputs_in_output([path for path, _, _ in listing], output)
         if not conv.image_column:
             raise ValueError("--format image-manifest needs --image-column")
         if conv.labels_file and not conv.label_column:

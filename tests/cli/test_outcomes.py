@@ -184,3 +184,19 @@ def test_inputs_inside_the_output_folder_are_refused(tmp_path, capsys):
     assert sorted(path.name for path in tmp_path.iterdir()) == ["d.jsonl"]
     assert run(["convert", "--input", str(tmp_path), "--format", "jsonl",  # a folder of its own
                 "--output", str(tmp_path / "out"), "--direct_running_mode=in_memory", "--quiet"]) == 0
+
+
+def test_an_output_inside_an_image_tree_or_beside_its_manifest_is_refused(tmp_path, capsys):
+    from PIL import Image
+
+    (tmp_path / "cat").mkdir()
+    Image.new("RGB", (4, 4)).save(tmp_path / "cat" / "a.png")
+    line = _refusal(capsys, ["convert", "--input", str(tmp_path), "--format", "image-folder",
+                             "--output", str(tmp_path / "out"), "--quiet"])
+    assert f"--output {tmp_path / 'out'} is inside the folder tree --input {tmp_path}" in line
+    (tmp_path / "m.csv").write_text("path\ncat/a.png\n")
+    line = _refusal(capsys, ["convert", "--input", str(tmp_path / "m.csv"), "--format",
+                             "image-manifest", "--image-column", "path", "--output", str(tmp_path),
+                             "--quiet"])
+    assert f"--input matches files inside --output {tmp_path}" in line
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["cat", "m.csv"]

@@ -1,0 +1,30 @@
+"""Bad input or flags are one line on stderr (plus at most one `hint:` line) and exit 2:
+never a multi-line message of a library, never a misleading cause, never a silent success."""
+
+from __future__ import annotations
+
+import pathlib
+
+import pipeline
+from pipeline.cli import run
+
+SAMPLE = pathlib.Path(pipeline.__file__).parent / "sample_data" / "tabular"
+PREFIX = "tfrecord-pipeline convert: error: "
+
+
+def _convert(tmp_path, *extra: str) -> list[str]:
+    return ["convert", "--input", str(SAMPLE / "*.csv"), "--format", "csv",
+            "--output", str(tmp_path / "out"), "--direct_running_mode=in_memory", "--quiet", *extra]
+
+
+def _error_lines(capsys) -> list[str]:
+    return capsys.readouterr().err.strip().splitlines()
+
+
+def test_a_spec_that_is_not_yaml_is_one_line_naming_file_line_and_column(tmp_path, capsys):
+    spec = tmp_path / "spec.yaml"
+    spec.write_text("features:\n  - name: id\n\ttype: int64\n")
+    assert run(_convert(tmp_path, "--spec", str(spec))) == 2
+    assert _error_lines(capsys) == [
+        f"{PREFIX}{spec}:3:1: found character '\\t' that cannot start any token"]
+    assert not (tmp_path / "out").exists()

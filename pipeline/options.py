@@ -205,8 +205,9 @@ def normalize_argv(argv: Sequence[str]) -> list[str]:
 
 def log_level_from(argv: Sequence[str]) -> str:
     """The `--log-level` in `argv`, read without Beam: logging must be configured before the
-    first `PipelineOptions`, whose constructor calls `logging.basicConfig()` itself."""
-    parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    first `PipelineOptions`, whose constructor calls `logging.basicConfig()` itself. A flag
+    without its value is the one-line usage error of every other flag."""
+    parser = RaisingParser(prog="tfrecord-pipeline convert", add_help=False, allow_abbrev=False)
     _flag(parser, "log-level", default=DEFAULT_LOG_LEVEL)
     return parser.parse_known_args(list(argv))[0].log_level
 

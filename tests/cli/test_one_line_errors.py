@@ -28,3 +28,10 @@ def test_a_spec_that_is_not_yaml_is_one_line_naming_file_line_and_column(tmp_pat
     assert _error_lines(capsys) == [
         f"{PREFIX}{spec}:3:1: found character '\\t' that cannot start any token"]
     assert not (tmp_path / "out").exists()
+
+
+def test_log_level_without_its_value_is_the_tools_one_line_error(tmp_path, capsys):
+    assert run(_convert(tmp_path, "--log-level")) == 2
+    first, hint = _error_lines(capsys)
+    assert first == f"{PREFIX}argument --log-level/--log_level: expected one argument"
+    assert hint.startswith("hint: ")

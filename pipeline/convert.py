@@ -49,6 +49,7 @@ from pipeline.runners import (
     LOCAL_PARALLEL_MIN_IMAGE_BYTES,
     DaskCluster,
     check_runner_installed,
+    check_runner_options,
     cluster_threads,
     dask_cluster,
     follow_log_level,
@@ -288,6 +289,7 @@ def convert(argv: Sequence[str]) -> None:
     options = PipelineOptions(argv)
     conv = options.view_as(ConvertOptions)
     check_runner_installed(options)
+    check_runner_options(options)
     input_path, output = _resolve_paths(conv)
     if "://" not in output and os.path.exists(output) and not os.path.isdir(output):
         raise UsageError(f"--output {output} is a file, not a folder")

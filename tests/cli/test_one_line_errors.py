@@ -4,6 +4,9 @@ never a multi-line message of a library, never a misleading cause, never a silen
 from __future__ import annotations
 
 import pathlib
+import sys
+
+import pytest
 
 import pipeline
 from pipeline.cli import run
@@ -35,3 +38,26 @@ def test_log_level_without_its_value_is_the_tools_one_line_error(tmp_path, capsy
     first, hint = _error_lines(capsys)
     assert first == f"{PREFIX}argument --log-level/--log_level: expected one argument"
     assert hint.startswith("hint: ")
+
+
+def test_dataflow_without_its_options_is_one_line_naming_them_before_anything_is_read(
+        tmp_path, capsys, monkeypatch):
+    pytest.importorskip("google.cloud.dataflow")  # else: the one line "needs the dataflow extra"
+    monkeypatch.delenv("CLOUDSDK_COMPUTE_REGION", raising=False)
+    argv = ["convert", "--input", str(tmp_path / "missing.csv"), "--format", "csv",
+            "--output", str(tmp_path / "out"), "--runner", "DataflowRunner", "--region", "r1"]
+    assert run(argv) == 2
+    first, hint = _error_lines(capsys)
+    assert first == (f"{PREFIX}--runner DataflowRunner: missing --temp_location "
+                     f"(or --staging_location), --project")
+    assert hint.startswith("hint: Dataflow needs")
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_runner_without_its_extra_is_one_line(tmp_path, capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "google.cloud.dataflow", None)  # as if not installed
+    argv = ["convert", "--input", str(tmp_path / "missing.csv"), "--format", "csv",
+            "--output", str(tmp_path / "out"), "--runner", "DataflowRunner"]
+    assert run(argv) == 2
+    [line] = _error_lines(capsys)
+    assert line.startswith(f"{PREFIX}--runner DataflowRunner needs the dataflow extra")

@@ -61,3 +61,28 @@ def test_a_runner_without_its_extra_is_one_line(tmp_path, capsys, monkeypatch):
     assert run(argv) == 2
     [line] = _error_lines(capsys)
     assert line.startswith(f"{PREFIX}--runner DataflowRunner needs the dataflow extra")
+
+
+def test_a_csv_with_duplicate_header_names_says_so(tmp_path, capsys):
+    data = tmp_path / "dup.csv"
+    data.write_text("a,b,a\n1,2,3\n")
+    argv = ["convert", "--input", str(data), "--format", "csv", "--output", str(tmp_path / "out")]
+    assert run(argv) == 2
+    assert _error_lines(capsys) == [
+        f"{PREFIX}duplicate column names ['a'] in {data}: give the columns distinct names in "
+        f"the spec's csv.column_names"]
+
+
+def test_a_truncated_parquet_file_says_so(tmp_path, capsys):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    whole = tmp_path / "whole.parquet"
+    pq.write_table(pa.table({"x": list(range(100))}), whole)
+    data = tmp_path / "data.parquet"
+    data.write_bytes(whole.read_bytes()[: whole.stat().st_size // 2])
+    argv = ["convert", "--input", str(data), "--format", "parquet",
+            "--output", str(tmp_path / "out")]
+    assert run(argv) == 2
+    [line] = _error_lines(capsys)
+    assert line.startswith(f"{PREFIX}{data} is not a readable Parquet file: ")

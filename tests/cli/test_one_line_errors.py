@@ -86,3 +86,61 @@ def test_a_truncated_parquet_file_says_so(tmp_path, capsys):
     assert run(argv) == 2
     [line] = _error_lines(capsys)
     assert line.startswith(f"{PREFIX}{data} is not a readable Parquet file: ")
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--format", "jsonl"], "--format is given twice"),
+    (["--format=csv"], "--format is given twice"),
+    (["--quiet"], "--quiet is given twice"),
+    (["--max_shard_records", "5", "--max-shard-records", "6"],
+     "--max-shard-records is given twice (also as --max_shard_records)"),
+])
+def test_a_flag_given_twice_is_a_usage_error_naming_it(tmp_path, capsys, flags, message):
+    assert run(_convert(tmp_path, *flags)) == 2
+    first, hint = _error_lines(capsys)
+    assert first == PREFIX + message and hint.startswith("hint: ")
+    assert not (tmp_path / "out").exists()
+
+
+def test_beams_repeatable_flags_may_repeat(tmp_path):
+    assert run(_convert(tmp_path, "--experiments", "a", "--experiments", "b", "--dry-run")) == 0
+
+
+@pytest.mark.parametrize("fmt, flags, message", [
+    ("csv", ["--compression-level", "5"], "--compression-level needs --compression gzip or zlib"),
+    ("csv", ["--compression", "none", "--compression-level", "5"],
+     "--compression-level needs --compression gzip or zlib"),
+    ("csv", ["--image-column", "path"],
+     "--image-column does not apply to --format csv, only to image-manifest"),
+    ("csv", ["--labels-file", "labels.txt"],
+     "--labels-file does not apply to --format csv, only to image-folder, image-manifest"),
+    ("parquet", ["--resize", "8x8"],
+     "--resize does not apply to --format parquet, only to image-folder, image-manifest"),
+    ("image-folder", ["--spec", "spec.yaml"],
+     "--spec does not apply to --format image-folder, only to csv, tsv, jsonl, parquet, "
+     "image-manifest"),
+    ("image-folder", ["--label-column", "label"],
+     "--label-column does not apply to --format image-folder, only to image-manifest"),
+    ("image-manifest", ["--image-column", "p", "--sample-rows", "5"],
+     "--sample-rows does not apply to --format image-manifest, only to csv, tsv, jsonl, parquet"),
+    ("image-folder", ["--resize-mode", "fill"], "--resize-mode applies with --resize only"),
+    ("csv", ["--fail-on-drift", "schema"], "--fail-on-drift has nothing to compare with"),
+])
+def test_a_flag_the_others_make_meaningless_is_a_usage_error(tmp_path, capsys, fmt, flags, message):
+    argv = ["convert", "--input", str(tmp_path / "in"), "--format", fmt,
+            "--output", str(tmp_path / "out"), *flags]
+    assert run(argv) == 2
+    [line] = _error_lines(capsys)
+    assert line.startswith(PREFIX + message)
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("flags", [
+    ["--compression", "gzip", "--compression-level", "5"],
+    ["--fail-on-drift", "schema", "--output", "{out}/{{YYYY}}-{{MM}}-{{DD}}"],
+])
+def test_the_same_flags_with_what_they_need_are_accepted(tmp_path, flags):
+    flags = [flag.format(out=tmp_path) for flag in flags]
+    argv = ["convert", "--input", str(SAMPLE / "*.csv"), "--format", "csv", "--dry-run",
+            *(["--output", str(tmp_path / "out")] if "--output" not in flags else []), *flags]
+    assert run(argv) == 0

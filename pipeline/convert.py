@@ -31,6 +31,7 @@ from pipeline.errors import (
 from pipeline.graph import build_pipeline, in_process_plan
 from pipeline.options import (
     IMAGE_FORMATS,
+    REQUIRED_FLAGS,
     ConvertOptions,
     check_arguments,
     command_line_path,
@@ -93,7 +94,7 @@ def _configure_logging(argv: Sequence[str]) -> None:
 
 
 def _resolve_paths(conv: ConvertOptions) -> tuple[str, str]:
-    missing = [flag for flag in ("input", "format", "output") if not getattr(conv, flag)]
+    missing = [flag for flag in REQUIRED_FLAGS if not getattr(conv, flag)]
     if missing:
         raise UsageError("missing required flags: " + ", ".join(f"--{flag}" for flag in missing))
     run_date = conv.run_date or datetime.datetime.now(datetime.timezone.utc).date()

@@ -38,6 +38,7 @@ __all__ = [
     "IMAGE_FORMATS",
     "TABULAR_FORMATS",
     "DEFAULT_LOG_LEVEL",
+    "REQUIRED_FLAGS",
     "ConvertOptions",
     "RaisingParser",
     "check_arguments",
@@ -51,6 +52,9 @@ __all__ = [
 ]
 
 DEFAULT_LOG_LEVEL = "WARNING"
+#: Destinations of the flags every conversion needs. Not `required` in `ConvertOptions`:
+#: Beam builds its parser from it for every `PipelineOptions`, with or without them.
+REQUIRED_FLAGS = ("input", "format", "output")
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?i?b?)?\s*$", re.IGNORECASE)
 _UNITS = {

@@ -144,3 +144,11 @@ def test_the_same_flags_with_what_they_need_are_accepted(tmp_path, flags):
     argv = ["convert", "--input", str(SAMPLE / "*.csv"), "--format", "csv", "--dry-run",
             *(["--output", str(tmp_path / "out")] if "--output" not in flags else []), *flags]
     assert run(argv) == 0
+
+
+def test_convert_help_shows_the_required_flags_as_required(capsys):
+    assert run(["convert", "--help"]) == 0
+    usage = " ".join(capsys.readouterr().out.split("\n\n")[0].split())
+    for flag in ("--input INPUT", "--format {", "--output OUTPUT"):
+        assert flag in usage and f"[{flag}" not in usage
+    assert "[--spec SPEC]" in usage

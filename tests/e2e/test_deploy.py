@@ -393,6 +393,7 @@ def test_metadata_matches_the_cli_convert_parser():
             action.option_strings), dest
         switch = isinstance(action, argparse._StoreTrueAction)
         assert (param["paramType"] == "BOOLEAN") == switch, dest
+        assert param["isOptional"] is not action.required, dest
         if switch:
             assert param["regexes"] == ["^(true|false)$"]
         if action.choices:

@@ -152,3 +152,44 @@ def test_convert_help_shows_the_required_flags_as_required(capsys):
     for flag in ("--input INPUT", "--format {", "--output OUTPUT"):
         assert flag in usage and f"[{flag}" not in usage
     assert "[--spec SPEC]" in usage
+
+
+def _unreadable(monkeypatch, folder: pathlib.Path) -> None:
+    """As if this user could not read `folder` (chmod 000; the tests may run as root, whom
+    no permission stops): listing it fails as it then would."""
+    import os
+
+    scandir = os.scandir
+
+    def refusing(path="."):
+        if os.fspath(path).rstrip("/") == str(folder):
+            raise PermissionError(13, "Permission denied", os.fspath(path))
+        return scandir(path)
+
+    monkeypatch.setattr(os, "scandir", refusing)
+
+
+def test_an_input_folder_that_cannot_be_read_says_so(tmp_path, capsys, monkeypatch):
+    folder = tmp_path / "in"
+    folder.mkdir()
+    (folder / "a.csv").write_text("x\n1\n")
+    _unreadable(monkeypatch, folder)
+    for given in (str(folder), str(folder / "*.csv")):
+        assert run(["convert", "--input", given, "--format", "csv",
+                    "--output", str(tmp_path / "out")]) == 2
+        assert _error_lines(capsys) == [
+            f"{PREFIX}cannot read the folder {folder}: Permission denied"]
+
+
+def test_an_image_class_folder_that_cannot_be_read_is_not_left_out(tmp_path, capsys, monkeypatch):
+    from PIL import Image
+
+    for label in ("cat", "dog"):
+        (tmp_path / "in" / label).mkdir(parents=True)
+        Image.new("RGB", (4, 4)).save(tmp_path / "in" / label / "a.png")
+    _unreadable(monkeypatch, tmp_path / "in" / "dog")
+    assert run(["convert", "--input", str(tmp_path / "in"), "--format", "image-folder",
+                "--output", str(tmp_path / "out")]) == 2
+    assert _error_lines(capsys) == [
+        f"{PREFIX}cannot read the folder {tmp_path / 'in' / 'dog'}: Permission denied"]
+    assert not (tmp_path / "out").exists()

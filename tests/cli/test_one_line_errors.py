@@ -3,6 +3,7 @@ never a multi-line message of a library, never a misleading cause, never a silen
 
 from __future__ import annotations
 
+import json
 import pathlib
 import sys
 
@@ -193,3 +194,35 @@ def test_an_image_class_folder_that_cannot_be_read_is_not_left_out(tmp_path, cap
     assert _error_lines(capsys) == [
         f"{PREFIX}cannot read the folder {tmp_path / 'in' / 'dog'}: Permission denied"]
     assert not (tmp_path / "out").exists()
+
+
+def _damage_manifest(out: pathlib.Path) -> None:
+    manifest = out / "manifest.json"
+    manifest.write_bytes(manifest.read_bytes()[:100])  # truncated: not JSON any more
+
+
+def test_a_damaged_manifest_beside_shards_asks_to_move_the_folder_and_overwrite_keeps_them(
+        tmp_path, capsys):
+    spec = ["--spec", str(SAMPLE / "customers.spec.yaml")]
+    assert run(_convert(tmp_path, *spec)) == 0
+    out = tmp_path / "out"
+    _damage_manifest(out)
+    before = {path.name: path.read_bytes() for path in out.iterdir()}
+    for extra in ([], ["--overwrite"]):
+        assert run(_convert(tmp_path, *spec, *extra)) == 2
+        first, hint = _error_lines(capsys)
+        assert first.startswith(f"{PREFIX}{out / 'manifest.json'}: manifest is not valid JSON")
+        assert "not even with --overwrite" in first and "--overwrite to replace" not in first
+        assert hint == "hint: move the folder away or choose another --output"
+        assert {path.name: path.read_bytes() for path in out.iterdir()} == before
+
+
+def test_a_damaged_manifest_alone_is_replaced_with_overwrite_as_the_error_says(tmp_path, capsys):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "manifest.json").write_text('{"version": 1, "shards": [')
+    assert run(_convert(tmp_path)) == 2
+    [line] = _error_lines(capsys)
+    assert line.endswith("; use --overwrite to replace it")
+    assert run(_convert(tmp_path, "--overwrite")) == 0
+    assert json.loads((out / "manifest.json").read_text())["shards"]

@@ -23,7 +23,7 @@ from pipeline.errors import (
     Terminated,
     UsageError,
 )
-from pipeline.options import ConvertOptions, RaisingParser, command_line_path
+from pipeline.options import REQUIRED_FLAGS, ConvertOptions, RaisingParser, command_line_path
 from pipeline.output_lock import OutputBusyError
 from pipeline.runners import RunnerError
 
@@ -61,13 +61,18 @@ def _raise_terminated(signum, frame) -> None:
 
 
 def convert_parser() -> argparse.ArgumentParser:
-    """The parser of `convert`'s own flags (Beam's runner flags are passed through)."""
+    """The parser of `convert`'s own flags (Beam's runner flags are passed through); its
+    help shows the `REQUIRED_FLAGS` as required."""
     parser = argparse.ArgumentParser(
         prog="tfrecord-pipeline convert",
         description="Convert images or tabular data to sharded TFRecord files.",
         allow_abbrev=False,  # as Beam's own parser: Dataflow's --labels is not --labels-file
     )
     ConvertOptions._add_argparse_args(parser)
+    for action in parser._actions:
+        if action.dest in REQUIRED_FLAGS:
+            action.required = True
+            action.help = f"{action.help} (required)"
     return parser
 
 

@@ -31,6 +31,7 @@ from pipeline.errors import (
 from pipeline.graph import build_pipeline, in_process_plan
 from pipeline.options import (
     IMAGE_FORMATS,
+    REQUIRED_FLAGS,
     ConvertOptions,
     check_arguments,
     command_line_path,
@@ -49,6 +50,7 @@ from pipeline.runners import (
     LOCAL_PARALLEL_MIN_IMAGE_BYTES,
     DaskCluster,
     check_runner_installed,
+    check_runner_options,
     cluster_threads,
     dask_cluster,
     follow_log_level,
@@ -92,7 +94,7 @@ def _configure_logging(argv: Sequence[str]) -> None:
 
 
 def _resolve_paths(conv: ConvertOptions) -> tuple[str, str]:
-    missing = [flag for flag in ("input", "format", "output") if not getattr(conv, flag)]
+    missing = [flag for flag in REQUIRED_FLAGS if not getattr(conv, flag)]
     if missing:
         raise UsageError("missing required flags: " + ", ".join(f"--{flag}" for flag in missing))
     run_date = conv.run_date or datetime.datetime.now(datetime.timezone.utc).date()
@@ -157,11 +159,15 @@ def _check_index_flag(conv: ConvertOptions) -> None:
             f"offsets in a {compression.value} stream are not seekable, so no reader can use them")
 
 
-def _already_committed(output: str, fingerprint: str, overwrite: bool) -> bool:
-    """True when `output` holds a committed run of the same inputs and options."""
+def _already_committed(output: str, fingerprint: str, overwrite: bool,
+                       side_files: Sequence[str]) -> bool:
+    """True when `output` holds a committed run of the same inputs and options. A damaged
+    manifest is replaced with --overwrite only when no file beside it needs its word to be
+    the tool's (`_refuse_foreign_files`)."""
     try:
         existing = manifest_lib.read_manifest(output)
     except ValueError as error:
+        _refuse_foreign_files(output, side_files, damaged=error)
         if not overwrite:
             raise UsageError(f"{error}; use --overwrite to replace it") from error
         return False
@@ -190,11 +196,18 @@ def _beam_workers_pay_off(plan, fmt: str) -> bool:
     return len(plan.work_units) > 1 and plan.input_bytes >= min_bytes
 
 
-def _refuse_foreign_files(output: str, side_files: Sequence[str]) -> None:
-    """Refuses to start over files under names this tool writes that it did not write."""
+def _refuse_foreign_files(output: str, side_files: Sequence[str],
+                          damaged: ValueError | None = None) -> None:
+    """Refuses to start over files under names this tool writes that it did not write.
+    `damaged`: why the manifest cannot be read, which then vouches for no file but itself."""
     foreign = output_files.foreign_files(output, side_files)
     if foreign:
         shown = ", ".join(foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")
+        if damaged is not None:
+            raise UsageError(
+                f"{damaged}: it cannot tell which of the {len(foreign)} files beside it this "
+                f"tool wrote ({shown}), and no run replaces them, not even with --overwrite",
+                hint="move the folder away or choose another --output")
         raise UsageError(
             f"{output} holds {len(foreign)} files this tool did not write ({shown}): no committed "
             f"manifest lists them, and they would be replaced",
@@ -290,6 +303,7 @@ def convert(argv: Sequence[str]) -> None:
     options = PipelineOptions(argv)
     conv = options.view_as(ConvertOptions)
     check_runner_installed(options)
+    check_runner_options(options)
     input_path, output = _resolve_paths(conv)
     if "://" not in output and os.path.exists(output) and not os.path.isdir(output):
         raise UsageError(f"--output {output} is a file, not a folder")
@@ -328,13 +342,15 @@ def _convert_planned(options: PipelineOptions, argv: list[str], conv: ConvertOpt
                      cluster: DaskCluster | None) -> None:
     """Runs a planned conversion (under the output's lock); `cluster`: see `dask_cluster`."""
     output_files.discard_interrupted_runs(output)
-    if _already_committed(output, plan.manifest_metadata["fingerprint"], conv.overwrite):
+    side_files = [*plan.extra_files, *TFDS_FILE_NAMES, STATS_NAME, DRIFT_NAME,
+                  output_files.REPORT_NAME]
+    if _already_committed(output, plan.manifest_metadata["fingerprint"], conv.overwrite,
+                          side_files):
         if not conv.quiet:
             print(f"{output} already holds this conversion (same inputs and options); "
                   f"nothing to do. Use --overwrite to redo it.")
         return
-    _refuse_foreign_files(output, [*plan.extra_files, *TFDS_FILE_NAMES, STATS_NAME, DRIFT_NAME,
-                                   output_files.REPORT_NAME])
+    _refuse_foreign_files(output, side_files)
     if cluster is not None:
         plan = _cut_on_cluster(plan, cluster)
     show_progress = is_local(options) and not conv.quiet

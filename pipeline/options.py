@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipeline.errors import UsageError
-from transforms.format.compression import check_level
+from transforms.format.compression import Compression, check_level, parse_compression
 from transforms.images.config import (
     CONVERT_MODES,
     DEFAULT_MAX_IMAGE_BYTES,
@@ -38,6 +38,7 @@ __all__ = [
     "IMAGE_FORMATS",
     "TABULAR_FORMATS",
     "DEFAULT_LOG_LEVEL",
+    "REQUIRED_FLAGS",
     "ConvertOptions",
     "RaisingParser",
     "check_arguments",
@@ -51,6 +52,9 @@ __all__ = [
 ]
 
 DEFAULT_LOG_LEVEL = "WARNING"
+#: Destinations of the flags every conversion needs. Not `required` in `ConvertOptions`:
+#: Beam builds its parser from it for every `PipelineOptions`, with or without them.
+REQUIRED_FLAGS = ("input", "format", "output")
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?i?b?)?\s*$", re.IGNORECASE)
 _UNITS = {
@@ -170,11 +174,14 @@ def has_date_template(path: str) -> bool:
 _DRY_RUN_DEST = "convert_dry_run"
 
 
-def _flag(parser, name: str, *, output: bool = False, **kwargs) -> None:
+def _flag(parser, name: str, *, output: bool = False, formats: Sequence[str] = (),
+          **kwargs) -> None:
     """Adds `--a-b` together with its Beam-style alias `--a_b`.
 
     `output=True` marks a flag that changes what is written: `output_options()` lists those,
-    and they go into the manifest's "options" record and the run fingerprint.
+    and they go into the manifest's "options" record and the run fingerprint. `formats`: the
+    only --format values the flag applies to (`check_arguments` refuses it with the others,
+    which would ignore it); empty: all.
     """
     names = [f"--{name}"]
     if name == "dry-run":
@@ -184,6 +191,7 @@ def _flag(parser, name: str, *, output: bool = False, **kwargs) -> None:
     kwargs.setdefault("dest", name.replace("-", "_"))
     action = parser.add_argument(*names, **kwargs)
     action.changes_output = output
+    action.formats = tuple(formats)
 
 
 @functools.cache
@@ -205,8 +213,9 @@ def normalize_argv(argv: Sequence[str]) -> list[str]:
 
 def log_level_from(argv: Sequence[str]) -> str:
     """The `--log-level` in `argv`, read without Beam: logging must be configured before the
-    first `PipelineOptions`, whose constructor calls `logging.basicConfig()` itself."""
-    parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    first `PipelineOptions`, whose constructor calls `logging.basicConfig()` itself. A flag
+    without its value is the one-line usage error of every other flag."""
+    parser = RaisingParser(prog="tfrecord-pipeline convert", add_help=False, allow_abbrev=False)
     _flag(parser, "log-level", default=DEFAULT_LOG_LEVEL)
     return parser.parse_known_args(list(argv))[0].log_level
 
@@ -220,7 +229,8 @@ class ConvertOptions(PipelineOptions):
         _flag(group, "input", help="input glob, image folder root or manifest (any Beam filesystem)")
         _flag(group, "format", output=True, choices=FORMATS, help="input format")
         _flag(group, "output", help="output folder (any Beam filesystem)")
-        _flag(group, "spec", help="conversion spec YAML (default: inferred, written to DIR/spec.yaml)")
+        _flag(group, "spec", formats=(*TABULAR_FORMATS, "image-manifest"),
+              help="conversion spec YAML (default: inferred, written to DIR/spec.yaml)")
         _flag(group, "compression", output=True, default="none", help="none (default), gzip or zlib")
         _flag(group, "compression-level", output=True, type=_compression_level, default=None,
               help="codec level, 0-9 (default: the codec's)")
@@ -240,13 +250,15 @@ class ConvertOptions(PipelineOptions):
         _flag(group, "max-error-rate", output=True, type=_rate, default=None,
               help="fail (after writing dead letters) if more than this fraction of input "
                    "records is dead-lettered")
-        _flag(group, "sample-rows", output=True, type=_positive_int, default=10000,
-              help="rows sampled for type inference and --dry-run (default 10000)")
-        _flag(group, "batch-rows", output=True, type=_positive_int, default=16384,
-              help="rows per batch moved through Beam (default 16384)")
-        _flag(group, "work-unit-bytes", type=parse_size, default=DEFAULT_WORK_UNIT_BYTES,
-              help="CSV/TSV and JSON Lines files larger than this (uncompressed) are cut into "
-                   "byte ranges at record boundaries, converted in parallel (default 64MiB)")
+        tabular_flag = functools.partial(_flag, group, formats=TABULAR_FORMATS)
+        tabular_flag("sample-rows", output=True, type=_positive_int, default=10000,
+                     help="rows sampled for type inference and --dry-run (default 10000)")
+        tabular_flag("batch-rows", output=True, type=_positive_int, default=16384,
+                     help="rows per batch moved through Beam (default 16384)")
+        tabular_flag("work-unit-bytes", type=parse_size, default=DEFAULT_WORK_UNIT_BYTES,
+                     help="CSV/TSV and JSON Lines files larger than this (uncompressed) are cut "
+                          "into byte ranges at record boundaries, converted in parallel "
+                          "(default 64MiB)")
         _flag(group, "converter-threads", type=_non_negative_int, default=1,
               help="chunks (tabular) or images of one work unit converted at once on each "
                    "worker; 0: one per CPU the worker may use; 1 (default): no extra threads")
@@ -275,34 +287,41 @@ class ConvertOptions(PipelineOptions):
               help=f"Python log level (default {DEFAULT_LOG_LEVEL})")
 
         images = parser.add_argument_group("images")
-        _flag(images, "image-column", output=True, default=None,
-              help="manifest column holding image paths/URIs")
-        _flag(images, "label-column", output=True, default=None, help="manifest column holding labels")
-        _flag(images, "split-column", output=True, default=None, help="manifest column naming the split")
-        _flag(images, "labels-file", output=True, default=None,
-              help="labels.txt fixing the label map (one name per line, line number = index); "
-                   "other labels are dead letters (unknown_label)")
-        _flag(images, "validate", output=True, choices=VALIDATE_MODES, default=VALIDATE_MODES[0],
-              help="header (default): parse headers; full: decode every image")
-        _flag(images, "resize", output=True, type=_resize, default=None, help="resize to WxH")
-        _flag(images, "resize-mode", output=True, choices=RESIZE_MODES, default=RESIZE_MODES[0])
-        _flag(images, "max-side", output=True, type=_positive_int, default=None,
-              help="shrink so the longer side is at most N")
-        _flag(images, "encode", output=True, choices=ENCODINGS, default=None,
-              help="re-encode images")
-        _flag(images, "quality", output=True, type=_integer, default=DEFAULT_QUALITY,
-              help="JPEG quality for --encode jpeg")
-        _flag(images, "exif-orientation", output=True, action="store_true", default=False,
-              help="apply EXIF orientation (re-encodes rotated images)")
-        _flag(images, "convert-mode", output=True, choices=CONVERT_MODES, default=None,
-              help="convert pixel mode")
-        _flag(images, "max-image-bytes", output=True, type=parse_size, default=DEFAULT_MAX_IMAGE_BYTES,
-              help="larger image files are dead-lettered (default 64MiB)")
-        _flag(images, "max-pixels", output=True, type=_positive_int, default=DEFAULT_MAX_PIXELS,
-              help="images with more pixels are dead-lettered (decompression-bomb guard)")
-        _flag(images, "allowed-roots", output=True, default=None,
-              help="comma-separated roots manifest URIs must stay within "
-                   "(default: the manifest's folder and gs:// buckets named on the command line)")
+        image_flag = functools.partial(_flag, images, formats=IMAGE_FORMATS)
+        manifest_flag = functools.partial(_flag, images, formats=("image-manifest",))
+        manifest_flag("image-column", output=True, default=None,
+                      help="manifest column holding image paths/URIs")
+        manifest_flag("label-column", output=True, default=None,
+                      help="manifest column holding labels")
+        manifest_flag("split-column", output=True, default=None,
+                      help="manifest column naming the split")
+        image_flag("labels-file", output=True, default=None,
+                   help="labels.txt fixing the label map (one name per line, line number = "
+                        "index); other labels are dead letters (unknown_label)")
+        image_flag("validate", output=True, choices=VALIDATE_MODES, default=VALIDATE_MODES[0],
+                   help="header (default): parse headers; full: decode every image")
+        image_flag("resize", output=True, type=_resize, default=None, help="resize to WxH")
+        image_flag("resize-mode", output=True, choices=RESIZE_MODES, default=RESIZE_MODES[0],
+                   help="how --resize keeps the aspect ratio (default fit)")
+        image_flag("max-side", output=True, type=_positive_int, default=None,
+                   help="shrink so the longer side is at most N")
+        image_flag("encode", output=True, choices=ENCODINGS, default=None,
+                   help="re-encode images")
+        image_flag("quality", output=True, type=_integer, default=DEFAULT_QUALITY,
+                   help="JPEG quality for --encode jpeg")
+        image_flag("exif-orientation", output=True, action="store_true", default=False,
+                   help="apply EXIF orientation (re-encodes rotated images)")
+        image_flag("convert-mode", output=True, choices=CONVERT_MODES, default=None,
+                   help="convert pixel mode")
+        image_flag("max-image-bytes", output=True, type=parse_size,
+                   default=DEFAULT_MAX_IMAGE_BYTES,
+                   help="larger image files are dead-lettered (default 64MiB)")
+        image_flag("max-pixels", output=True, type=_positive_int, default=DEFAULT_MAX_PIXELS,
+                   help="images with more pixels are dead-lettered (decompression-bomb guard)")
+        image_flag("allowed-roots", output=True, default=None,
+                   help="comma-separated roots manifest URIs must stay within "
+                        "(default: the manifest's folder and gs:// buckets named on the "
+                        "command line)")
 
 
 class RaisingParser(argparse.ArgumentParser):
@@ -327,10 +346,22 @@ def _beam_flags(argv: Sequence[str]) -> dict[str, argparse.Action]:
     return flags
 
 
+def _convert_flags() -> RaisingParser:
+    """A parser of `convert`'s own flags (not Beam's) that raises `UsageError`."""
+    parser = RaisingParser(prog="tfrecord-pipeline convert", allow_abbrev=False, add_help=False)
+    ConvertOptions._add_argparse_args(parser)
+    return parser
+
+
 def check_arguments(argv: Sequence[str]) -> None:
-    """Raises `UsageError` for an argument neither we nor Beam define, a flag value that does
-    not parse, or a stray positional argument (typically a glob the shell expanded)."""
+    """Raises `UsageError` for an argument neither we nor Beam define, a flag of ours given
+    twice, a flag value that does not parse, a stray positional argument (typically a glob
+    the shell expanded), or a flag of ours the others make meaningless (`_check_combination`).
+    Beam's own flags are Beam's to check (some are meant to repeat, as --experiments)."""
     known = _beam_flags(argv)
+    parser = _convert_flags()
+    ours = {option: action for action in parser._actions for option in action.option_strings}
+    given: dict[str, str] = {}  # the destination of each flag of ours given -> its spelling
     expects_value = False
     for arg in argv:
         if expects_value:
@@ -344,11 +375,40 @@ def check_arguments(argv: Sequence[str]) -> None:
                 hint = f" (did you mean {close[0]}?)" if close else ""
                 raise UsageError(f"unknown flag {name}{hint}",
                                  hint="'tfrecord-pipeline convert --help' lists the flags")
+            if name in ours:
+                _note_given(given, ours[name].dest, name)
             expects_value = "=" not in arg and action.nargs != 0
             continue
         raise UsageError(
             f"unexpected argument {arg!r}: every value belongs to a flag",
             hint="quote a glob so the shell does not expand it, e.g. --input 'data/*.csv'")
-    parser = RaisingParser(prog="tfrecord-pipeline convert", allow_abbrev=False, add_help=False)
-    ConvertOptions._add_argparse_args(parser)
-    parser.parse_known_args(list(argv))  # raises on a value that does not parse
+    values = parser.parse_known_args(list(argv))[0]  # raises on a value that does not parse
+    for flag in given.values():
+        _check_combination(flag, ours[flag], values)
+
+
+def _note_given(given: dict[str, str], dest: str, flag: str) -> None:
+    """Records `flag` as given; raises `UsageError` when it was given before (in any
+    spelling): argparse would silently keep the last value."""
+    if dest in given:
+        also = "" if given[dest] == flag else f" (also as {given[dest]})"
+        raise UsageError(f"{flag} is given twice{also}", hint="give each flag once")
+    given[dest] = flag
+
+
+def _check_combination(flag: str, action: argparse.Action, values: argparse.Namespace) -> None:
+    """Raises `UsageError` when the flag `flag` (of `action`), given on the command line,
+    would be ignored: the other flags in `values` leave it nothing to do."""
+    if action.formats and values.format and values.format not in action.formats:
+        raise UsageError(f"{flag} does not apply to --format {values.format}, only to "
+                         f"{', '.join(action.formats)}")
+    if action.dest == "compression_level" and parse_compression(values.compression) is Compression.NONE:
+        raise UsageError(f"{flag} needs --compression gzip or zlib: uncompressed shards have no "
+                         f"codec level")
+    if action.dest == "resize_mode" and values.resize is None:
+        raise UsageError(f"{flag} applies with --resize only (--max-side keeps the aspect ratio)")
+    if action.dest == "fail_on_drift" and not values.compare_to \
+            and not (values.output and has_date_template(values.output)):
+        raise UsageError(
+            f"{flag} has nothing to compare with: give --compare-to DIR, or a date-templated "
+            f"--output (e.g. out/{{YYYY}}-{{MM}}-{{DD}}) to compare with the previous day's output")

@@ -113,8 +113,6 @@ def _plan_tabular(conv: ConvertOptions, input_path: str, output: str,
     from transforms.tabular.split_units import split_text_units
     from transforms.tabular.transform import ConvertTabular, TabularConfig
 
-    if conv.labels_file:
-        raise ValueError("--labels-file applies to --format image-folder and image-manifest only")
     listing = _input_listing(input_path, conv.format)
     units = plan_tabular(input_path, conv.format)
     _refuse_inputs_in_output(dict.fromkeys(unit.path for unit in units), output)

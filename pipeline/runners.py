@@ -40,6 +40,7 @@ import contextlib
 import importlib
 import logging
 import os
+import re
 from collections.abc import Callable, Iterator, Sequence
 from typing import TypeVar
 
@@ -51,6 +52,7 @@ __all__ = [
     "DaskCluster",
     "RunnerError",
     "check_runner_installed",
+    "check_runner_options",
     "cluster_threads",
     "dask_cluster",
     "runner_for",
@@ -82,7 +84,11 @@ _RUNNER_EXTRAS = {
 
 
 class RunnerError(ValueError):
-    """The requested runner configuration is refused."""
+    """The requested runner configuration is refused; `hint`: what to do instead."""
+
+    def __init__(self, message: str, *, hint: str | None = None):
+        super().__init__(message)
+        self.hint = hint
 
 
 def _explicit(argv: Sequence[str], flag: str) -> bool:
@@ -100,6 +106,54 @@ def check_runner_installed(options: PipelineOptions) -> None:
     except ImportError as error:
         raise RunnerError(f"--runner {runner} needs the {extra} extra ({what}): "
                           f"pip install 'tfrecord-pipeline[{extra}]'") from error
+
+
+#: Beam's validation errors of an option that is missing (`PipelineOptionsValidator`).
+_MISSING_OPTION = re.compile(r"Missing (?:GCS path |required )?option: (\w+)\.?")
+
+
+def check_runner_options(options: PipelineOptions) -> None:
+    """Raises `RunnerError` (one line) when a runner Beam starts itself (DataflowRunner and
+    the others passed to Beam unchanged) is missing options or given invalid ones, before
+    anything is read: Beam checks them only when the pipeline is built, after planning, in a
+    message of one line per problem."""
+    name = _runner_name(options)
+    if name in _LOCAL_NAMES or name in _DASK_NAMES:
+        return
+    from apache_beam.options.pipeline_options_validator import PipelineOptionsValidator
+    from apache_beam.runners.runner import create_runner
+
+    runner = options.view_as(StandardOptions).runner
+    # Beam also logs each invalid location it validates, which the one line names already.
+    beam_options_log = logging.getLogger("apache_beam.options.pipeline_options")
+    level = beam_options_log.level
+    beam_options_log.setLevel(logging.ERROR)
+    try:
+        errors = PipelineOptionsValidator(options, create_runner(runner)).validate()
+    except ValueError as error:  # an unknown runner name
+        raise RunnerError(" ".join(str(error).split())) from None
+    finally:
+        beam_options_log.setLevel(level)
+    if errors:
+        raise RunnerError(_validation_message(runner, errors),
+                          hint=_DATAFLOW_HINT if name in _DATAFLOW_NAMES else None)
+
+
+_DATAFLOW_HINT = "Dataflow needs --project, --region and a gs:// --temp_location"
+
+
+def _validation_message(runner: str, errors: Sequence[str]) -> str:
+    """Beam's validation errors as one line: the missing options as flags, then the rest.
+    Either of --temp_location and --staging_location stands in for the other."""
+    missing = [m.group(1) for m in map(_MISSING_OPTION.fullmatch, errors) if m]
+    others = [" ".join(e.split()).rstrip(".") for e in errors if not _MISSING_OPTION.fullmatch(e)]
+    flags = [f"--{option}" for option in missing if option != "staging_location"]
+    if "staging_location" in missing and "temp_location" not in missing:
+        flags.append("--staging_location")
+    flags = [f"{flag} (or --staging_location)" if flag == "--temp_location"
+             and "staging_location" in missing else flag for flag in flags]
+    parts = ([f"missing {', '.join(flags)}"] if flags else []) + others
+    return f"--runner {runner}: {'; '.join(parts)}"
 
 
 def _runner_name(options: PipelineOptions) -> str:

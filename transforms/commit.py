@@ -326,7 +326,9 @@ def finalize_output(
     after success, leaves exactly one complete output. Returns the manifest path.
     """
     manifest_path = fs.join_path(config.output_dir, MANIFEST_NAME)
-    existing = manifest_lib.read_manifest(config.output_dir)
+    # A damaged manifest (the CLI replaces one only when it vouched for no other file)
+    # vouches for itself alone.
+    existing = output_files.committed_manifest(config.output_dir)
     if existing is not None and existing.get("run_id") == config.run_id:
         return manifest_path  # this run was committed by an earlier attempt
 

@@ -17,6 +17,7 @@ from collections.abc import Iterable
 from apache_beam.io.filesystems import FileSystems
 
 __all__ = [
+    "cannot_list",
     "delete",
     "delete_tree",
     "ensure_parent",
@@ -24,8 +25,29 @@ __all__ = [
     "literal",
     "path_exists",
     "sync_files",
+    "unreadable_folder",
     "write_bytes_atomically",
 ]
+
+
+def unreadable_folder(folder: str, error: OSError) -> str:
+    """The one line saying that `folder` could not be listed, and why."""
+    return f"cannot read the folder {folder}: {error.strerror or error}"
+
+
+def cannot_list(folder: str) -> str | None:
+    """Why the local `folder` cannot be listed (`unreadable_folder`), or None: it can, it is
+    missing or not a folder, or it is not local. Beam's local match and `os.walk` pass over
+    a folder they may not read, which then looks empty."""
+    if "://" in folder:
+        return None
+    try:
+        with os.scandir(folder):
+            return None
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError as error:
+        return unreadable_folder(folder, error)
 
 
 def join_path(root: str, *parts: str) -> str:

@@ -44,6 +44,7 @@ __all__ = [
     "JOURNAL_NAME",
     "NOTHING_CONVERTED",
     "REPORT_NAME",
+    "committed_manifest",
     "discard_interrupted_runs",
     "foreign_files",
     "listed_paths",
@@ -69,7 +70,7 @@ JOURNAL_NAME = "commit-journal.json"
 _SHARD_GLOB = "*-[0-9][0-9][0-9][0-9][0-9]-of-[0-9][0-9][0-9][0-9][0-9]*"
 
 
-def _committed_manifest(output_dir: str) -> dict[str, Any] | None:
+def committed_manifest(output_dir: str) -> dict[str, Any] | None:
     """The committed manifest, or None when there is none or it cannot be read (then it
     vouches for no file but itself)."""
     try:
@@ -170,7 +171,7 @@ def owned_paths(output_dir: str, manifest: Mapping[str, Any] | None = None) -> s
     """Every relative path in `output_dir` that a record of this tool names (see the module
     docstring). `manifest` is the committed one when the caller has read it already."""
     if manifest is None:
-        manifest = _committed_manifest(output_dir)
+        manifest = committed_manifest(output_dir)
     owned = listed_paths(manifest)
     if manifest is not None:
         owned.add(REPORT_NAME)
@@ -211,7 +212,7 @@ def discard_interrupted_runs(output_dir: str) -> list[str]:
     folders = _temp_folders(output_dir, warn=True)
     if not folders:
         return []
-    keep = listed_paths(_committed_manifest(output_dir))
+    keep = listed_paths(committed_manifest(output_dir))
     failed = read_failed_run(output_dir)
     if failed is not None:
         keep.add(FAILED_RUN_NAME)

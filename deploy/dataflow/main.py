@@ -108,7 +108,9 @@ def build_convert_args(
     ):
         args.append(f"--sdk_container_image={image}")
     # Google's Flex Template launcher must not block until the job ends.
-    if runner.lower() == _DATAFLOW and environ.get(_FLEX_ENV) and "--no-wait" not in args:
+    # Either spelling: the CLI refuses a flag given twice.
+    if runner.lower() == _DATAFLOW and environ.get(_FLEX_ENV) \
+            and not {"--no-wait", "--no_wait"} & set(args):
         args.append("--no-wait")
     return args
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import ast
 import configparser
 import datetime
+import functools
 import importlib.util
 import json
 import os
@@ -392,6 +393,7 @@ def test_metadata_matches_the_cli_convert_parser():
             action.option_strings), dest
         switch = isinstance(action, argparse._StoreTrueAction)
         assert (param["paramType"] == "BOOLEAN") == switch, dest
+        assert param["isOptional"] is not action.required, dest
         if switch:
             assert param["regexes"] == ["^(true|false)$"]
         if action.choices:
@@ -481,6 +483,15 @@ def test_launcher_maps_names_booleans_runner_and_image():
     assert convert(["--sdk_container_image=mine"], switches, image_env) == [
         "--sdk_container_image=mine", "--runner=DataflowRunner"]
     assert convert([], switches, {"TFRECORD_DEFAULT_RUNNER": "direct"}) == ["--runner=direct"]
+
+
+def test_launcher_adds_no_wait_for_flex_templates_once_whatever_its_spelling():
+    main = _load_flex_main()
+    convert = functools.partial(main.build_convert_args, flags=main.cli_flags(_convert_parser()),
+                                environ={"FLEX_TEMPLATE_PYTHON_PY_FILE": "main.py"})
+    assert convert([]) == ["--runner=DataflowRunner", "--no-wait"]
+    # The CLI refuses a flag given twice: --no_wait is not followed by a --no-wait.
+    assert convert(["--no_wait=true"]) == ["--no_wait", "--runner=DataflowRunner"]
 
 
 # -------------------------------------------------------------------------------- Dockerfiles

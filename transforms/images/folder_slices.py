@@ -161,6 +161,14 @@ def _list_folder(folder: str, first: str | None = None, stop: str | None = None,
     return found
 
 
+def _refuse_unreadable(error: OSError) -> None:
+    """`os.walk`'s handler of a folder it cannot list: refused, where the walk would pass
+    over it (a class folder without read permission would silently be left out). A folder
+    removed since its parent was listed is passed over, as before."""
+    if not isinstance(error, FileNotFoundError):
+        raise ValueError(fs.unreadable_folder(error.filename, error)) from error
+
+
 def _walk(root: str) -> Iterator[tuple[str, list[tuple[str, int | None, float | None]]]]:
     """(folder, its files) of every folder under `root` holding files, folders in sorted order."""
     if "://" in root:
@@ -176,7 +184,7 @@ def _walk(root: str) -> Iterator[tuple[str, list[tuple[str, int | None, float | 
         return
     if not os.path.isdir(root):
         raise FileNotFoundError(f"{root} is not a folder")
-    for folder, subfolders, _ in os.walk(root):
+    for folder, subfolders, _ in os.walk(root, onerror=_refuse_unreadable):
         subfolders.sort()
         files = _list_folder(folder)
         if files:

@@ -395,7 +395,9 @@ def _csv_pass(unit: WorkUnit, fmt: str, spec: ConversionSpec, batch_rows: int,
             raise ValueError(f"csv.column_names names {len(names)} columns but the header has "
                              f"{len(file_names)}: {file_names}")
         if len(set(names)) != len(names):
-            raise ValueError(f"duplicate column names {file_names}; set csv.column_names")
+            duplicates = sorted({name for name in names if names.count(name) > 1})
+            raise ValueError(f"duplicate column names {duplicates} in {unit.path}: give the "
+                             f"columns distinct names in the spec's csv.column_names")
         read_ahead = stream.read_ahead = _ReadAhead(_READAHEAD_BLOCKS)
         stack.callback(read_ahead.close)  # before the file closes: no read may stay waiting
         with read_ahead.consumer_waiting():  # opening reads the first block(s)

@@ -140,6 +140,7 @@ class _Sample:
         self.columns: dict[str, _Column] = {}
         self.rows = 0
         self.complete = False  # every row of every unit was read
+        self.unreadable: list[str] = []  # why each unit that could not be read was not
 
     def column(self, name: str) -> _Column:
         if name not in self.columns:
@@ -195,18 +196,37 @@ def _sample(units: Sequence[WorkUnit], fmt: str, csv: CsvOptions | None,
     if fmt not in TABULAR_FORMATS:
         raise ValueError(f"unknown tabular format {fmt!r}")
     sample = _Sample()
-    unreadable = False
     for unit in units:
         if sample.rows >= sample_rows:
             break
         try:
             _sample_unit(sample, unit, fmt, csv, sample_rows)
         except Exception as error:  # noqa: BLE001 - the conversion dead-letters the file
-            unreadable = True
-            _LOG.warning("not sampling %s: %s: %s", unit.path, type(error).__name__, error)
+            sample.unreadable.append(_unreadable(unit.path, fmt, error))
     else:
-        sample.complete = not unreadable and sample.rows < sample_rows
+        sample.complete = not sample.unreadable and sample.rows < sample_rows
     return sample
+
+
+def _unreadable(path: str, fmt: str, error: Exception) -> str:
+    """Why the file at `path` could not be sampled, in one line naming it."""
+    text = " ".join(str(error).split())
+    if fmt == "parquet":
+        return f"{path} is not a readable Parquet file: {text}"
+    return text if path in text else f"cannot read {path}: {type(error).__name__}: {text}"
+
+
+def _warn_unreadable(sample: _Sample) -> None:
+    """Warns of the files left out of the sample; the conversion dead-letters them."""
+    for reason in sample.unreadable:
+        _LOG.warning("not sampling: %s", reason)
+
+
+def _nothing_readable(sample: _Sample) -> str:
+    """The error of an input no file of which could be sampled: the first file's cause (the
+    rows sampled are 0 then, which is not what is wrong)."""
+    more = len(sample.unreadable) - 1
+    return sample.unreadable[0] + (f" (and {more} more unreadable files)" if more else "")
 
 
 def _sample_unit(sample: _Sample, unit: WorkUnit, fmt: str, csv: CsvOptions | None,
@@ -275,6 +295,9 @@ def infer_spec(units: Sequence[WorkUnit], fmt: str, *, csv: CsvOptions | None = 
     if fmt == "tsv" and csv.delimiter is None:
         csv = dataclasses.replace(csv, delimiter="\t")
     sample = _sample(units, fmt, csv, sample_rows)
+    if sample.unreadable and not sample.columns:
+        raise SpecError(_nothing_readable(sample))
+    _warn_unreadable(sample)
     features = _features(sample)
     if not features:
         raise SpecError(f"no convertible column found in the first {sample.rows} rows of the "
@@ -304,6 +327,7 @@ def resolve_spec(units: Sequence[WorkUnit], fmt: str, spec: ConversionSpec | Non
     # of a full sample would cost seconds on wide tables for nothing.
     rows = sample_rows if spec.include_unlisted else min(sample_rows, _COLUMN_CHECK_ROWS)
     sample = _sample(units, fmt, csv, rows)
+    _warn_unreadable(sample)
     if spec.include_unlisted:
         used = {f.source_column for f in spec.features} | {f.name for f in spec.features}
         extra = _features(sample, skip=used)

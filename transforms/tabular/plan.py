@@ -13,6 +13,7 @@ import pyarrow.parquet as pq
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
+from transforms import fs
 from transforms.input_formats import TABULAR_EXTENSIONS, check_tabular_format
 from transforms.records import WorkUnit
 
@@ -25,6 +26,15 @@ def _is_folder(pattern: str) -> bool:
     return pattern.endswith("/") or ("://" not in pattern and os.path.isdir(pattern))
 
 
+def _unlistable(pattern: str) -> str | None:
+    """Why the local folder `pattern` names (or its glob's folder) cannot be listed, or None
+    (see `fs.cannot_list`): a folder without read permission would look empty."""
+    folder = pattern if _is_folder(pattern) else os.path.dirname(pattern)
+    if not folder or any(ch in folder for ch in "*?["):
+        return None
+    return fs.cannot_list(folder)
+
+
 def _expand(patterns: str | Sequence[str], fmt: str) -> list:
     """The files the patterns match. A folder stands for its files named like `fmt`
     (`TABULAR_EXTENSIONS`, optionally + .gz); a folder holding none of them is refused."""
@@ -34,6 +44,9 @@ def _expand(patterns: str | Sequence[str], fmt: str) -> list:
     queries = [p.rstrip("/") + "/*" if _is_folder(p) else p for p in patterns]
     for pattern, result in zip(patterns, FileSystems.match(queries), strict=True):
         matched = result.metadata_list
+        problem = None if matched else _unlistable(pattern)
+        if problem:
+            raise ValueError(problem)
         if _is_folder(pattern):
             named = [m for m in matched if m.path.lower().endswith(endings)]
             if not named:

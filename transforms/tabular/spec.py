@@ -469,13 +469,28 @@ class ConversionSpec:
         return (json.dumps(self.to_feature_spec(), indent=2, sort_keys=True) + "\n").encode()
 
 
+def _yaml_document(text: str, source: str | None = None) -> Any:
+    """The YAML document in `text`. A syntax error is one line saying where and what
+    (`spec.yaml:3:1: found character...`): PyYAML's own message runs on for lines, quoting
+    the text and pointing at the column."""
+    try:
+        return yaml.safe_load(text)
+    except yaml.MarkedYAMLError as error:
+        mark = error.problem_mark or error.context_mark
+        problem = " ".join(str(error.problem or error.context or "syntax error").split())
+        if mark is None:
+            raise SpecError(f"{source or 'spec'}: not valid YAML: {problem}") from None
+        if source:
+            raise SpecError(f"{source}:{mark.line + 1}:{mark.column + 1}: {problem}") from None
+        raise SpecError(f"spec: not valid YAML at line {mark.line + 1}, column {mark.column + 1}: "
+                        f"{problem}") from None
+    except yaml.YAMLError as error:
+        raise SpecError(f"{source or 'spec'}: not valid YAML: {' '.join(str(error).split())}") from None
+
+
 def parse_spec(text: str) -> ConversionSpec:
     """Parses spec YAML text."""
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        raise SpecError(f"spec: not valid YAML: {e}") from None
-    return ConversionSpec.from_dict(data)
+    return ConversionSpec.from_dict(_yaml_document(text))
 
 
 def load_spec(path_or_text: str) -> ConversionSpec:
@@ -493,8 +508,9 @@ def load_spec(path_or_text: str) -> ConversionSpec:
                 text = f.read().decode("utf-8")
         except Exception as e:  # noqa: BLE001 - re-raised naming the file
             raise SpecError(f"cannot read spec {path_or_text!r}: {e}") from e
+        data = _yaml_document(text, source=path_or_text)
         try:
-            return parse_spec(text)
+            return ConversionSpec.from_dict(data)
         except SpecError as e:
             raise SpecError(f"{path_or_text}: {e}") from None
     return parse_spec(text)

@@ -376,7 +376,7 @@ def check_arguments(argv: Sequence[str]) -> None:
                 raise UsageError(f"unknown flag {name}{hint}",
                                  hint="'tfrecord-pipeline convert --help' lists the flags")
             if name in ours:
-                _note_given(given, ours[name].dest, name)
+                _note_given(given, ours[name].dest, name, repeatable=action.nargs == 0)
             expects_value = "=" not in arg and action.nargs != 0
             continue
         raise UsageError(
@@ -387,10 +387,11 @@ def check_arguments(argv: Sequence[str]) -> None:
         _check_combination(flag, ours[flag], values)
 
 
-def _note_given(given: dict[str, str], dest: str, flag: str) -> None:
-    """Records `flag` as given; raises `UsageError` when it was given before (in any
-    spelling): argparse would silently keep the last value."""
-    if dest in given:
+def _note_given(given: dict[str, str], dest: str, flag: str, repeatable: bool) -> None:
+    """Records `flag` as given; raises `UsageError` when a flag taking a value was given
+    before (in any spelling): argparse would silently keep the last value. A switch
+    (`--quiet`) may repeat: saying it twice means the same."""
+    if dest in given and not repeatable:
         also = "" if given[dest] == flag else f" (also as {given[dest]})"
         raise UsageError(f"{flag} is given twice{also}", hint="give each flag once")
     given[dest] = flag

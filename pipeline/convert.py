@@ -64,7 +64,6 @@ from transforms import output_files
 from transforms.forked_pool import fork_available
 from transforms.format.compression import Compression, parse_compression
 from transforms.format.manifest_format import MANIFEST_NAME
-from transforms.gcs import use_anonymous_credentials_for_emulator
 from transforms.shard_writers import DEAD_LETTER_DIR
 from transforms.sink import WriteToShardedTFRecord
 from transforms.stats.document import STATS_NAME
@@ -299,7 +298,6 @@ def convert(argv: Sequence[str]) -> None:
     started = time.monotonic()
     _configure_logging(argv)  # first: see there
     check_arguments(argv)
-    use_anonymous_credentials_for_emulator()
     options = PipelineOptions(argv)
     conv = options.view_as(ConvertOptions)
     check_runner_installed(options)

@@ -48,12 +48,14 @@ def _input_listing(input_path: str, fmt: str) -> list[list]:
     then makes the next run's listing differ from the fingerprint, so that run converts
     again (or asks for --overwrite) instead of skipping a file this run never planned.
     """
-    listing = []
-    for result in FileSystems.match([input_path]):
-        for metadata in result.metadata_list:
-            listing.append([metadata.path, metadata.size_in_bytes,
-                            getattr(metadata, "last_updated_in_seconds", None)])
-    return sorted(listing)
+    if fmt in TABULAR_FORMATS:  # what the planner reads: a folder stands for files in it
+        from transforms.tabular.plan import input_files
+
+        matched = input_files(input_path, fmt)
+    else:
+        matched = [m for result in FileSystems.match([input_path]) for m in result.metadata_list]
+    return sorted([metadata.path, metadata.size_in_bytes,
+                   getattr(metadata, "last_updated_in_seconds", None)] for metadata in matched)
 
 
 def _fingerprint(options: dict[str, Any], listing: list, spec_text: str,

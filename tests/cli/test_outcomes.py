@@ -4,6 +4,7 @@ killed run cleaned by the next run (even one with nothing to do), one line per f
 from __future__ import annotations
 
 import json
+import os
 import pathlib
 import uuid
 
@@ -200,3 +201,23 @@ def test_an_output_inside_an_image_tree_or_beside_its_manifest_is_refused(tmp_pa
                              "--quiet"])
     assert f"--input matches files inside --output {tmp_path}" in line
     assert sorted(path.name for path in tmp_path.iterdir()) == ["cat", "m.csv"]
+
+
+def test_a_folder_input_is_fingerprinted_by_its_files(tmp_path, capsys):
+    """A change to a file in an --input folder (which leaves the folder's own time alone) is
+    a different input; an output written inside that folder is not (it changes the folder)."""
+    folder = tmp_path / "in"
+    folder.mkdir()
+    data = folder / "a.jsonl"
+    data.write_text('{"a": 1}\n')
+    args = ["convert", "--input", str(folder), "--format", "jsonl", "--output", str(folder / "out"),
+            "--direct_running_mode=in_memory", "--quiet"]
+    assert run(args) == 0
+    assert run(args) == 0  # the same command, its output now inside the folder: nothing to do
+    before = os.stat(folder).st_mtime_ns
+    with data.open("a") as handle:
+        handle.write('{"a": 2}\n')
+    os.utime(folder, ns=(before, before))
+    capsys.readouterr()
+    assert run(args) == 2
+    assert "already holds a committed output of different inputs" in capsys.readouterr().err

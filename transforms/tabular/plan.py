@@ -17,13 +17,21 @@ from transforms import fs
 from transforms.input_formats import TABULAR_EXTENSIONS, check_tabular_format
 from transforms.records import WorkUnit
 
-__all__ = ['plan_tabular']
+__all__ = ['input_files', 'plan_tabular']
 
 
 def _is_folder(pattern: str) -> bool:
+    """Whether `pattern` names a folder: a local one, or on an object store (which has no
+    folders) a name ending in "/", or one no object has while objects lie under it."""
     if any(ch in pattern for ch in "*?["):
         return False
-    return pattern.endswith("/") or ("://" not in pattern and os.path.isdir(pattern))
+    if pattern.endswith("/"):
+        return True
+    if "://" not in pattern:
+        return os.path.isdir(pattern)
+    if FileSystems.exists(pattern):
+        return False
+    return bool(FileSystems.match([fs.literal(pattern) + "/*"], limits=[1])[0].metadata_list)
 
 
 def _unlistable(pattern: str) -> str | None:
@@ -35,19 +43,21 @@ def _unlistable(pattern: str) -> str | None:
     return fs.cannot_list(folder)
 
 
-def _expand(patterns: str | Sequence[str], fmt: str) -> list:
-    """The files the patterns match. A folder stands for its files named like `fmt`
-    (`TABULAR_EXTENSIONS`, optionally + .gz); a folder holding none of them is refused."""
+def input_files(patterns: str | Sequence[str], fmt: str) -> list:
+    """The files (Beam `FileMetadata`, sorted by path) the patterns stand for: what they
+    match, and for a folder its files named like `fmt` (`TABULAR_EXTENSIONS`, optionally
+    + .gz); a folder holding none of them is refused."""
     patterns = [patterns] if isinstance(patterns, str) else list(patterns)
     endings = tuple(e + gz for e in TABULAR_EXTENSIONS[fmt] for gz in ("", ".gz"))
     found = {}
-    queries = [p.rstrip("/") + "/*" if _is_folder(p) else p for p in patterns]
+    folders = {pattern for pattern in patterns if _is_folder(pattern)}
+    queries = [fs.literal(p.rstrip("/")) + "/*" if p in folders else p for p in patterns]
     for pattern, result in zip(patterns, FileSystems.match(queries), strict=True):
         matched = result.metadata_list
         problem = None if matched else _unlistable(pattern)
         if problem:
             raise ValueError(problem)
-        if _is_folder(pattern):
+        if pattern in folders:
             named = [m for m in matched if m.path.lower().endswith(endings)]
             if not named:
                 held = sorted({os.path.splitext(m.path)[1] or "(no extension)" for m in matched})
@@ -67,14 +77,14 @@ def plan_tabular(input_glob: str | Sequence[str], fmt: str) -> list[WorkUnit]:
     """The work units of a tabular input, in a deterministic order.
 
     One unit per file (sorted by path; a folder stands for its files named like the format,
-    see `_expand`); for Parquet one unit per row group
+    see `input_files`); for Parquet one unit per row group
     (start/end = row group range, extra = {"size", "rows", "row_offset"}). CSV and JSON
     units carry extra = {"size": bytes}. Raises FileNotFoundError when a pattern matches
     nothing and ValueError for an unknown format.
     """
     check_tabular_format(fmt)
     units: list[WorkUnit] = []
-    for metadata in _expand(input_glob, fmt):
+    for metadata in input_files(input_glob, fmt):
         if fmt != "parquet":
             units.append(WorkUnit(metadata.path, len(units), extra={"size": metadata.size_in_bytes}))
             continue

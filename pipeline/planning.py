@@ -150,7 +150,7 @@ def _plan_tabular(conv: ConvertOptions, input_path: str, output: str,
             from transforms.sequence.estimate import estimate_sequences
 
             summary["estimate"] = estimate_sequences(
-                units, spec, conv.format, conv.sample_rows, estimate.rows, estimate.exact,
+                units, spec, conv.format, conv.sample_rows, estimate.rows, estimate.rows_exact,
                 max_shard_bytes=sharding_of(conv).byte_cap or estimate.output_bytes or 1,
                 num_shards=conv.num_shards, compression_ratio=estimate.compression_ratio).to_dict()
         summary["spec_yaml"] = spec_yaml

@@ -811,20 +811,35 @@ def test_estimate_output(tmp_path):
     assert exact.dead_letter_rate == 0
     total = sum(len(r) + 16 for r in records(convert(tmp_path / "part*.csv", "csv", SPLIT_SPEC)))
     assert exact.output_bytes == pytest.approx(total, rel=1e-6)
-    assert exact.shards == {"train": 1, "validation": 1, "test": 1}
+    assert exact.rows_exact
+    assert exact.shards == {"train": 3, "validation": 3, "test": 3}  # each file writes its own
     rough = estimate_output(units, SPLIT_SPEC, "csv", sample_rows=500, max_shard_bytes=10_000,
                             compression="gzip")
-    assert not rough.exact and rough.sampled_rows >= 500
+    assert not rough.exact and not rough.rows_exact and rough.sampled_rows >= 500
     assert 5000 < rough.rows < 7000
     assert 0 < rough.compression_ratio < 1
-    # Each split gets its share of the bytes, in shards of at most max_shard_bytes.
+    # Each split gets its share of the bytes, in shards of at most max_shard_bytes, written
+    # by each of the 3 work units.
     shards = rough.shards
-    assert shards["train"] > shards["validation"] >= 1 and shards["test"] >= 1
-    assert sum(shards.values()) - 3 < rough.output_bytes / 10_000 <= sum(shards.values())
+    assert shards["train"] > shards["validation"] >= 3 and shards["test"] >= 3
+    assert rough.output_bytes / 10_000 <= sum(shards.values()) < rough.output_bytes / 10_000 + 9
     assert rough.num_shards == sum(rough.shards.values())
     assert set(rough.to_dict()) >= {"rows", "output_bytes", "num_shards", "bytes_per_example"}
     fixed = estimate_output(units, SPLIT_SPEC, "csv", sample_rows=100, num_shards=4)
     assert fixed.shards == {"train": 4, "validation": 4, "test": 4}
+
+
+def test_a_parquet_estimate_is_exact_in_rows_only_unless_it_read_every_row(tmp_path):
+    """Parquet metadata counts the rows; the dead-letter rate and bytes come from the sample."""
+    path = tmp_path / "nan.parquet"
+    pq.write_table(pa.table({"x": [1.0] * 100 + [float("nan")] * 900}), path, row_group_size=100)
+    spec = parse_spec("features: [{name: x, type: float, nan: reject}]")
+    units = plan_tabular(str(path), "parquet")
+    sampled = estimate_output(units, spec, "parquet", sample_rows=100)
+    assert (sampled.rows, sampled.rows_exact, sampled.exact) == (1000, True, False)
+    assert sampled.shards == {"data": 10}  # one per row group, each its own work unit
+    whole = estimate_output(units, spec, "parquet", sample_rows=1000)
+    assert (whole.rows_exact, whole.exact, whole.dead_letter_rate) == (True, True, 0.9)
 
 
 def test_convert_tabular_in_a_beam_pipeline_counts_outcomes(tmp_path):

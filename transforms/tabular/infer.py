@@ -379,17 +379,19 @@ class OutputEstimate:
 
     Attributes:
       sampled_rows: input rows converted for the estimate.
-      rows: estimated input rows in total (exact when `exact`).
-      exact: the whole input was sampled (or counted from Parquet metadata).
+      rows: estimated input rows in total (exact when `rows_exact`).
+      rows_exact: the rows were counted: every file read to its end, or Parquet metadata.
+      exact: the whole input was sampled, so every figure is exact, not only the rows.
       dead_letter_rate: fraction of sampled rows that were dead-lettered.
       bytes_per_example: mean framed size of a sampled record, uncompressed.
       compression_ratio: compressed / uncompressed size of the sampled records.
       output_bytes: estimated bytes of all shards.
-      shards: estimated shard count per split.
+      shards: estimated shard count per split (every work unit writes its own shards).
     """
 
     sampled_rows: int
     rows: int
+    rows_exact: bool
     exact: bool
     dead_letter_rate: float
     bytes_per_example: float
@@ -445,8 +447,9 @@ def estimate_output(units: Sequence[WorkUnit], spec: ConversionSpec, fmt: str,
 
     Rows: Parquet row counts come from the metadata; CSV/JSON Lines files read to the
     end are counted, the others are estimated from their (uncompressed) size and the
-    sample's bytes per row. Shards: `num_shards` per split, else each split's estimated
-    bytes over `max_shard_bytes` (default 200 MiB), at least one.
+    sample's bytes per row. Shards: `num_shards` per split, else per work unit with rows of
+    the split (each writes its own), its estimated bytes over `max_shard_bytes` (default
+    200 MiB), at least one.
     """
     assigner = split_assigner(spec)
     whole_row = not spec.split_key and len(assigner.names) > 1
@@ -489,12 +492,13 @@ def estimate_output(units: Sequence[WorkUnit], spec: ConversionSpec, fmt: str,
             estimated_rows += unit_rows * _uncompressed_size(unit) / unit_bytes
     if fmt == "parquet":
         rows = sum((u.extra or {}).get("rows", 0) for u in units)
-        exact = all("rows" in (u.extra or {}) for u in units)
+        rows_exact = all("rows" in (u.extra or {}) for u in units)
+        exact = rows_exact and sampled == rows and not pending
     else:
         per_row = counted_bytes / sampled if sampled else 0.0
         if per_row:
             estimated_rows += sum(_uncompressed_size(u) for u in pending) / per_row
-        exact = estimated_rows == 0 and not pending
+        rows_exact = exact = estimated_rows == 0 and not pending
         rows = counted_rows + int(round(estimated_rows))
     written = sampled - dead
     bytes_per_example = payload_bytes / written if written else 0.0
@@ -507,8 +511,12 @@ def estimate_output(units: Sequence[WorkUnit], spec: ConversionSpec, fmt: str,
     shards = {}
     for name in names:
         share = per_split[name] / total if total else 1 / len(names)
-        shards[name] = num_shards or max(1, math.ceil(output_bytes * share / cap))
-    return OutputEstimate(sampled_rows=sampled, rows=rows, exact=exact, dead_letter_rate=rate,
+        # Each work unit with rows of the split writes its own shards, rolled at the cap.
+        units_with_rows = max(1, len(units)) if share else 1
+        per_unit = output_bytes * share / units_with_rows
+        shards[name] = num_shards or units_with_rows * max(1, math.ceil(per_unit / cap))
+    return OutputEstimate(sampled_rows=sampled, rows=rows, rows_exact=rows_exact, exact=exact,
+                          dead_letter_rate=rate,
                           bytes_per_example=bytes_per_example, compression_ratio=ratio,
                           output_bytes=output_bytes, shards=shards)
 

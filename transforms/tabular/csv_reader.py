@@ -75,6 +75,15 @@ def _escape_invalid(error: UnicodeError):
 codecs.register_error(_ESCAPE_ERRORS, _escape_invalid)
 
 
+# Python's csv module refuses a field over 128 KiB by default ("field larger than field
+# limit"), a guard against reading a runaway field into memory. Here it only ever reads
+# text already in memory: a ragged row Arrow has parsed, or the tail of a file that a
+# quoted field left open swallowed (which is exactly a runaway field, and is what must be
+# reported line by line). Arrow's blocks cap a record at `_MAX_RETRY_BLOCK`, so no larger
+# limit is needed; the limit is process-wide, so it is only ever raised.
+csv.field_size_limit(max(csv.field_size_limit(), _MAX_RETRY_BLOCK))
+
+
 class _EscapingReader(io.RawIOBase):
     """A binary stream of the UTF-8 text of `raw` decoded with `encoding`, invalid bytes
     escaped as private-use code points (see `tabular_values.unescape`).

@@ -1,5 +1,6 @@
 """Tabular input nobody here prepared, through the CLI: every row ends in a shard or a dead
-letter with its reason (an unclosed CSV quote, JSON Lines lines that are not UTF-8 or nest too
+letter with its reason (an unclosed CSV quote, however long the rest of the file; a ragged
+row with a field over 128 KiB; JSON Lines lines that are not UTF-8 or nest too
 deep, numbers beyond float64), a quoted "" in a number column is missing, Parquet durations
 keep their unit, a spec column the input lacks is refused by name, and valid UTF-8 never
 makes the CSV probe print an ignored exception."""
@@ -82,6 +83,45 @@ def test_an_unclosed_quote_in_a_ragged_row_is_found_too(tmp_path):
     assert [(d["reason"], d["line"]) for d in _dead(out)] == [("unterminated_quote", 3),
                                                                ("unterminated_quote", 4)]
     assert _counts(out)["input"] == 3
+
+
+# More than Python's csv module takes in one field by default (128 KiB).
+_PAST_FIELD_LIMIT = 200_000
+
+
+@pytest.mark.parametrize("extra", [["--spec"], ["--spec", "--work-unit-bytes", "64KB"], []],
+                         ids=["spec", "byte-ranges", "inferred"])
+def test_an_unclosed_quote_swallowing_over_128_kib_still_dead_letters_each_line(tmp_path, extra):
+    # The lines an unclosed quote swallows are one runaway field: past the csv module's
+    # field limit the whole file became one unreadable_file and the rows before it were lost.
+    source = tmp_path / "in.csv"
+    lines = [f"{i},n{i:06d}" for i in range(1, _PAST_FIELD_LIMIT // 10)]
+    lines[4] = '5,"never closed'
+    source.write_text("id,name\n" + "\n".join(lines) + "\n")
+    out = tmp_path / "out"
+    if extra[:1] == ["--spec"]:
+        extra = ["--spec", _spec(tmp_path, ID_NAME), *extra[1:]]
+    assert _convert(source, "csv", out, *extra) == 0
+    assert _ids(out) == [1, 2, 3, 4]
+    dead = _dead(out)
+    assert {d["reason"] for d in dead} == {"unterminated_quote"}
+    assert [d["line"] for d in dead] == list(range(6, len(lines) + 2))
+    assert [d["row"] for d in dead] == list(range(5, len(lines) + 1))
+    assert dead[0]["raw"] == '5,"never closed'
+    counts = _counts(out)
+    assert (counts["input"], counts["written"]) == (len(lines), 4)
+
+
+def test_a_ragged_row_with_a_quoted_field_over_128_kib_is_a_dead_letter_of_its_own(tmp_path):
+    source = tmp_path / "in.csv"
+    big = "x" * _PAST_FIELD_LIMIT
+    source.write_text(f'id,name\n1,a\n2,"{big}",extra\n3,"{big}\nmore"\n4,d\n')
+    out = tmp_path / "out"
+    assert _convert(source, "csv", out, "--spec", _spec(tmp_path, ID_NAME)) == 0
+    assert _ids(out) == [1, 3, 4]
+    dead = _dead(out)
+    assert [(d["reason"], d["row"]) for d in dead] == [("ragged_row", 2)]
+    assert dead[0]["raw"] == f'2,"{big}",extra'
 
 
 def test_a_closed_quoted_field_spanning_lines_at_the_end_is_a_value(tmp_path):

@@ -14,6 +14,7 @@ import dataclasses
 import math
 from collections import defaultdict
 from collections.abc import Sequence
+from contextlib import closing
 from typing import Any
 
 from transforms.format.tfrecord_format import framed_size
@@ -74,16 +75,18 @@ def estimate_sequences(units: Sequence[WorkUnit], spec: ConversionSpec, fmt: str
             complete = False
             break
         chunk = None
-        for key, value in read_sequence_rows(unit, spec, fmt, batch_rows, assigner):
-            if key.startswith(READ_COUNTS):
-                if value.key != chunk and sampled >= sample_rows:  # whole chunks only
-                    complete = False
-                    break
-                chunk = value.key  # one batch per split of the chunk
-                sampled += value.input_count
-                dead += len(value.dead_letters)
-            else:
-                fragments.append(value)
+        # Closed when the sample is taken: the reader is then done with the file.
+        with closing(read_sequence_rows(unit, spec, fmt, batch_rows, assigner)) as rows:
+            for key, value in rows:
+                if key.startswith(READ_COUNTS):
+                    if value.key != chunk and sampled >= sample_rows:  # whole chunks only
+                        complete = False
+                        break
+                    chunk = value.key  # one batch per split of the chunk
+                    sampled += value.input_count
+                    dead += len(value.dead_letters)
+                else:
+                    fragments.append(value)
     per_split: dict[str, int] = defaultdict(int)
     sequences = rows_written = size = 0
     batch: RecordBatch

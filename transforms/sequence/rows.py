@@ -23,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 import zlib
 from collections.abc import Iterator
+from contextlib import closing
 from typing import Any
 
 import numpy as np
@@ -200,18 +201,19 @@ def read_sequence_rows(unit: WorkUnit, spec: ConversionSpec, fmt: str, batch_row
     row, as in the Example conversion; rows read before the failure stay read.
     """
     chunk_index = rows_read = 0
-    chunks = read_chunks(unit, fmt, _reading_spec(spec), batch_rows)
-    while True:
-        try:
-            chunk = next(chunks)
-        except StopIteration:
-            return
-        except Exception as error:  # noqa: BLE001 - any read failure is this file's failure
-            batch = file_failure_batch(unit, error, assigner, chunk_index, rows_read)[0]
-            yield READ_COUNTS + f"{batch.key}:{batch.split}".encode(), batch
-            return
-        yield from _chunk_outputs(chunk, spec, assigner, unit, buckets)
-        chunk_index, rows_read = chunk.index + 1, rows_read + chunk.input_count
+    # Closed with this generator, so a reader stopped early is done with its file then.
+    with closing(read_chunks(unit, fmt, _reading_spec(spec), batch_rows)) as chunks:
+        while True:
+            try:
+                chunk = next(chunks)
+            except StopIteration:
+                return
+            except Exception as error:  # noqa: BLE001 - any read failure is this file's failure
+                batch = file_failure_batch(unit, error, assigner, chunk_index, rows_read)[0]
+                yield READ_COUNTS + f"{batch.key}:{batch.split}".encode(), batch
+                return
+            yield from _chunk_outputs(chunk, spec, assigner, unit, buckets)
+            chunk_index, rows_read = chunk.index + 1, rows_read + chunk.input_count
 
 
 def _bad_rows(chunk: Chunk, spec: ConversionSpec, features, missing_key: np.ndarray,

@@ -90,7 +90,10 @@ def _fallback(rows: np.ndarray, get, convert, values, ok, errors) -> None:
             values[i] = convert(get(i))
             ok[i] = True
         except RowError as e:
-            errors[i] = e
+            # Without its traceback: the error would hold every frame up the stack in a
+            # cycle (frame -> errors -> error -> traceback -> frame) that only the garbage
+            # collector frees, keeping e.g. the estimate's CSV reader open until then.
+            errors[i] = e.with_traceback(None)
 
 
 def _finish_floats(feature: FeatureSpec, f64: np.ndarray, ok: np.ndarray,
@@ -454,7 +457,7 @@ def python_feature(feature: FeatureSpec, values: Sequence[Any], *,
         try:
             out[i] = convert_value(feature, value, text=False, max_length=max_length)
         except RowError as e:
-            errors[i] = e
+            errors[i] = e.with_traceback(None)  # see `_fallback`
     if not feature.is_list:
         out = [None if v is None else v[0] for v in out]
     return FeatureColumn(pa.array(out, type=_target(feature)), errors)

@@ -5,7 +5,8 @@ columns; the value rules then apply to whole columns. Bytes are decoded with the
 `csv.encoding`: valid UTF-8 passes through undecoded; bytes invalid in the encoding are
 carried as private-use escapes (`transforms.tabular.values.ESCAPE_BASE`) so that only the
 rows holding them become `invalid_encoding` dead letters. Arrow reads at most
-`_READAHEAD_BLOCKS` blocks ahead of the batches taken, so memory stays bounded. A ragged row
+`_READAHEAD_BLOCKS` blocks ahead of the batches taken, so memory stays bounded; closing the
+reader early (a sample) stops Arrow's reading thread before the file closes. A ragged row
 (a field count other than the header's) is a `Failure` of its own. A unit may be a byte range
 of a file cut at record boundaries (`transforms.tabular.split_units`): it reads its column
 names from the file's header and numbers its rows on from the rows before it."""
@@ -75,6 +76,15 @@ def _escape_invalid(error: UnicodeError):
 codecs.register_error(_ESCAPE_ERRORS, _escape_invalid)
 
 
+# Python's csv module refuses a field over 128 KiB by default ("field larger than field
+# limit"), a guard against reading a runaway field into memory. Here it only ever reads
+# text already in memory: a ragged row Arrow has parsed, or the tail of a file that a
+# quoted field left open swallowed (which is exactly a runaway field, and is what must be
+# reported line by line). Arrow's blocks cap a record at `_MAX_RETRY_BLOCK`, so no larger
+# limit is needed; the limit is process-wide, so it is only ever raised.
+csv.field_size_limit(max(csv.field_size_limit(), _MAX_RETRY_BLOCK))
+
+
 class _EscapingReader(io.RawIOBase):
     """A binary stream of the UTF-8 text of `raw` decoded with `encoding`, invalid bytes
     escaped as private-use code points (see `tabular_values.unescape`).
@@ -100,6 +110,7 @@ class _EscapingReader(io.RawIOBase):
         self.escapes = False
         #: Set while Arrow reads this stream: paces its reads (see `_ReadAhead`).
         self.read_ahead: _ReadAhead | None = None
+        self._finished = False
 
     def readable(self) -> bool:
         return True
@@ -133,7 +144,13 @@ class _EscapingReader(io.RawIOBase):
         self._fill(size)
         return bytes(self._buffer[:size])
 
+    def finish(self) -> None:
+        """Ends the stream early: every later read is at its end (see `_stop_reading`)."""
+        self._finished = True
+
     def read(self, size: int = -1) -> bytes:
+        if self._finished:
+            return b""
         if self.read_ahead is not None:
             self.read_ahead.before_read()
         self._fill(size)
@@ -219,6 +236,28 @@ class _ReadAhead:
             self._condition.notify_all()
 
 
+def _stop_reading(reader, stream: _EscapingReader, read_ahead: _ReadAhead) -> None:
+    """Stops Arrow's reading of `stream` and waits until it is over.
+
+    Arrow reads the stream on a thread of its own, calling into Python for every block, and
+    neither dropping nor closing its reader waits for that thread: a reader left behind
+    when its consumer stops early (the sample of a dry run, inference) went on reading,
+    and a read still under way when the interpreter exited aborted it ("Fatal Python
+    error: PyGILState_Release"). So the stream ends at once (reading no more of the file)
+    and the reader is drained: its end comes after the read that met the end of the
+    stream has returned. Reading to the end, the drain is one call.
+    """
+    stream.finish()
+    read_ahead.close()  # a read held back for the consumer would wait for the drain
+    while True:
+        try:
+            reader.read_next_batch()
+        except StopIteration:
+            return
+        except Exception:  # noqa: BLE001 - a failed reader has stopped reading too
+            return
+
+
 def _complete_utf8(data: bytes) -> int:
     """The length of `data` without an incomplete UTF-8 sequence at its end."""
     for back in range(1, min(4, len(data)) + 1):
@@ -268,7 +307,7 @@ def _probe_csv(stream: _EscapingReader, spec: ConversionSpec, fmt: str, batch_ro
             head = head[:end + 1]
         try:
             probe = pacsv.open_csv(
-                io.BytesIO(head),
+                pa.BufferReader(head),  # native: no Python call on Arrow's reading thread
                 read_options=pacsv.ReadOptions(use_threads=False, block_size=len(head) + 1,
                                                column_names=names),
                 parse_options=_parse_options(spec, fmt, lambda row: "skip"),
@@ -400,6 +439,7 @@ def _csv_pass(unit: WorkUnit, fmt: str, spec: ConversionSpec, batch_rows: int,
                              f"columns distinct names in the spec's csv.column_names")
         read_ahead = stream.read_ahead = _ReadAhead(_READAHEAD_BLOCKS)
         stack.callback(read_ahead.close)  # before the file closes: no read may stay waiting
+        stack.callback(stream.finish)  # an open that fails reads no further either
         with read_ahead.consumer_waiting():  # opening reads the first block(s)
             reader = pacsv.open_csv(
                 stream,
@@ -413,6 +453,8 @@ def _csv_pass(unit: WorkUnit, fmt: str, spec: ConversionSpec, batch_rows: int,
                     quoted_strings_can_be_null=False,
                     check_utf8=False),  # `_EscapingReader` only ever yields valid UTF-8
             )
+        # Before the file closes: Arrow's reading thread must be done with the stream.
+        stack.callback(_stop_reading, reader, stream, read_ahead)
         skip = progress.good_rows  # good rows a previous pass emitted
         held = None  # the latest chunk's rows: the file's last record may need a second look
         for batch in read_ahead.batches(reader):

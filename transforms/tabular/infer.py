@@ -26,7 +26,7 @@ import logging
 import math
 import zlib
 from collections.abc import Iterable, Iterator, Sequence
-from contextlib import ExitStack
+from contextlib import ExitStack, closing
 from typing import Any
 
 import pyarrow as pa
@@ -233,13 +233,16 @@ def _sample_unit(sample: _Sample, unit: WorkUnit, fmt: str, csv: CsvOptions | No
                  sample_rows: int) -> None:
     if fmt in ("csv", "tsv"):
         spec = _reading_spec(csv)
-        for chunk in read_chunks(unit, fmt, spec, min(sample_rows, 65536)):
-            take = min(chunk.num_rows, sample_rows - sample.rows)
-            for name, values in chunk.columns.items():
-                sample.add_text(name, values.slice(0, take).to_pylist())
-            sample.rows += take + len(chunk.failures)
-            if sample.rows >= sample_rows:
-                return
+        # Closed on leaving, not whenever the garbage collector gets to it: the reader's
+        # thread must be done with the file (see `csv_reader._stop_reading`).
+        with closing(read_chunks(unit, fmt, spec, min(sample_rows, 65536))) as chunks:
+            for chunk in chunks:
+                take = min(chunk.num_rows, sample_rows - sample.rows)
+                for name, values in chunk.columns.items():
+                    sample.add_text(name, values.slice(0, take).to_pylist())
+                sample.rows += take + len(chunk.failures)
+                if sample.rows >= sample_rows:
+                    return
     elif fmt == "jsonl":
         for obj in _json_objects(unit.path, sample_rows - sample.rows):
             for name, value in obj.items():
@@ -465,23 +468,24 @@ def estimate_output(units: Sequence[WorkUnit], spec: ConversionSpec, fmt: str,
             pending.append(unit)
             continue
         unit_rows, unit_bytes, complete = 0, 0.0, True
-        chunks = read_chunks(unit, fmt, spec, batch_rows, whole_row=whole_row)
         try:
-            for chunk in chunks:
-                result = convert_chunk(chunk, spec, assigner, unit)
-                unit_rows += result.rows
-                if fmt != "parquet":
-                    unit_bytes += _chunk_input_bytes(chunk)
-                for batch in result.batches:
-                    dead += len(batch.dead_letters)
-                    sizes = sum(framed_size(len(r)) for r in batch.records)
-                    per_split[batch.split] += sizes
-                    payload_bytes += sizes
-                    if len(records) < 20000:
-                        records.extend(batch.records)
-                if sampled + unit_rows >= sample_rows:
-                    complete = False
-                    break
+            # Closed when the sample is taken (see `_sample_unit`).
+            with closing(read_chunks(unit, fmt, spec, batch_rows, whole_row=whole_row)) as chunks:
+                for chunk in chunks:
+                    result = convert_chunk(chunk, spec, assigner, unit)
+                    unit_rows += result.rows
+                    if fmt != "parquet":
+                        unit_bytes += _chunk_input_bytes(chunk)
+                    for batch in result.batches:
+                        dead += len(batch.dead_letters)
+                        sizes = sum(framed_size(len(r)) for r in batch.records)
+                        per_split[batch.split] += sizes
+                        payload_bytes += sizes
+                        if len(records) < 20000:
+                            records.extend(batch.records)
+                    if sampled + unit_rows >= sample_rows:
+                        complete = False
+                        break
         except Exception:  # noqa: BLE001 - an unreadable file is one dead letter
             unit_rows, dead = unit_rows + 1, dead + 1
         sampled += unit_rows

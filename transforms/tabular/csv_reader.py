@@ -76,12 +76,9 @@ def _escape_invalid(error: UnicodeError):
 codecs.register_error(_ESCAPE_ERRORS, _escape_invalid)
 
 
-# Python's csv module refuses a field over 128 KiB by default ("field larger than field
-# limit"), a guard against reading a runaway field into memory. Here it only ever reads
-# text already in memory: a ragged row Arrow has parsed, or the tail of a file that a
-# quoted field left open swallowed (which is exactly a runaway field, and is what must be
-# reported line by line). Arrow's blocks cap a record at `_MAX_RETRY_BLOCK`, so no larger
-# limit is needed; the limit is process-wide, so it is only ever raised.
+# Python's csv module refuses fields over 128 KiB; here it only reads text already in memory
+# (a ragged row, the tail an unclosed quote swallowed, reported line by line), at most one of
+# Arrow's blocks. The limit is process-wide: only ever raised.
 csv.field_size_limit(max(csv.field_size_limit(), _MAX_RETRY_BLOCK))
 
 
@@ -237,16 +234,10 @@ class _ReadAhead:
 
 
 def _stop_reading(reader, stream: _EscapingReader, read_ahead: _ReadAhead) -> None:
-    """Stops Arrow's reading of `stream` and waits until it is over.
-
-    Arrow reads the stream on a thread of its own, calling into Python for every block, and
-    neither dropping nor closing its reader waits for that thread: a reader left behind
-    when its consumer stops early (the sample of a dry run, inference) went on reading,
-    and a read still under way when the interpreter exited aborted it ("Fatal Python
-    error: PyGILState_Release"). So the stream ends at once (reading no more of the file)
-    and the reader is drained: its end comes after the read that met the end of the
-    stream has returned. Reading to the end, the drain is one call.
-    """
+    """Stops Arrow's reading of `stream` and waits until it is over: Arrow reads on a thread
+    of its own, which neither dropping nor closing its reader waits for, and a read under way
+    at interpreter exit aborted it ("Fatal Python error: PyGILState_Release"). The stream
+    ends at once and the reader is drained (one call when it was read to its end)."""
     stream.finish()
     read_ahead.close()  # a read held back for the consumer would wait for the drain
     while True:

@@ -34,7 +34,12 @@ from transforms.records import DEFAULT_SPLIT, RecordBatch, WorkUnit, batch_key, 
 from transforms.splits import SplitAssigner
 from transforms.tabular.chunks import KEY_SEPARATOR, Chunk
 from transforms.tabular.columns import TARGET_TYPES, key_text_array
-from transforms.tabular.convert import feature_columns, file_failure_batch
+from transforms.tabular.convert import (
+    ReadFailure,
+    chunks_then_failure,
+    feature_columns,
+    file_failure_batch,
+)
 from transforms.tabular.read import read_chunks
 from transforms.tabular.spec import ConversionSpec, FeatureSpec
 from transforms.tabular.values import canonical_text
@@ -200,20 +205,14 @@ def read_sequence_rows(unit: WorkUnit, spec: ConversionSpec, fmt: str, batch_row
     A file that cannot be read (or fails midway) yields one dead letter counting one input
     row, as in the Example conversion; rows read before the failure stay read.
     """
-    chunk_index = rows_read = 0
     # Closed with this generator, so a reader stopped early is done with its file then.
     with closing(read_chunks(unit, fmt, _reading_spec(spec), batch_rows)) as chunks:
-        while True:
-            try:
-                chunk = next(chunks)
-            except StopIteration:
-                return
-            except Exception as error:  # noqa: BLE001 - any read failure is this file's failure
-                batch = file_failure_batch(unit, error, assigner, chunk_index, rows_read)[0]
+        for item in chunks_then_failure(chunks):
+            if isinstance(item, ReadFailure):
+                batch = file_failure_batch(unit, item.error, assigner, item.chunks, item.rows)[0]
                 yield READ_COUNTS + f"{batch.key}:{batch.split}".encode(), batch
                 return
-            yield from _chunk_outputs(chunk, spec, assigner, unit, buckets)
-            chunk_index, rows_read = chunk.index + 1, rows_read + chunk.input_count
+            yield from _chunk_outputs(item, spec, assigner, unit, buckets)
 
 
 def _bad_rows(chunk: Chunk, spec: ConversionSpec, features, missing_key: np.ndarray,

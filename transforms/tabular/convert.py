@@ -38,6 +38,8 @@ from transforms.tabular.values import RowError, canonical_text
 
 __all__ = [
     "ChunkResult",
+    "ReadFailure",
+    "chunks_then_failure",
     "convert_chunk",
     "convert_unit",
     "feature_columns",
@@ -183,7 +185,7 @@ def _file_failure(unit: WorkUnit, error: Exception, assigner: SplitAssigner, chu
 
 
 @dataclasses.dataclass
-class _ReadFailure:
+class ReadFailure:
     """The work unit's reader failed after `chunks` chunks holding `rows` input rows."""
 
     error: Exception
@@ -191,8 +193,8 @@ class _ReadFailure:
     rows: int
 
 
-def _chunks_then_failure(chunks: Iterator[Chunk]) -> Iterator[Chunk | _ReadFailure]:
-    """The chunks, then a `_ReadFailure` instead of raising if reading fails."""
+def chunks_then_failure(chunks: Iterator[Chunk]) -> Iterator[Chunk | ReadFailure]:
+    """The chunks, then a `ReadFailure` instead of raising if reading fails."""
     index = rows = 0
     while True:
         try:
@@ -200,7 +202,7 @@ def _chunks_then_failure(chunks: Iterator[Chunk]) -> Iterator[Chunk | _ReadFailu
         except StopIteration:
             return
         except Exception as error:  # noqa: BLE001 - any read failure is this file's failure
-            yield _ReadFailure(error, index, rows)
+            yield ReadFailure(error, index, rows)
             return
         yield chunk
         index, rows = chunk.index + 1, rows + chunk.input_count
@@ -219,9 +221,9 @@ def convert_unit(unit: WorkUnit, spec: ConversionSpec, fmt: str, batch_rows: int
     whole_row = not spec.split_key and len(assigner.names) > 1
     chunks = read_chunks(unit, fmt, spec, batch_rows, whole_row=whole_row)
 
-    def convert(item: Chunk | _ReadFailure) -> ChunkResult:
-        if isinstance(item, _ReadFailure):
+    def convert(item: Chunk | ReadFailure) -> ChunkResult:
+        if isinstance(item, ReadFailure):
             return _file_failure(unit, item.error, assigner, item.chunks, item.rows)
         return convert_chunk(item, spec, assigner, unit)
 
-    yield from ordered_map(convert, _chunks_then_failure(chunks), threads)
+    yield from ordered_map(convert, chunks_then_failure(chunks), threads)

@@ -9,7 +9,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -19,6 +18,7 @@ from pipeline.errors import UsageError
 from pipeline.graph import ConversionPlan
 from pipeline.options import IMAGE_FORMATS, TABULAR_FORMATS, ConvertOptions, output_options
 from transforms.format.manifest_format import FEATURE_SPEC_NAME
+from transforms.images.paths import is_within_roots, normalize_root
 from transforms.ordered_pool import default_threads
 from transforms.records import DEFAULT_SPLIT
 from transforms.shard_writers import ShardingConfig
@@ -89,13 +89,9 @@ def _check_input_formats(units, fmt: str, spec: ConversionSpec | None) -> None:
 
 
 def _within(path: str, folder: str) -> bool:
-    """Whether `path` is `folder` or lies under it (local paths resolved, URIs as written)."""
-    if ("://" in path) != ("://" in folder):
-        return False
-    if "://" in folder:
-        return path.rstrip("/") == folder.rstrip("/") or path.startswith(folder.rstrip("/") + "/")
-    folder = os.path.abspath(folder)
-    return os.path.commonpath([folder, os.path.abspath(path)]) == folder
+    """Whether `path` is `folder` or lies under it, by the allowed-roots rule of
+    `transforms.images.paths` (`..` resolved, symlinks not)."""
+    return is_within_roots(path.rstrip("/") + "/", [normalize_root(folder)], resolve_symlinks=False)
 
 
 def _refuse_inputs_in_output(paths, output: str) -> None:

@@ -211,6 +211,17 @@ def _empty_shards(config: SinkConfig, sidecars: Sequence[Mapping[str, Any]]) -> 
     return created
 
 
+def _clear_earlier_output(config: SinkConfig, writes: set[str], owned: set[str],
+                          also: Sequence[str] = ()) -> None:
+    """Before a commit writes `writes`: journals them, then deletes what an earlier output
+    left (`owned`) that it will not write, and the paths `also`. The old manifest goes
+    first, so no reader can trust it while files change under it."""
+    _write_journal(config, writes, owned)
+    _delete_quietly([fs.join_path(config.output_dir, MANIFEST_NAME)])
+    _delete_quietly([fs.join_path(config.output_dir, name) for name in sorted(owned - writes)]
+                    + list(also))
+
+
 def _write_journal(config: SinkConfig, writes: set[str], replaces: set[str]) -> None:
     """Records, before the commit changes anything, every final file it may create or
     replace, so that the next run can remove a half-done commit (see `output_files`)."""
@@ -354,9 +365,7 @@ def finalize_output(
         # Only the dead letters are committed; what an earlier output of this folder left
         # goes (--overwrite asked to replace it), or the folder would hold unlisted files.
         writes = {entry["path"] for entry in dead_files} | {output_files.FAILED_RUN_NAME}
-        _write_journal(config, writes, owned)
-        _delete_quietly([manifest_path])
-        _delete_quietly([fs.join_path(config.output_dir, name) for name in sorted(owned - writes)])
+        _clear_earlier_output(config, writes, owned)
         outcome, message, error = failure
         _commit_dead_letters_only(config, dead_files, totals, outcome, message,
                                   drift=drift if error is DriftDetectedError else None)
@@ -366,11 +375,8 @@ def finalize_output(
                              shard_files, owned)
     writes |= {name for name, _ in side_files}
     writes |= {MANIFEST_NAME, output_files.FAILED_RUN_NAME}
-    _write_journal(config, writes, owned)
-    # The old manifest goes first, so no reader can trust it while files change under it.
-    _delete_quietly([manifest_path])
-    _delete_quietly([fs.join_path(config.output_dir, name) for name in sorted(owned - writes)]
-                    + [fs.join_path(config.output_dir, output_files.FAILED_RUN_NAME)])
+    _clear_earlier_output(config, writes, owned,
+                          also=[fs.join_path(config.output_dir, output_files.FAILED_RUN_NAME)])
 
     for entry in planned + index_files:
         _commit_file(config, entry)

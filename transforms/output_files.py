@@ -158,13 +158,27 @@ def _temp_folders(output_dir: str, warn: bool = False) -> list[str]:
         if not _TEMP_FOLDER.fullmatch(folder.rstrip("/").rsplit("/", 1)[-1]):
             continue
         strangers = [name for name in _files_under(folder) if not _TEMP_FILE.fullmatch(name)]
-        if strangers and warn:
-            _LOG.warning("leaving %s alone: it holds files this tool does not write (%s)",
-                         folder, ", ".join(sorted(strangers)[:3]))
         if strangers:
+            if warn:
+                _LOG.warning("leaving %s alone: it holds files this tool does not write (%s)",
+                             folder, ", ".join(sorted(strangers)[:3]))
             continue
         folders.append(folder)
     return folders
+
+
+def _recorded_paths(output_dir: str, manifest: Mapping[str, Any] | None) -> set[str]:
+    """The relative paths the committed `manifest` (with the report derived from it) and a
+    failed run's record name: what stands, as opposed to what a journal says a commit may
+    have begun to write."""
+    recorded = listed_paths(manifest)
+    if manifest is not None:
+        recorded.add(REPORT_NAME)
+    failed = read_failed_run(output_dir)
+    if failed is not None:
+        recorded.add(FAILED_RUN_NAME)
+        recorded.update(name for name in failed.get("files") or () if is_plain_relative(name))
+    return recorded
 
 
 def owned_paths(output_dir: str, manifest: Mapping[str, Any] | None = None) -> set[str]:
@@ -172,13 +186,7 @@ def owned_paths(output_dir: str, manifest: Mapping[str, Any] | None = None) -> s
     docstring). `manifest` is the committed one when the caller has read it already."""
     if manifest is None:
         manifest = committed_manifest(output_dir)
-    owned = listed_paths(manifest)
-    if manifest is not None:
-        owned.add(REPORT_NAME)
-    failed = read_failed_run(output_dir)
-    if failed is not None:
-        owned.add(FAILED_RUN_NAME)
-        owned.update(name for name in failed.get("files") or () if is_plain_relative(name))
+    owned = _recorded_paths(output_dir, manifest)
     for folder in _temp_folders(output_dir):
         owned |= _journal_paths(_read_json(fs.join_path(folder, JOURNAL_NAME)))
     return owned
@@ -212,11 +220,7 @@ def discard_interrupted_runs(output_dir: str) -> list[str]:
     folders = _temp_folders(output_dir, warn=True)
     if not folders:
         return []
-    keep = listed_paths(committed_manifest(output_dir))
-    failed = read_failed_run(output_dir)
-    if failed is not None:
-        keep.add(FAILED_RUN_NAME)
-        keep.update(failed.get("files") or ())
+    keep = _recorded_paths(output_dir, committed_manifest(output_dir))
     for folder in folders:
         _LOG.warning("removing leftovers of an uncommitted run: %s", folder)
         partial = _journal_paths(_read_json(fs.join_path(folder, JOURNAL_NAME))) - keep

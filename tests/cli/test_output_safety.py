@@ -92,6 +92,24 @@ def test_a_commit_killed_half_way_is_undone_from_its_journal(tmp_path):
     assert run(["verify", str(out)]) == 0
 
 
+def test_a_commit_killed_before_it_changed_anything_leaves_the_committed_output_whole(tmp_path):
+    """A run killed right after journaling its commit (which names every file the commit
+    may replace, report.html included) changed nothing: the next run removes its temp
+    folder, and nothing the committed output holds, its report neither."""
+    out = tmp_path / "out"
+    assert run(_convert(out)) == 0
+    before = sorted(path.name for path in out.iterdir())
+    killed = out / ".tmp-0a1b2c3d4e5f6a7b"
+    killed.mkdir()
+    journal = {"run_id": "0a1b2c3d4e5f6a7b", "writes": ["manifest.json"],
+               "replaces": sorted(owned_paths(str(out)))}
+    assert "report.html" in journal["replaces"]
+    (killed / JOURNAL_NAME).write_text(json.dumps(journal))
+    assert run(_convert(out)) == 0  # the same conversion: nothing to do
+    assert sorted(path.name for path in out.iterdir()) == before
+    assert run(["verify", str(out)]) == 0
+
+
 def _csv_and_spec(tmp_path, csv: str, features: str) -> tuple:
     """(source, spec, out) paths: `csv` as tmp_path/data.csv, a spec of `features`."""
     source, spec = tmp_path / "data.csv", tmp_path / "spec.yaml"

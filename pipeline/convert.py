@@ -301,7 +301,7 @@ def convert(argv: Sequence[str]) -> None:
     options = PipelineOptions(argv)
     conv = options.view_as(ConvertOptions)
     check_runner_installed(options)
-    check_runner_options(options)
+    check_runner_options(options, no_wait=conv.no_wait)
     input_path, output = _resolve_paths(conv)
     if "://" not in output and os.path.exists(output) and not os.path.isdir(output):
         raise UsageError(f"--output {output} is a file, not a folder")
@@ -365,7 +365,7 @@ def _convert_planned(options: PipelineOptions, argv: list[str], conv: ConvertOpt
         result = None
         try:
             result = pipeline.run()
-            if conv.no_wait and not is_local(options):
+            if conv.no_wait:  # only on runners whose job outlives us: check_runner_options
                 if not conv.quiet:
                     print(f"Submitted; the job commits {output}/{MANIFEST_NAME} "
                           f"when it finishes (state: {result.state}).")

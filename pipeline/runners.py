@@ -112,12 +112,23 @@ def check_runner_installed(options: PipelineOptions) -> None:
 _MISSING_OPTION = re.compile(r"Missing (?:GCS path |required )?option: (\w+)\.?")
 
 
-def check_runner_options(options: PipelineOptions) -> None:
+def check_runner_options(options: PipelineOptions, no_wait: bool = False) -> None:
     """Raises `RunnerError` (one line) when a runner Beam starts itself (DataflowRunner and
     the others passed to Beam unchanged) is missing options or given invalid ones, before
     anything is read: Beam checks them only when the pipeline is built, after planning, in a
-    message of one line per problem."""
+    message of one line per problem.
+
+    `no_wait` (--no-wait) is refused on the runners whose job cannot outlive the command:
+    the local runner runs it in this process, and a Dask scheduler cancels the job's tasks
+    once the client that submitted them disconnects.
+    """
     name = _runner_name(options)
+    if no_wait and (name in _LOCAL_NAMES or name in _DASK_NAMES):
+        where = ("the local runner runs the job in this process" if name in _LOCAL_NAMES
+                 else "Dask cancels a job when the command that submitted it exits")
+        raise RunnerError(f"--no-wait needs a runner whose job outlives this command; {where}",
+                          hint="drop --no-wait, or submit to DataflowRunner (or a Flink/Spark "
+                               "job server)")
     if name in _LOCAL_NAMES or name in _DASK_NAMES:
         return
     from apache_beam.options.pipeline_options_validator import PipelineOptionsValidator

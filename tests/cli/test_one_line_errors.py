@@ -64,6 +64,24 @@ def test_a_runner_without_its_extra_is_one_line(tmp_path, capsys, monkeypatch):
     assert line.startswith(f"{PREFIX}--runner DataflowRunner needs the dataflow extra")
 
 
+@pytest.mark.parametrize("runner, why", [
+    ([], "the local runner runs the job in this process"),
+    (["--runner", "dask"], "Dask cancels a job when the command that submitted it exits"),
+])
+def test_no_wait_on_a_runner_whose_job_cannot_outlive_the_command_is_refused(
+        tmp_path, capsys, runner, why):
+    # It used to be ignored on the local runner (a silent wait), and on Dask the run's own
+    # LocalCluster stopped as the command returned "Submitted": nothing was ever committed.
+    pytest.importorskip("apache_beam.runners.dask.dask_runner")
+    argv = ["convert", "--input", str(SAMPLE / "*.csv"), "--format", "csv",
+            "--output", str(tmp_path / "out"), "--no-wait", "--quiet", *runner]
+    assert run(argv) == 2
+    first, hint = _error_lines(capsys)
+    assert first == f"{PREFIX}--no-wait needs a runner whose job outlives this command; {why}"
+    assert hint.startswith("hint: drop --no-wait")
+    assert not (tmp_path / "out").exists()
+
+
 def test_a_csv_with_duplicate_header_names_says_so(tmp_path, capsys):
     data = tmp_path / "dup.csv"
     data.write_text("a,b,a\n1,2,3\n")

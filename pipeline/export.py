@@ -114,6 +114,8 @@ def _plan(path: str, split: str | None) -> tuple[list[_Source], list[ColumnSchem
         files, manifest = resolve_tfrecord_paths(path)
     except OSError as error:
         raise UsageError(f"cannot read {path}: {error}") from None
+    except ValueError as error:  # a manifest that cannot be read: the output is damaged
+        raise OutputProblems(str(error)) from None
     if manifest is None:
         if split is not None:
             raise UsageError("--split needs an output folder with a manifest.json",
@@ -158,8 +160,8 @@ def _spec_columns(folder: str) -> list[ColumnSchema]:
     except (ValueError, KeyError, TypeError, AttributeError) as error:
         if isinstance(error, UsageError):
             raise
-        raise UsageError(f"{fs.join_path(folder, _FEATURE_SPEC)} is not a valid feature spec: "
-                         f"{error}") from None
+        raise OutputProblems(f"{fs.join_path(folder, _FEATURE_SPEC)} is not a valid feature "
+                             f"spec: {error}") from None
     return columns
 
 

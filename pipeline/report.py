@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import os
 
-from pipeline.errors import UsageError
+from pipeline.errors import OutputProblems, UsageError
 from transforms.report.build import REPORT_NAME, write_report
 
 __all__ = ["report_command", "write_report_after_commit"]
@@ -36,6 +36,8 @@ def report_command(output_dir: str, destination: str | None = None) -> None:
     except FileNotFoundError as error:
         raise UsageError(str(error), hint="pass an output folder of `tfrecord-pipeline convert`, "
                                           "the one holding manifest.json") from None
+    except ValueError as error:  # a manifest or side file that cannot be read: damaged output
+        raise OutputProblems(str(error)) from None
     print(f"wrote {path}")
 
 

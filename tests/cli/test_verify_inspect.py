@@ -124,6 +124,28 @@ def test_verify_rejects_a_payload_that_is_not_an_example(tmp_path, capsys):
     assert "not a tf.train.Example" in out and "record 0" in out
 
 
+@pytest.mark.parametrize("command", [
+    ["verify"], ["inspect"], ["index"], ["export", "--to", "parquet", "{out}"], ["report"],
+])
+def test_every_command_reading_an_output_exits_4_on_a_damaged_manifest(tmp_path, capsys, command):
+    # README: 4 means the command found corrupt data. export and report said 2 (usage).
+    _write_output(tmp_path / "output")
+    (tmp_path / "output" / "manifest.json").write_text('{"shards": [')
+    name, *rest = command
+    argv = [name, str(tmp_path / "output"), *(a.format(out=tmp_path / "x.parquet") for a in rest)]
+    assert run(argv) == EXIT_CORRUPT
+    printed = capsys.readouterr()
+    assert "manifest is not valid JSON" in printed.out + printed.err  # verify: in its report
+    assert not (tmp_path / "x.parquet").exists()
+
+
+def test_export_exits_4_on_a_damaged_feature_spec(tmp_path, capsys):
+    _write_output(tmp_path / "output", extra_files={"feature_spec.json": b'{"features": 3}'})
+    assert run(["export", str(tmp_path / "output"), "--to", "parquet", str(tmp_path / "x.pq")]) \
+        == EXIT_CORRUPT
+    assert "is not a valid feature spec" in capsys.readouterr().err
+
+
 def test_inspect_prints_json_lines_and_a_summary(tmp_path, capsys):
     _write_output(tmp_path, records=5)
     assert run(["inspect", str(tmp_path), "--limit", "3"]) == 0

@@ -121,14 +121,15 @@ def test_a_failed_report_write_leaves_no_partial_file(tabular, tmp_path):
 
 
 def test_a_malformed_manifest_is_one_line_as_for_the_other_malformed_manifests(tabular, tmp_path, capsys):
-    """Exit 2 and one line naming the manifest, for dead letters by reason that are not a
-    mapping (were exit 1, AttributeError) as for counts that are not counts."""
+    """Exit 4 (corrupt data, as verify, inspect and index say) and one line naming the
+    manifest, for dead letters by reason that are not a mapping (were exit 1,
+    AttributeError) as for counts that are not counts."""
     for counts in ({"dead_letter_reasons": ["missing_required"]}, {"written": -1}):
         out = _copy(tabular, tmp_path / str(len(counts)) / next(iter(counts)))
         manifest = json.loads((out / "manifest.json").read_text())
         manifest["counts"].update(counts)
         (out / "manifest.json").write_text(json.dumps(manifest))
-        assert run(["report", str(out)]) == 2
+        assert run(["report", str(out)]) == 4
         err = capsys.readouterr().err.splitlines()
         assert len(err) == 1 and f"{out / 'manifest.json'}: manifest is malformed" in err[0], err
 

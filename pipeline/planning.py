@@ -12,11 +12,10 @@ import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from apache_beam.io.filesystems import FileSystems
-
 from pipeline.errors import UsageError
 from pipeline.graph import ConversionPlan
 from pipeline.options import IMAGE_FORMATS, TABULAR_FORMATS, ConvertOptions, output_options
+from transforms import fs
 from transforms.format.manifest_format import FEATURE_SPEC_NAME
 from transforms.images.paths import is_within_roots, normalize_root
 from transforms.ordered_pool import default_threads
@@ -53,7 +52,8 @@ def _input_listing(input_path: str, fmt: str) -> list[list]:
 
         matched = input_files(input_path, fmt)
     else:
-        matched = [m for result in FileSystems.match([input_path]) for m in result.metadata_list]
+        matched = [m for result in fs.match([fs.input_pattern(input_path)])
+                   for m in result.metadata_list]
     return sorted([metadata.path, metadata.size_in_bytes,
                    getattr(metadata, "last_updated_in_seconds", None)] for metadata in matched)
 
@@ -231,6 +231,11 @@ def _plan_images(conv: ConvertOptions, input_path: str, output: str) -> Conversi
         spec_text = ""
     else:
         listing = _input_listing(input_path, conv.format)
+        if len(listing) > 1:
+            raise UsageError(
+                f"--input {input_path} matches {len(listing)} manifests; --format "
+                f"image-manifest converts one manifest file",
+                hint="concatenate the manifests into one, or convert each into an output of its own")
         _refuse_inputs_in_output([path for path, _, _ in listing], output)
         if not conv.image_column:
             raise ValueError("--format image-manifest needs --image-column")

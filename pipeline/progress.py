@@ -59,7 +59,7 @@ class Progress(threading.Thread):
         written = dead = 0
         units: set[str] = set()
         try:
-            for metadata in FileSystems.match([self._pattern])[0].metadata_list:
+            for metadata in fs.match([self._pattern])[0].metadata_list:
                 with FileSystems.open(metadata.path) as handle:
                     beat = json.loads(handle.read())
                 written += beat["records"]

@@ -210,7 +210,7 @@ def _verify_output_dir(output_dir: str, manifest: dict, problems: list[Problem])
         _check_listed_file(fs.join_path(output_dir, entry["path"]), entry, problems)
     for name, entry in manifest.get("files", {}).items():
         _check_listed_file(fs.join_path(output_dir, name), entry, problems)
-    for result in FileSystems.match([fs.join_path(fs.literal(output_dir), "*.tfrecord*")]):
+    for result in fs.match([fs.join_path(fs.literal(output_dir), "*.tfrecord*")]):
         for metadata in result.metadata_list:
             relative = metadata.path[len(output_dir):].lstrip("/")
             # No shard name starts with "." (split names cannot): hidden files are not shards.
@@ -245,12 +245,12 @@ def resolve_tfrecord_paths(path: str) -> tuple[list[str], dict | None]:
     if manifest is not None:
         return [], manifest
     if any(ch in path for ch in "*?["):
-        matched = FileSystems.match([path])[0].metadata_list
+        matched = fs.match([path])[0].metadata_list
         # Index sidecars sit beside the shards a glob names, but are no TFRecord files.
         return sorted(m.path for m in matched if not m.path.endswith(INDEX_SUFFIX)), None
     if _is_file(path):
         return [path], None
-    matched = FileSystems.match([fs.join_path(fs.literal(path), "*")])[0].metadata_list
+    matched = fs.match([fs.join_path(fs.literal(path), "*")])[0].metadata_list
     names = [(m.path, m.path.rstrip("/").rsplit("/", 1)[-1]) for m in matched]
     return sorted(full for full, name in names if _stands_for_tfrecord(name)), None
 

@@ -313,7 +313,7 @@ def _commit_file(config: SinkConfig, planned: Mapping[str, Any]) -> None:
         return
     if not FileSystems.exists(final):
         raise AccountingError(f"temporary file {source} vanished before it was committed")
-    size = FileSystems.match([fs.literal(final)])[0].metadata_list[0].size_in_bytes
+    size = fs.match([fs.literal(final)])[0].metadata_list[0].size_in_bytes
     if size != planned["bytes"]:
         raise AccountingError(
             f"{final} has {size} bytes, expected {planned['bytes']}: it is not the file "

@@ -3,8 +3,9 @@ matching and deleting exact paths, deleting a folder tree, creating parent folde
 small file atomically and durably, syncing local files to disk.
 
 Beam's `FileSystems.match` and its local `delete` take their arguments as glob patterns: a
-path of ours (an output folder may be named `out[1]`) goes through `literal` before a match,
-and through `delete`, never `FileSystems.delete`: `out[1]/x` as a pattern is `out1/x`."""
+path of ours (an output folder may be named `out[1]`) goes through `literal` before a match
+(made with `match`), and through `delete`, never `FileSystems.delete`: `out[1]/x` as a
+pattern is `out1/x`."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import glob
 import os
 import posixpath
 import shutil
+import warnings
 from collections.abc import Iterable
 
 from apache_beam.io.filesystems import FileSystems
@@ -22,7 +24,9 @@ __all__ = [
     "delete_tree",
     "ensure_parent",
     "join_path",
+    "input_pattern",
     "literal",
+    "match",
     "path_exists",
     "sync_files",
     "unreadable_folder",
@@ -67,6 +71,27 @@ def literal(path: str) -> str:
     return glob.escape(path)
 
 
+def match(patterns: list[str], limits: list[int] | None = None) -> list:
+    """`FileSystems.match(patterns, limits)`, quiet about `literal`'s escapes: Beam turns
+    the `[[]` standing for a `[` into the regular expression `[[]`, which means `[` (as
+    intended) but makes Python's `re` warn of a "possible nested set"."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "Possible nested set", FutureWarning)
+        return FileSystems.match(patterns, limits)
+
+
+def input_pattern(path: str) -> str:
+    """The `FileSystems.match` pattern for an input path the user gave: the path itself
+    (`literal`) when it holds glob characters and a file or folder of exactly that name
+    exists, as a shell does with a word naming an existing file; else the path as a glob.
+    So an input named `photos[1].csv` is that file, not `photos1.csv`."""
+    if any(ch in path for ch in "*?[") and FileSystems.exists(path.rstrip("/") or path):
+        # Absolute: Beam lists a relative pattern's folder from before its first glob
+        # character, and a relative `g[1]/x` would be looked for from "", finding nothing.
+        return literal(path if "://" in path else os.path.abspath(path))
+    return path
+
+
 def delete(paths: Iterable[str]) -> None:
     """Deletes exactly `paths` (files; local folders with everything in them)."""
     remote = []
@@ -87,7 +112,7 @@ def delete_tree(path: str) -> None:
     A missing folder is not an error.
     """
     if "://" in path:
-        objects = FileSystems.match([literal(path.rstrip("/")) + "/**"])[0].metadata_list
+        objects = match([literal(path.rstrip("/")) + "/**"])[0].metadata_list
         if objects:
             FileSystems.delete([metadata.path for metadata in objects])
     elif os.path.lexists(path):

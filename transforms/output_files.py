@@ -139,7 +139,7 @@ def _files_under(folder: str) -> list[str]:
     relative to it."""
     if "://" in folder:
         prefix = folder.rstrip("/") + "/"
-        return [m.path[len(prefix):] for m in FileSystems.match([fs.literal(prefix) + "**"])[0].metadata_list]
+        return [m.path[len(prefix):] for m in fs.match([fs.literal(prefix) + "**"])[0].metadata_list]
     return [os.path.relpath(os.path.join(root, name), folder).replace(os.sep, "/")
             for root, _, names in os.walk(folder) for name in names]
 
@@ -149,7 +149,7 @@ def _temp_folders(output_dir: str, warn: bool = False) -> list[str]:
     and holding nothing it does not write; `warn` about folders so named that hold more."""
     prefix = fs.join_path(output_dir, TEMP_PREFIX)
     if "://" in output_dir:
-        matched = FileSystems.match([fs.literal(prefix) + "*/**"])[0].metadata_list
+        matched = fs.match([fs.literal(prefix) + "*/**"])[0].metadata_list
         candidates = {prefix + m.path[len(prefix):].split("/", 1)[0] for m in matched}
     else:  # Beam's local match lists no folders
         candidates = {path for path in glob.glob(glob.escape(prefix) + "*") if os.path.isdir(path)}
@@ -199,7 +199,7 @@ def _candidates(output_dir: str, side_files: Iterable[str]) -> set[str]:
     patterns += [fs.join_path(folder, fs.literal(name)) for name in side_files]
     patterns.append(fs.join_path(folder, MANIFEST_NAME))
     found = set()
-    for result in FileSystems.match(patterns):
+    for result in fs.match(patterns):
         for metadata in result.metadata_list:
             found.add(metadata.path[len(output_dir):].lstrip("/"))
     return found

@@ -63,7 +63,7 @@ def read_tfrecord_file(path: str, compression: str | Compression | None = None) 
 
 
 def _expand_patterns(patterns: Sequence[str]):
-    for result in FileSystems.match(list(patterns)):
+    for result in fs.match(list(patterns)):
         if not result.metadata_list:
             raise FileNotFoundError(f"no file matches {result.pattern!r}")
         for metadata in sorted(result.metadata_list, key=lambda m: m.path):

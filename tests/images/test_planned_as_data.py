@@ -232,12 +232,12 @@ def test_a_worker_lists_a_remote_folder_once_per_plan(monkeypatch):
     names = [f"{i:03d}.jpg" for i in range(12)]
     listings = []
 
-    def match(patterns):
+    def match(patterns, limits=None):
         listings.append(patterns[0])
         return [MatchResult(patterns[0], [FileMetadata(f"gs://b/tree/cat/{n}", 10, 1.0)
                                           for n in reversed(names)])]
 
-    monkeypatch.setattr(folder_slices.FileSystems, "match", match)
+    monkeypatch.setattr(folder_slices.fs, "match", match)
     cuts = [None, "004.jpg", "008.jpg", None]
     units = [WorkUnit("gs://b/tree/cat", k, extra={"first": cuts[k], "stop": cuts[k + 1]})
              for k in range(3)]

@@ -33,8 +33,6 @@ import stat
 import time
 from collections.abc import Iterator, Sequence
 
-from apache_beam.io.filesystems import FileSystems
-
 from transforms import fs
 from transforms.images.config import SPLIT_DIRECTORIES, planned_item
 from transforms.records import DEFAULT_SPLIT, WorkUnit
@@ -131,7 +129,7 @@ class _RemoteListing:
     def entries(cls, folder: str, token: str, first: str | None, stop: str | None) -> list[tuple]:
         kept = cls._kept
         if not token or kept is None or kept[:2] != (folder, token):
-            matched = FileSystems.match([fs.literal(folder.rstrip("/")) + "/*"])[0].metadata_list
+            matched = fs.match([fs.literal(folder.rstrip("/")) + "/*"])[0].metadata_list
             entries = sorted((m.path.rsplit("/", 1)[1], m.size_in_bytes,
                               getattr(m, "last_updated_in_seconds", None))
                              for m in matched if not m.path.endswith("/"))
@@ -172,7 +170,7 @@ def _refuse_unreadable(error: OSError) -> None:
 def _walk(root: str) -> Iterator[tuple[str, list[tuple[str, int | None, float | None]]]]:
     """(folder, its files) of every folder under `root` holding files, folders in sorted order."""
     if "://" in root:
-        matched = FileSystems.match([fs.literal(root.rstrip("/")) + "/**"])[0].metadata_list
+        matched = fs.match([fs.literal(root.rstrip("/")) + "/**"])[0].metadata_list
         folders: dict[str, list] = {}
         for m in matched:
             if not m.path.endswith("/"):

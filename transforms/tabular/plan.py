@@ -23,15 +23,15 @@ __all__ = ['input_files', 'plan_tabular']
 def _is_folder(pattern: str) -> bool:
     """Whether `pattern` names a folder: a local one, or on an object store (which has no
     folders) a name ending in "/", or one no object has while objects lie under it."""
-    if any(ch in pattern for ch in "*?["):
-        return False
+    if any(ch in pattern for ch in "*?[") and fs.input_pattern(pattern) == pattern:
+        return False  # a glob (not the name of something that exists)
     if pattern.endswith("/"):
         return True
     if "://" not in pattern:
         return os.path.isdir(pattern)
     if FileSystems.exists(pattern):
         return False
-    return bool(FileSystems.match([fs.literal(pattern) + "/*"], limits=[1])[0].metadata_list)
+    return bool(fs.match([fs.literal(pattern) + "/*"], limits=[1])[0].metadata_list)
 
 
 def _unlistable(pattern: str) -> str | None:
@@ -51,8 +51,9 @@ def input_files(patterns: str | Sequence[str], fmt: str) -> list:
     endings = tuple(e + gz for e in TABULAR_EXTENSIONS[fmt] for gz in ("", ".gz"))
     found = {}
     folders = {pattern for pattern in patterns if _is_folder(pattern)}
-    queries = [fs.literal(p.rstrip("/")) + "/*" if p in folders else p for p in patterns]
-    for pattern, result in zip(patterns, FileSystems.match(queries), strict=True):
+    queries = [fs.literal(p.rstrip("/")) + "/*" if p in folders else fs.input_pattern(p)
+               for p in patterns]
+    for pattern, result in zip(patterns, fs.match(queries), strict=True):
         matched = result.metadata_list
         problem = None if matched else _unlistable(pattern)
         if problem:

@@ -1,0 +1,65 @@
+"""An input is what the user named: a path holding glob characters that exists is that
+file or folder (as a shell takes it), and a glob matching several image manifests is
+refused rather than converted in part."""
+
+from __future__ import annotations
+
+import json
+import os
+import warnings
+
+import pytest
+
+from pipeline.cli import run
+from tests.helpers import in_memory_args
+from tests.images import image_samples as samples
+
+
+def _counts(out) -> dict:
+    with open(os.path.join(out, "manifest.json")) as handle:
+        return json.load(handle)["counts"]
+
+
+@pytest.mark.parametrize("relative", [False, True])
+@pytest.mark.parametrize("given", ["file", "folder"])
+def test_a_csv_input_whose_name_holds_glob_characters_is_that_file(
+        tmp_path, monkeypatch, relative, given):
+    # "d[1]/x[2].csv" as a glob is "d1/x2.csv": nothing matched, exit 2. A decoy that the
+    # glob does match must not be read instead.
+    (tmp_path / "d[1]").mkdir()
+    (tmp_path / "d[1]" / "x[2].csv").write_text("id\n1\n2\n")
+    (tmp_path / "d1").mkdir()
+    (tmp_path / "d1" / "x2.csv").write_text("id\n7\n")
+    monkeypatch.chdir(tmp_path)
+    name = "d[1]/x[2].csv" if given == "file" else "d[1]"
+    path = name if relative else str(tmp_path / name)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FutureWarning)  # Python's re on the escaped "["
+        assert run(["convert", "--input", path, "--format", "csv",
+                    "--output", str(tmp_path / "out"), "--quiet", *in_memory_args()]) == 0
+    assert _counts(tmp_path / "out")["written"] == 2
+
+
+def test_an_image_manifest_whose_folder_name_holds_a_bracket_is_read(tmp_path, monkeypatch):
+    folder = tmp_path / "g[1]"
+    (folder / "cat").mkdir(parents=True)
+    (folder / "cat" / "a.jpg").write_bytes(samples.build("jpeg_rgb"))
+    (folder / "m.csv").write_text("path,label\ncat/a.jpg,cat\n")
+    monkeypatch.chdir(tmp_path)
+    assert run(["convert", "--format", "image-manifest", "--input", "g[1]/m.csv",
+                "--image-column", "path", "--label-column", "label",
+                "--output", str(tmp_path / "out"), "--quiet", *in_memory_args()]) == 0
+    assert _counts(tmp_path / "out")["written"] == 1
+
+
+def test_a_glob_matching_several_image_manifests_is_refused(tmp_path, capsys):
+    # Only the first manifest used to be converted, with exit 0.
+    (tmp_path / "a.jpg").write_bytes(samples.build("jpeg_rgb"))
+    (tmp_path / "x1.csv").write_text("path,label\na.jpg,cat\n")
+    (tmp_path / "x2.csv").write_text("path,label\na.jpg,dog\n")
+    assert run(["convert", "--format", "image-manifest", "--input", str(tmp_path / "x*.csv"),
+                "--image-column", "path", "--label-column", "label",
+                "--output", str(tmp_path / "out"), "--quiet", *in_memory_args()]) == 2
+    first, hint = capsys.readouterr().err.strip().splitlines()
+    assert "matches 2 manifests" in first and hint.startswith("hint: concatenate")
+    assert not (tmp_path / "out").exists()

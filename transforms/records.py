@@ -194,7 +194,19 @@ def dead_letter(
         "raw_encoding": encoding,
     }
     doc.update(details)
+    doc = {key: _valid_text(value) if isinstance(value, str) else value for key, value in doc.items()}
     return json.dumps(doc, ensure_ascii=False, sort_keys=True, default=str).encode("utf-8")
+
+
+def _valid_text(text: str) -> str:
+    """`text`, with the bytes invalid in UTF-8 that a local path carries as surrogate escapes
+    shown as `\\xfe`: a dead letter is valid UTF-8 JSON, whose strings Beam (and any reader)
+    can encode again."""
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
 
 
 class DeadLetterError(ValueError):

@@ -55,6 +55,8 @@ REASONS = {
     "missing_file": "the path does not exist",
     "unknown_label": "the label (or label folder) is not in the given label list",
     "missing_label": "the manifest row has no label although --label-column is given",
+    "invalid_label": "a label (manifest cell or folder name) labels.txt cannot hold: a line "
+                     "break, white space at either end, or bytes invalid in UTF-8",
     "outside_allowed_roots": "the path (after .. and symlinks) is outside --allowed-roots",
     "hidden_file": "a hidden file or a file inside a hidden folder of the image tree",
     "not_an_image_extension": "a file in the image tree without an image extension",

@@ -260,7 +260,10 @@ class ConvertImages(beam.DoFn):
             "image/height": ("int64", [info.height]),
             "image/width": ("int64", [info.width]),
             "image/channels": ("int64", [info.channels]),
-            "image/filename": ("bytes", [item.get("filename") or os.path.basename(uri)]),
+            # A local name of bytes invalid in UTF-8 reaches us with surrogate escapes: the
+            # feature holds the name's own bytes.
+            "image/filename": ("bytes", [(item.get("filename") or os.path.basename(uri))
+                                         .encode("utf-8", "surrogateescape")]),
             "image/key/sha256": ("bytes", [hashlib.sha256(stored).hexdigest()]),
         }
         if item.get("label") is not None:

@@ -35,6 +35,7 @@ from collections.abc import Iterator, Sequence
 
 from transforms import fs
 from transforms.images.config import SPLIT_DIRECTORIES, planned_item
+from transforms.images.labels import label_problem, sorted_labels
 from transforms.records import DEFAULT_SPLIT, WorkUnit
 from transforms.splits import DEAD_LETTER_SPLIT
 
@@ -76,6 +77,8 @@ def entry_rules(parts: Sequence[str], split_mode: bool, labels: dict[str, int] |
         extension = os.path.splitext(parts[-1])[1]
         reject = ("not_an_image_extension", f"extension {extension or '(none)'!r} is not one of "
                   f"{', '.join(IMAGE_EXTENSIONS)}", None)
+    elif (problem := label_problem(label)) is not None:
+        reject = ("invalid_label", problem, None)
     elif labels is not None and label not in labels:
         reject = ("unknown_label", f"label folder {label!r} is not in the label list", None)
     else:
@@ -205,7 +208,8 @@ class FolderSurvey:
     Attributes:
       files: every file under the root (each becomes a record or a dead letter).
       split_mode: the tree has split folders (train, validation, test) at its top.
-      label_folders: the label folders holding at least one visible image, sorted.
+      label_folders: the label folders holding at least one visible image, in label order
+        (`transforms.images.labels.sorted_labels`).
       splits: the split of every folder holding files (files beside split folders have none).
       listing_digest: SHA-256 of every file's relative path, size and mtime, in walk order.
       folders: per folder with files, its candidate cuts (for `slices`).
@@ -268,7 +272,7 @@ def survey_folder(root: str, step: int) -> FolderSurvey:
             splits.append(split)
         if folder.has_image and reject is None:
             labels.add(label)
-    return FolderSurvey(sum(f.files for f in folders), split_mode, tuple(sorted(labels)),
+    return FolderSurvey(sum(f.files for f in folders), split_mode, sorted_labels(labels),
                         tuple(dict.fromkeys(splits)), digest.hexdigest(), tuple(folders))
 
 

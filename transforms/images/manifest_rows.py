@@ -26,6 +26,7 @@ from typing import Any, NamedTuple
 import pyarrow as pa
 
 from transforms.images.config import SPLIT_DIRECTORIES, planned_item
+from transforms.images.labels import label_problem
 from transforms.images.paths import is_within_roots, resolve_reference, uri_dirname
 from transforms.records import DEFAULT_SPLIT, WorkUnit
 from transforms.splits import DEAD_LETTER_SPLIT, SplitAssigner, check_split_name
@@ -244,6 +245,8 @@ class ManifestRows:
             if text is None:
                 return rejected("missing_label", "the label column is empty", self.label_column,
                                 **common)
+            if (problem := label_problem(text)) is not None:
+                return rejected("invalid_label", problem, self.label_column, **common)
             if text not in index:
                 return rejected("unknown_label", f"label {text!r} is not in the label list",
                                 self.label_column, **common)

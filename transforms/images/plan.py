@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import re
 from collections.abc import Iterable, Sequence
 
 from apache_beam.io.filesystem import CompressionTypes
@@ -24,6 +23,7 @@ from apache_beam.io.filesystems import FileSystems
 
 from transforms.images.config import IMAGE_FEATURES, SPLIT_DIRECTORIES, ImagePlan
 from transforms.images.folder_slices import IMAGE_EXTENSIONS, FolderSlices, survey_folder
+from transforms.images.labels import check_label_list, label_problem, parse_labels_text, sorted_labels
 from transforms.images.manifest_rows import ManifestRows
 from transforms.images.paths import default_allowed_roots, normalize_root, normalize_uri
 from transforms.input_formats import TABULAR_EXTENSIONS
@@ -130,23 +130,8 @@ def plan_image_folder(
 def _read_labels(labels: Sequence[str] | str) -> tuple[str, ...]:
     if isinstance(labels, str):
         with FileSystems.open(labels) as handle:
-            text = handle.read().decode("utf-8")
-        labels = [line.strip() for line in text.splitlines()]
-        labels = [line for line in labels if line]
-    labels = tuple(str(label) for label in labels)
-    if not labels:
-        raise ValueError("the label list is empty")
-    if len(set(labels)) != len(labels):
-        raise ValueError("the label list has duplicates")
-    return labels
-
-
-def _sorted_labels(labels: Iterable[str]) -> tuple[str, ...]:
-    """Sorted label names; when every label is an integer, in numeric order."""
-    labels = set(labels)
-    if labels and all(re.fullmatch(r"-?\d+", label) for label in labels):
-        return tuple(sorted(labels, key=int))
-    return tuple(sorted(labels))
+            return parse_labels_text(handle.read().decode("utf-8"))
+    return check_label_list(labels)
 
 
 # --------------------------------------------------------------------------- manifests
@@ -220,7 +205,7 @@ def plan_image_manifest(
     if labels is not None:
         label_map = _read_labels(labels)
     elif label_column is not None:
-        label_map = _sorted_labels(survey.label_texts)
+        label_map = sorted_labels(t for t in survey.label_texts if label_problem(t) is None)
     else:
         label_map = ()
     rows = dataclasses.replace(rows, labels=label_map)

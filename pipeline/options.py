@@ -145,12 +145,26 @@ def command_line_path(path: str) -> str:
     return os.path.join(".", path)
 
 
+_PLACEHOLDERS = ("{YYYY}", "{MM}", "{DD}", "{SPAN}")
+_PLACEHOLDER_LIKE = re.compile(r"\{[A-Za-z]+\}")
+
+
 def fill_date_template(path: str, run_date: datetime.date, span: int | None = None) -> str:
     """Fills {YYYY}, {MM}, {DD} and {SPAN} in a path.
 
     {SPAN} is `span` when given, else the run date's day number since 1970-01-01, so daily
     runs get increasing span numbers as TFX ExampleGen expects.
+
+    Raises:
+      ValueError: `path` holds another word in braces ({D}, {yyyy}): kept as text, a
+        misspelt placeholder would make every day's run write into the same folder.
     """
+    for token in _PLACEHOLDER_LIKE.findall(path):
+        if token not in _PLACEHOLDERS:
+            close = difflib.get_close_matches(token.upper(), _PLACEHOLDERS, n=1, cutoff=0.4)
+            hint = f" (did you mean {close[0]}?)" if close else ""
+            raise ValueError(f"unknown placeholder {token} in {path}{hint}; the placeholders "
+                             f"are {' '.join(_PLACEHOLDERS)}")
     if span is None:
         span = (run_date - datetime.date(1970, 1, 1)).days
     replacements = {
@@ -166,7 +180,7 @@ def fill_date_template(path: str, run_date: datetime.date, span: int | None = No
 
 def has_date_template(path: str) -> bool:
     """True when `path` holds a placeholder `fill_date_template` fills."""
-    return any(placeholder in path for placeholder in ("{YYYY}", "{MM}", "{DD}", "{SPAN}"))
+    return any(placeholder in path for placeholder in _PLACEHOLDERS)
 
 
 # Beam defines a test-only `--dry_run` itself (TestOptions), so ours cannot register that

@@ -44,6 +44,24 @@ def test_date_templates():
     assert fill_date_template("plain/path", day) == "plain/path"
 
 
+@pytest.mark.parametrize("flag", ["--output", "--input"])
+@pytest.mark.parametrize("token, suggestion", [("{D}", "{DD}"), ("{yyyy}", "{YYYY}"), ("{FOO}", None)])
+def test_a_misspelt_date_placeholder_is_a_usage_error(tmp_path, capsys, flag, token, suggestion):
+    # It was kept as text: every day's run then wrote into (or read) the same folder, and
+    # the second day's run said "nothing to do".
+    paths = {"--input": str(tmp_path / "in" / "*.csv"), "--output": str(tmp_path / "out")}
+    paths[flag] = paths[flag].replace("in", f"in-{token}") if flag == "--input" \
+        else str(tmp_path / f"out-{token}")
+    from pipeline.cli import run
+
+    assert run(["convert", "--input", paths["--input"], "--format", "csv", "--output",
+                paths["--output"], "--quiet"]) == 2
+    [line] = capsys.readouterr().err.strip().splitlines()
+    assert f"unknown placeholder {token}" in line
+    assert (f"did you mean {suggestion}?" in line) == (suggestion is not None)
+    assert not any(tmp_path.iterdir())
+
+
 def test_hyphen_and_underscore_spellings_are_the_same_option():
     hyphen = PipelineOptions(["--max-shard-bytes", "1MB", "--num-shards", "3"]).view_as(ConvertOptions)
     underscore = PipelineOptions(["--max_shard_bytes=1MB", "--num_shards=3"]).view_as(ConvertOptions)

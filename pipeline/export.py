@@ -99,8 +99,19 @@ def export_command(path: str, to: str, out: str, split: str | None = None) -> No
     targets = _targets(sources, out, from_folder=sources[0].name != "")
     if not columns or any(c.is_list is None for c in columns):  # learn from the records
         columns = _complete_columns(columns, sources)
-    for source, target in zip(sources, targets, strict=True):
-        rows = _write_parquet(source, columns, target)
+    # All or nothing: every file is written under a temporary name first, so an export that
+    # fails on a later split leaves no earlier split's file behind (nor replaces one).
+    written: list[tuple[str, str, int]] = []
+    try:
+        for source, target in zip(sources, targets, strict=True):
+            temporary = f"{target}.tmp-{uuid.uuid4().hex[:12]}"
+            written.append((temporary, target, 0))
+            written[-1] = (temporary, target, _write_parquet(source, columns, temporary))
+    except BaseException:
+        fs.delete([temporary for temporary, _, _ in written if FileSystems.exists(temporary)])
+        raise
+    for temporary, target, rows in written:
+        _replace(temporary, target)
         print(f"wrote {target} ({rows} rows)")
 
 
@@ -244,30 +255,27 @@ def _decoded_batches(source: _Source):
 # ------------------------------------------------------------------------------- writing
 
 
-def _write_parquet(source: _Source, columns: list[ColumnSchema], target: str) -> int:
-    """Writes one Parquet file (a row group per batch) under a temporary name, then renames
-    it to `target`; returns the rows written."""
-    fs.ensure_parent(target)
-    temporary = f"{target}.tmp-{uuid.uuid4().hex[:12]}"
+def _write_parquet(source: _Source, columns: list[ColumnSchema], path: str) -> int:
+    """Writes one Parquet file (a row group per batch) at `path`; returns the rows written."""
+    fs.ensure_parent(path)
     rows = 0
-    try:
-        with FileSystems.create(temporary, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
-            with pq.ParquetWriter(handle, arrow_schema(columns)) as writer:
-                for batch, decoded in _decoded_batches(source):
-                    try:
-                        table = batch_to_table(decoded, columns)
-                    except SchemaMismatch as error:
-                        raise OutputProblems(f"{batch.where(error.index)}: {error}") from None
-                    writer.write_table(table)
-                    rows += table.num_rows
-        if "://" not in target:
-            os.replace(temporary, target)  # atomic, and replaces an earlier export
-        else:
-            if FileSystems.exists(target):
-                fs.delete([target])
-            FileSystems.rename([temporary], [target])
-    except BaseException:
-        if FileSystems.exists(temporary):
-            fs.delete([temporary])
-        raise
+    with FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
+        with pq.ParquetWriter(handle, arrow_schema(columns)) as writer:
+            for batch, decoded in _decoded_batches(source):
+                try:
+                    table = batch_to_table(decoded, columns)
+                except SchemaMismatch as error:
+                    raise OutputProblems(f"{batch.where(error.index)}: {error}") from None
+                writer.write_table(table)
+                rows += table.num_rows
     return rows
+
+
+def _replace(temporary: str, target: str) -> None:
+    """Renames `temporary` to `target`, replacing an earlier export."""
+    if "://" not in target:
+        os.replace(temporary, target)  # atomic
+        return
+    if FileSystems.exists(target):
+        fs.delete([target])
+    FileSystems.rename([temporary], [target])

@@ -211,6 +211,29 @@ def test_corrupt_input_exits_4_naming_the_file_and_offset(tmp_path, capsys):
     assert not target.exists() and not list(tmp_path.glob("back.parquet.tmp-*"))
 
 
+def test_an_export_failing_on_a_later_split_leaves_no_file_of_an_earlier_one(tmp_path, capsys):
+    # It printed "wrote back/train.parquet", left it there, then exited 4 on the next split.
+    _convert(_write_source(_source_table(60), "parquet", tmp_path), "parquet", tmp_path / "out",
+             SPLIT_SPEC)
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    last_split = manifest["shards"][-1]["split"]
+    shard = tmp_path / "out" / manifest["shards"][-1]["path"]
+    data = bytearray(shard.read_bytes())
+    data[len(data) // 2] ^= 0x40
+    shard.write_bytes(bytes(data))
+    back = tmp_path / "back"
+    back.mkdir()
+    earlier = {path.name: b"an earlier export" for path in
+               (back / f"{split}.parquet" for split, _ in _split_counts(tmp_path / "out"))}
+    for name, content in earlier.items():
+        (back / name).write_bytes(content)
+    capsys.readouterr()
+    assert run(["export", str(tmp_path / "out"), "--to", "parquet", str(back)]) == EXIT_CORRUPT
+    printed = capsys.readouterr()
+    assert printed.out == "" and str(shard) in printed.err and last_split != manifest["shards"][0]["split"]
+    assert {path.name: path.read_bytes() for path in back.iterdir()} == earlier
+
+
 def test_a_payload_that_is_not_an_example_exits_4(tmp_path, capsys):
     path = tmp_path / "bad.tfrecord"
     good = encode_example({"x": ("int64", [1])})

@@ -244,3 +244,19 @@ def test_a_file_beside_the_split_folders_creates_no_split(tmp_path):
     assert counts["dead_letter_reasons"] == {"no_label": 1}
     with open(os.path.join(out, "stats.json")) as handle:
         assert set(json.load(handle)["splits"]) == {"test", "train"}
+
+
+def test_a_symlinked_folder_in_a_tree_is_a_dead_letter_not_a_silent_gap(tf, tmp_path):
+    # os.walk does not follow it: the images behind it used to vanish without a trace.
+    root, elsewhere, out = tmp_path / "tree", tmp_path / "elsewhere", str(tmp_path / "out")
+    write(root / "cat" / "a.jpg", samples.build("jpeg_rgb"))
+    write(elsewhere / "b.jpg", samples.build("jpeg_rgb"))
+    os.symlink(elsewhere, root / "linked_class")
+    os.symlink(elsewhere, root / "cat" / "inner")
+    assert run(["convert", "--format", "image-folder", "--input", str(root), "--output", out,
+                *in_memory_args()]) == 0
+    manifest, examples, dead = read_output(tf, out)
+    assert len(examples) == 1 and manifest["labels"] == ["cat"]
+    assert sorted((d["reason"], d["filename"]) for d in dead) == [
+        ("symlinked_folder", "cat/inner"), ("symlinked_folder", "linked_class")]
+    assert manifest["counts"]["input"] == 3

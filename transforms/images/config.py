@@ -61,6 +61,7 @@ REASONS = {
     "hidden_file": "a hidden file or a file inside a hidden folder of the image tree",
     "not_an_image_extension": "a file in the image tree without an image extension",
     "no_label": "a file directly in the image-folder root, not in a label folder",
+    "symlinked_folder": "a symlink to a folder in the image tree (not followed)",
     "missing_image_path": "the manifest row's image column is empty",
     "invalid_split": "the manifest row's split column is empty or not a valid split name",
     "unknown_split": "the manifest row's split is not a declared split (the spec's splits, "

@@ -18,9 +18,9 @@ The rules: ROOT/<label>/**/<file>, or ROOT/<split>/<label>/**/<file> when a top-
 is named train, validation or test; hidden files and folders, files without an image
 extension and files directly in ROOT (or in a split folder) are dead letters; in a tree of
 split folders, those beside them belong to no split (`DEAD_LETTER_SPLIT`). Local trees
-are walked with `os.walk` (symlinked folders are not followed, dangling symlinks are kept
-and reported `missing_file` when read); other filesystems are listed by Beam's FileSystems,
-which returns the whole listing at once.
+are walked with `os.walk` (a symlinked folder is not followed: it is a `symlinked_folder` dead
+letter; dangling symlinks are kept and reported `missing_file` when read); other filesystems
+are listed by Beam's FileSystems, which returns the whole listing at once.
 """
 
 from __future__ import annotations
@@ -141,12 +141,17 @@ class _RemoteListing:
         return kept[3][_name_range(kept[2], first, stop)]
 
 
+#: The size `_list_folder` gives a symlink to a folder.
+_FOLDER_LINK = -1
+
+
 def _list_folder(folder: str, first: str | None = None, stop: str | None = None,
                  token: str = "") -> list[tuple[str, int | None, float | None]]:
     """(name, size or None, mtime or None) of the files directly in `folder` whose names
     are in [first, stop) (None: open), sorted. Only those are stat'ed: a slice of a large
     folder costs a listing of names (kept for its next slice), not a stat of every file.
-    `token`: the plan's, under which a remote folder's listing is kept (empty: not kept)."""
+    `token`: the plan's, under which a remote folder's listing is kept (empty: not kept).
+    A symlink to a folder is listed as an entry of size `_FOLDER_LINK` (its dead letter)."""
     if "://" in folder:
         return _RemoteListing.entries(folder, token, first, stop)
     found = []
@@ -156,7 +161,11 @@ def _list_folder(folder: str, first: str | None = None, stop: str | None = None,
         except OSError:
             found.append((name, None, None))  # a dangling symlink: missing_file when read
             continue
-        if stat.S_ISDIR(status.st_mode):  # as os.walk: a symlink to a folder is a folder
+        if stat.S_ISDIR(status.st_mode):
+            # os.walk does not follow a symlinked folder: what it holds is not read, and
+            # the link is a dead letter of its own rather than images vanishing unseen.
+            if os.path.islink(os.path.join(folder, name)):
+                found.append((name, _FOLDER_LINK, None))
             continue
         found.append((name, status.st_size, status.st_mtime))
     return found
@@ -305,5 +314,8 @@ class FolderSlices:
         index = {label: i for i, label in enumerate(self.labels)}
         for name, size, _ in _list_folder(folder, first, stop, self.plan_token):
             split, label, reject = entry_rules([*parts, name], self.split_mode, index)
+            if size == _FOLDER_LINK:
+                size, reject = None, ("symlinked_folder", "a symlink to a folder, not followed: "
+                                      "link the files, or convert the folder it names", None)
             yield planned_item(folder + separator + name, split, filename="/".join([*parts, name]),
                                label=index.get(label), text=label, size=size, reject=reject)

@@ -322,7 +322,7 @@ class ConvertOptions(PipelineOptions):
         image_flag("encode", output=True, choices=ENCODINGS, default=None,
                    help="re-encode images")
         image_flag("quality", output=True, type=_integer, default=DEFAULT_QUALITY,
-                   help="JPEG quality for --encode jpeg")
+                   help=f"JPEG quality (1-100) of re-encoded JPEGs (default {DEFAULT_QUALITY})")
         image_flag("exif-orientation", output=True, action="store_true", default=False,
                    help="apply EXIF orientation (re-encodes rotated images)")
         image_flag("convert-mode", output=True, choices=CONVERT_MODES, default=None,
@@ -420,6 +420,15 @@ def _check_combination(flag: str, action: argparse.Action, values: argparse.Name
     if action.dest == "compression_level" and parse_compression(values.compression) is Compression.NONE:
         raise UsageError(f"{flag} needs --compression gzip or zlib: uncompressed shards have no "
                          f"codec level")
+    if action.dest == "max_side" and values.resize is not None:
+        raise UsageError(f"{flag} and --resize exclude each other: --resize gives exactly WxH, "
+                         f"--max-side only shrinks the longer side")
+    if action.dest == "quality" and (values.encode == "png" or not (
+            values.encode or values.resize or values.max_side or values.convert_mode
+            or values.exif_orientation)):
+        raise UsageError(f"{flag} applies to re-encoded JPEGs only: with --encode jpeg, or with "
+                         f"--resize, --max-side, --convert-mode or --exif-orientation (not with "
+                         f"--encode png)")
     if action.dest == "resize_mode" and values.resize is None:
         raise UsageError(f"{flag} applies with --resize only (--max-side keeps the aspect ratio)")
     if action.dest == "fail_on_drift" and not values.compare_to \

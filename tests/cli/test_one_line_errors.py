@@ -143,6 +143,11 @@ def test_beams_repeatable_flags_and_our_switches_may_repeat(tmp_path):
     ("image-manifest", ["--image-column", "p", "--sample-rows", "5"],
      "--sample-rows does not apply to --format image-manifest, only to csv, tsv, jsonl, parquet"),
     ("image-folder", ["--resize-mode", "fill"], "--resize-mode applies with --resize only"),
+    ("image-folder", ["--quality", "50"], "--quality applies to re-encoded JPEGs only"),
+    ("image-folder", ["--encode", "png", "--quality", "50"],
+     "--quality applies to re-encoded JPEGs only"),
+    ("image-folder", ["--resize", "8x8", "--max-side", "5"],
+     "--max-side and --resize exclude each other"),
     ("csv", ["--fail-on-drift", "schema"], "--fail-on-drift has nothing to compare with"),
 ])
 def test_a_flag_the_others_make_meaningless_is_a_usage_error(tmp_path, capsys, fmt, flags, message):
@@ -163,6 +168,17 @@ def test_the_same_flags_with_what_they_need_are_accepted(tmp_path, flags):
     argv = ["convert", "--input", str(SAMPLE / "*.csv"), "--format", "csv", "--dry-run",
             *(["--output", str(tmp_path / "out")] if "--output" not in flags else []), *flags]
     assert run(argv) == 0
+
+
+@pytest.mark.parametrize("flags", [
+    ["--encode", "jpeg", "--quality", "50"], ["--max-side", "8", "--quality", "50"],
+    ["--exif-orientation", "--quality", "50"], ["--convert-mode", "L", "--quality", "50"],
+])
+def test_quality_with_a_re_encoding_is_accepted(tmp_path, flags):
+    (tmp_path / "tree" / "cat").mkdir(parents=True)
+    (tmp_path / "tree" / "cat" / "a.jpg").write_bytes(b"not read by a dry run")
+    assert run(["convert", "--input", str(tmp_path / "tree"), "--format", "image-folder",
+                "--output", str(tmp_path / "out"), "--dry-run", *flags]) == 0
 
 
 def test_convert_help_shows_the_required_flags_as_required(capsys):

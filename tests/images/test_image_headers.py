@@ -251,3 +251,42 @@ def test_damaged_headers_never_crash_the_parser(tf, name, data):
         except tf.errors.InvalidArgumentError:
             return  # damaged pixel data a header check does not promise to catch
         assert (info.height, info.width, info.channels, info.frames) == shape
+
+
+def _scan_start(data: bytes) -> int:
+    """Where the first scan's entropy-coded data begins (after the SOS segment)."""
+    sos = data.index(b"\xff\xda")
+    return sos + 2 + struct.unpack_from(">H", data, sos + 2)[0]
+
+
+@pytest.mark.parametrize("name", ["jpeg_rgb", "jpeg_progressive", "jpeg_cmyk"])
+@pytest.mark.parametrize("keep", [0.01, 0.5, 0.99])
+def test_jpeg_cut_inside_a_scan_and_followed_by_another_jpeg_is_corrupt(tf, name, keep):
+    # The file ends with an EOI, but the first image's scan runs into the SOI of the
+    # appended one, which libjpeg refuses ("two SOI markers").
+    data = sample(name)
+    start = _scan_start(data)
+    spliced = data[: start + int((len(data) - start) * keep)] + sample("jpeg_gray")
+    with pytest.raises(HeaderError) as caught:
+        parse_header(spliced)
+    assert caught.value.reason == "corrupt_image", caught.value.message
+    with pytest.raises(tf.errors.InvalidArgumentError):
+        tf.io.decode_image(spliced)
+
+
+@pytest.mark.parametrize("name", ["jpeg_rgb", "jpeg_progressive"])
+def test_jpeg_followed_by_another_jpeg_is_the_first_image(tf, name):
+    # Bytes after the first EOI are ignored (multi-picture files store more images there).
+    data = sample(name) + sample("jpeg_gray")
+    info = parse_header(data)
+    assert info.tf_native
+    assert (info.height, info.width, info.channels, 1) == tf_shape(tf, data)
+
+
+def test_jpeg_cut_inside_a_scan_and_closed_by_eoi_passes_as_tensorflow_decodes_it(tf):
+    # Not a promise of the header check (see the module docstring): TF fills in the rest.
+    data = sample("jpeg_rgb")
+    start = _scan_start(data)
+    closed = data[: (start + len(data)) // 2] + b"\xff\xd9"
+    info = parse_header(closed)
+    assert (info.height, info.width, info.channels, 1) == tf_shape(tf, closed)

@@ -23,15 +23,23 @@ alpha, which crashes TF 2.21's decoder). Those images must be converted before s
 
 What a header check promises: the file is one of the five formats, its structure is
 complete and correctly sized up to the end of the image, and height/width/channels are
-what TF yields. JPEG: SOI, every marker segment up to the first scan, and the EOI marker
-(a file ending with EOI cannot be truncated, since 0xFF is always stuffed in
-entropy-coded data; any other file, e.g. one with bytes after EOI, is walked scan by
-scan up to its EOI). PNG: IHDR first, every chunk complete with the CRC of every critical
-chunk checked (which covers the compressed pixel data), IEND. GIF: every block and
-sub-block through the last frame. BMP: the exact pixel array size TF requires. WebP: the
-RIFF size, every chunk, canvas size = bitstream size. It does not promise that the
-compressed pixel stream itself decodes (a JPEG or WebP whose entropy-coded data is
-damaged but complete passes); use full validation (a real decode) for that.
+what TF yields. JPEG: SOI, every marker segment and every scan up to the first EOI (bytes
+after it are ignored, as decoders do). Scans are searched for markers, not decoded: in
+entropy-coded data 0xFF is always stuffed, so only restart markers may occur there, and
+a file cut inside a scan and continued by other bytes (a complete JPEG appended to a
+truncated one, say) is refused where the scan meets the SOI or SOF that follows. PNG:
+IHDR first, every chunk complete with the CRC of every critical chunk checked (which
+covers the compressed pixel data), IEND. GIF: every block and sub-block through the last
+frame. BMP: the exact pixel array size TF requires. WebP: the RIFF size, every chunk,
+canvas size = bitstream size.
+
+What it does not promise: that the compressed pixel stream itself decodes (a JPEG or
+WebP whose entropy-coded data is damaged but complete passes), nor, for JPEG, that a
+scan holds every block of the image (a file cut inside a scan and closed by an EOI
+passes; TF decodes it too, filling in the rest) or that table contents are valid (a
+file cut inside a marker segment before the first scan and continued by other bytes
+passes when the segment length jumps over the SOI that follows). Use full validation
+(a real decode) for those.
 
 Beam-free and Pillow-free.
 """
@@ -219,10 +227,9 @@ def _jpeg(data) -> ImageInfo:
             if frame is None:
                 raise HeaderError("corrupt_image", "JPEG scan (SOS) before the frame header (SOF)")
             scans += 1
-            if scans == 1 and n - pos >= 2 and data[n - 2] == 0xFF and data[n - 1] == 0xD9:
-                # Fast path: entropy-coded data never holds FF D9 (0xFF is stuffed), so a
-                # file ending with EOI is complete; the scans need not be walked.
-                break
+            # Every scan is walked, also in a file ending with EOI: that EOI may close a
+            # second JPEG appended to a truncated one, whose SOI or SOF shows up here as a
+            # marker libjpeg refuses. The search runs at memory speed (no decoding).
             match = _JPEG_MARKER.search(data, pos)
             if match is None:
                 raise HeaderError("truncated_image", "JPEG ends inside scan data (no EOI marker)")

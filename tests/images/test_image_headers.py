@@ -290,3 +290,17 @@ def test_jpeg_cut_inside_a_scan_and_closed_by_eoi_passes_as_tensorflow_decodes_i
     closed = data[: (start + len(data)) // 2] + b"\xff\xd9"
     info = parse_header(closed)
     assert (info.height, info.width, info.channels, 1) == tf_shape(tf, closed)
+
+
+_GIF_SCREEN = b"GIF89a" + struct.pack("<HHBBB", 10, 10, 0x80, 0, 0) + b"\x00\x00\x00\xff\xff\xff"
+
+
+@pytest.mark.parametrize("blocks", [b"", b"\x21\xf9\x04\x00\x00\x00\x00\x00"],
+                         ids=["trailer_only", "extension_then_trailer"])
+def test_gif_without_an_image_is_corrupt_never_zero_by_zero(tf, blocks):
+    data = _GIF_SCREEN + blocks + b";"
+    with pytest.raises(HeaderError) as caught:
+        parse_header(data)
+    assert caught.value.reason == "corrupt_image"
+    with pytest.raises(tf.errors.InvalidArgumentError, match="No Image Descriptor"):
+        tf.io.decode_image(data)

@@ -11,7 +11,8 @@ The channel counts follow TensorFlow's decoders, verified against TF 2.21 in the
 * JPEG: 1 component -> 1, 3 -> 3, 4 (CMYK/YCCK) -> 3.
 * PNG: gray -> 1, gray+alpha -> 2, RGB -> 3, RGBA -> 4, palette -> 3, or 4 with a tRNS
   chunk (a tRNS chunk on gray or RGB images does not add a channel); any bit depth.
-* GIF: always 3; TF's height/width are the largest frame's, not the logical screen's.
+* GIF: always 3; TF's height/width are the largest frame's, not the logical screen's
+  (a GIF without any image TF refuses, so the header check refuses it too).
 * BMP: 24 bpp -> 3, 32 bpp -> 4, 8 bpp -> 1 (TF ignores the palette, so only an
   identity gray palette is decoded faithfully).
 * WebP: 4 when the bitstream has alpha, else 3; animations are RGBA in TF.
@@ -360,6 +361,8 @@ def _gif(data) -> ImageInfo:
             break  # garbage after complete frames: giflib stops there, TF keeps the frames
         else:
             raise HeaderError("corrupt_image", f"GIF: unknown block 0x{block:02X} at byte {pos}")
+    if not frames:  # a trailer before any image: giflib fails ("No Image Descriptor detected")
+        raise HeaderError("corrupt_image", "GIF has no image")
     # TF allocates max(frame width) x max(frame height), not the logical screen size.
     return ImageInfo("gif", max_w, max_h, 3, frames)
 

@@ -304,3 +304,81 @@ def test_gif_without_an_image_is_corrupt_never_zero_by_zero(tf, blocks):
     assert caught.value.reason == "corrupt_image"
     with pytest.raises(tf.errors.InvalidArgumentError, match="No Image Descriptor"):
         tf.io.decode_image(data)
+
+
+# --------------------------------------------------------------------------- PNG chunk order
+
+_PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def _png_chunks(data: bytes) -> list[tuple[bytes, bytes]]:
+    """(type, body) of every chunk of a PNG."""
+    chunks, pos = [], len(_PNG_SIGNATURE)
+    while pos < len(data):
+        length, kind = struct.unpack_from(">I4s", data, pos)
+        chunks.append((kind, data[pos + 8 : pos + 8 + length]))
+        pos += 12 + length
+    return chunks
+
+
+def _png_file(chunks) -> bytes:
+    return _PNG_SIGNATURE + b"".join(samples.png_chunk(kind, body) for kind, body in chunks)
+
+
+def _png_with(base: str, kind: bytes, body: bytes, before: bytes) -> bytes:
+    """`base`'s critical chunks with (kind, body) inserted before its first `before` chunk."""
+    chunks = [c for c in _png_chunks(sample(base)) if c[0] in (b"IHDR", b"PLTE", b"IDAT", b"IEND")]
+    at = [k for k, _ in chunks].index(before)
+    return _png_file(chunks[:at] + [(kind, body)] + chunks[at:])
+
+
+def _palette_png(colors: int, trns: list[bytes], depth: int | None = None) -> bytes:
+    """A palette photo of `colors` entries with these tRNS chunks between PLTE and IDAT
+    (stored at `depth` bits per index when given: indices are then cut to fit)."""
+    image = samples.rgb("coffee", 24).convert("P", palette=Image.Palette.ADAPTIVE, colors=colors)
+    chunks = {k: b for k, b in _png_chunks(samples.encode(image, "PNG"))}
+    width, height = image.size
+    if depth is None:
+        ihdr, idat = chunks[b"IHDR"], chunks[b"IDAT"]
+    else:
+        indices = np.asarray(image) & ((1 << depth) - 1)
+        rows = [np.packbits(np.unpackbits(row[:, None], axis=1)[:, 8 - depth:]).tobytes()
+                for row in indices]
+        ihdr = struct.pack(">IIBBBBB", width, height, depth, 3, 0, 0, 0)
+        idat = zlib.compress(b"".join(b"\x00" + row for row in rows))
+    return _png_file([(b"IHDR", ihdr), (b"PLTE", chunks[b"PLTE"]),
+                      *((b"tRNS", body) for body in trns), (b"IDAT", idat), (b"IEND", b"")])
+
+
+def _palette_png_trns(where: bytes, body: bytes = b"\x00") -> bytes:
+    return _png_with("png_palette", b"tRNS", body, where)
+
+
+# name -> (bytes, the channels TF decodes them to: also asserted against TF itself)
+_TRNS_CASES = {
+    "palette_trns_after_plte": (lambda: _palette_png(4, [b"\x00"]), 4),
+    "palette_trns_as_long_as_the_palette": (lambda: _palette_png(4, [bytes(4)]), 4),
+    "palette_trns_longer_than_the_palette": (lambda: _palette_png(4, [bytes(5)]), 3),
+    "palette_trns_empty": (lambda: _palette_png(4, [b""]), 3),
+    "palette_invalid_trns_then_valid_one": (lambda: _palette_png(4, [b"", b"\x00"]), 4),
+    "palette_trns_longer_than_the_bit_depth_indexes": (
+        lambda: _palette_png(4, [bytes(3)], depth=1), 3),
+    "palette_trns_within_the_bit_depth": (lambda: _palette_png(4, [bytes(2)], depth=1), 4),
+    "palette_trns_before_plte": (lambda: _palette_png_trns(b"PLTE"), 3),
+    "palette_trns_after_idat": (lambda: _palette_png_trns(b"IEND"), 3),
+    "gray_trns_empty": (lambda: _png_with("png_gray", b"tRNS", b"", b"IDAT"), 1),
+    "gray_trns_wrong_length": (lambda: _png_with("png_gray", b"tRNS", bytes(3), b"IDAT"), 1),
+    "gray_trns": (lambda: _png_with("png_gray", b"tRNS", bytes(2), b"IDAT"), 1),
+    "rgb_trns_wrong_length": (lambda: _png_with("png_rgb", b"tRNS", bytes(5), b"IDAT"), 3),
+    "rgb_trns": (lambda: _png_with("png_rgb", b"tRNS", bytes(6), b"IDAT"), 3),
+    "rgba_trns": (lambda: _png_with("png_rgba", b"tRNS", bytes(6), b"IDAT"), 4),
+}
+
+
+@pytest.mark.parametrize("name", _TRNS_CASES)
+def test_png_trns_adds_a_channel_exactly_when_tensorflow_applies_it(tf, name):
+    build, channels = _TRNS_CASES[name]
+    data = build()
+    info = parse_header(data)
+    assert (info.height, info.width, info.channels, info.frames) == tf_shape(tf, data)
+    assert info.channels == channels

@@ -10,7 +10,9 @@ The channel counts follow TensorFlow's decoders, verified against TF 2.21 in the
 
 * JPEG: 1 component -> 1, 3 -> 3, 4 (CMYK/YCCK) -> 3.
 * PNG: gray -> 1, gray+alpha -> 2, RGB -> 3, RGBA -> 4, palette -> 3, or 4 with a tRNS
-  chunk (a tRNS chunk on gray or RGB images does not add a channel); any bit depth.
+  chunk libpng accepts: between PLTE and the first IDAT, with 1 to (palette entries)
+  values (any other tRNS libpng ignores, and so does TF). A tRNS chunk on gray or RGB
+  images, valid or not, does not add a channel. Any bit depth.
 * GIF: always 3; TF's height/width are the largest frame's, not the logical screen's
   (a GIF without any image TF refuses, so the header check refuses it too).
 * BMP: 24 bpp -> 3, 32 bpp -> 4, 8 bpp -> 1 (TF ignores the palette, so only an
@@ -257,7 +259,8 @@ def _png(data) -> ImageInfo:
     n = len(data)
     pos = 8
     header = None
-    has_trns = has_plte = has_idat = False
+    has_plte = has_idat = palette_alpha = False
+    entries = None  # palette entries libpng keeps: from the first PLTE before IDAT
     while True:
         if pos + 12 > n:
             raise HeaderError("truncated_image", "PNG ends before its IEND chunk")
@@ -279,8 +282,14 @@ def _png(data) -> ImageInfo:
             header = struct.unpack_from(">IIBBBBB", data, pos + 8)
         elif ctype == b"PLTE":
             has_plte = True
+            if entries is None and not has_idat:
+                # libpng drops the entries a palette image's bit depth cannot index.
+                entries = min(length // 3, 1 << header[2])
         elif ctype == b"tRNS":
-            has_trns = True
+            # TF adds an alpha channel when libpng accepts a palette tRNS: one after PLTE,
+            # before IDAT, with 1 to `entries` values (the first such; others ignored).
+            palette_alpha = palette_alpha or (entries is not None and not has_idat
+                                              and 0 < length <= entries)
         elif ctype == b"IDAT":
             has_idat = True
         elif ctype == b"IEND":
@@ -297,7 +306,7 @@ def _png(data) -> ImageInfo:
         raise HeaderError("corrupt_image", "PNG has no IDAT chunk")
     if color == 3 and not has_plte:
         raise HeaderError("corrupt_image", "palette PNG has no PLTE chunk")
-    channels = {0: 1, 2: 3, 3: 4 if has_trns else 3, 4: 2, 6: 4}[color]
+    channels = {0: 1, 2: 3, 3: 4 if palette_alpha else 3, 4: 2, 6: 4}[color]
     note = ""
     if width >= _PNG_TF_MAX_SIDE or height >= _PNG_TF_MAX_SIDE or width * height >= _PNG_TF_MAX_PIXELS:
         note = "PNG larger than tf.io.decode_png accepts"

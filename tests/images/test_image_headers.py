@@ -325,11 +325,19 @@ def _png_file(chunks) -> bytes:
     return _PNG_SIGNATURE + b"".join(samples.png_chunk(kind, body) for kind, body in chunks)
 
 
+def _critical_chunks(base: str) -> list[tuple[bytes, bytes]]:
+    return [c for c in _png_chunks(sample(base)) if c[0] in (b"IHDR", b"PLTE", b"IDAT", b"IEND")]
+
+
+def _inserted(chunks, before: bytes, *new) -> list[tuple[bytes, bytes]]:
+    """`chunks` with `new` inserted before the first chunk of type `before`."""
+    at = [kind for kind, _ in chunks].index(before)
+    return chunks[:at] + list(new) + chunks[at:]
+
+
 def _png_with(base: str, kind: bytes, body: bytes, before: bytes) -> bytes:
     """`base`'s critical chunks with (kind, body) inserted before its first `before` chunk."""
-    chunks = [c for c in _png_chunks(sample(base)) if c[0] in (b"IHDR", b"PLTE", b"IDAT", b"IEND")]
-    at = [k for k, _ in chunks].index(before)
-    return _png_file(chunks[:at] + [(kind, body)] + chunks[at:])
+    return _png_file(_inserted(_critical_chunks(base), before, (kind, body)))
 
 
 def _palette_png(colors: int, trns: list[bytes], depth: int | None = None) -> bytes:
@@ -382,3 +390,67 @@ def test_png_trns_adds_a_channel_exactly_when_tensorflow_applies_it(tf, name):
     info = parse_header(data)
     assert (info.height, info.width, info.channels, info.frames) == tf_shape(tf, data)
     assert info.channels == channels
+
+
+def _palette_plte_after_idat() -> bytes:
+    chunks = _critical_chunks("png_palette")
+    plte = next(c for c in chunks if c[0] == b"PLTE")
+    return _png_file(_inserted([c for c in chunks if c[0] != b"PLTE"], b"IEND", plte))
+
+
+def _plte(base: str, *places: bytes, body: bytes = bytes(6)) -> bytes:
+    """`base` with a PLTE chunk inserted before the first chunk of each type in `places`."""
+    chunks = _critical_chunks(base)
+    for before in places:
+        chunks = _inserted(chunks, before, (b"PLTE", body))
+    return _png_file(chunks)
+
+
+def _palette_with_plte(body: bytes) -> bytes:
+    chunks = _critical_chunks("png_palette")
+    return _png_file([(kind, body if kind == b"PLTE" else old) for kind, old in chunks])
+
+
+# Chunk orders and chunk types libpng (so TF) refuses; every one used to pass.
+_PNG_REFUSED = {
+    "unknown_critical_chunk": lambda: _png_with("png_rgb", b"ABCD", b"hello", b"IDAT"),
+    "unknown_critical_chunk_after_idat": lambda: _png_with("png_rgb", b"ABCD", b"hello", b"IEND"),
+    "chunk_type_not_letters": lambda: _png_with("png_rgb", b"ab1d", b"hello", b"IDAT"),
+    "palette_plte_after_idat": _palette_plte_after_idat,
+    "palette_two_plte": lambda: _plte("png_palette", b"IDAT"),
+    "rgb_two_plte": lambda: _plte("png_rgb", b"IDAT", b"IDAT"),
+    "rgb_plte_before_and_after_idat": lambda: _plte("png_rgb", b"IDAT", b"IEND"),
+    "gray_two_plte": lambda: _plte("png_gray", b"IDAT", b"IDAT"),
+    "palette_plte_not_whole_entries": lambda: _palette_with_plte(bytes(3 * 16 + 1)),
+    "palette_plte_empty": lambda: _palette_with_plte(b""),
+    "palette_plte_over_256_entries": lambda: _palette_with_plte(bytes(3 * 257)),
+    "rgb_plte_empty": lambda: _plte("png_rgb", b"IDAT", body=b""),
+}
+# Their neighbours libpng accepts (ignoring the misplaced chunk): these must still pass.
+_PNG_ACCEPTED = {
+    "rgb_plte_after_idat": lambda: _plte("png_rgb", b"IEND"),
+    "rgb_two_plte_after_idat": lambda: _plte("png_rgb", b"IEND", b"IEND"),
+    "rgb_plte_not_whole_entries": lambda: _plte("png_rgb", b"IDAT", body=bytes(4)),
+    "gray_plte": lambda: _plte("png_gray", b"IDAT"),
+    "gray_empty_plte": lambda: _plte("png_gray", b"IDAT", body=b""),
+    "palette_plte_more_entries_than_the_bit_depth_indexes": lambda: _palette_png(4, [], depth=1),
+    "unknown_ancillary_chunk": lambda: _png_with("png_rgb", b"abCD", b"hello", b"IDAT"),
+    "unknown_critical_chunk_after_iend": lambda: sample("png_rgb") + samples.png_chunk(b"ABCD", b"x"),
+}
+
+
+@pytest.mark.parametrize("name", _PNG_REFUSED)
+def test_png_chunks_tensorflow_refuses_are_corrupt(tf, name):
+    data = _PNG_REFUSED[name]()
+    with pytest.raises(HeaderError) as caught:
+        parse_header(data)
+    assert caught.value.reason == "corrupt_image", caught.value.message
+    with pytest.raises(tf.errors.InvalidArgumentError):
+        tf.io.decode_image(data)
+
+
+@pytest.mark.parametrize("name", _PNG_ACCEPTED)
+def test_png_chunks_tensorflow_ignores_pass(tf, name):
+    data = _PNG_ACCEPTED[name]()
+    info = parse_header(data)
+    assert (info.height, info.width, info.channels, info.frames) == tf_shape(tf, data)

@@ -32,17 +32,22 @@ entropy-coded data 0xFF is always stuffed, so only restart markers may occur the
 a file cut inside a scan and continued by other bytes (a complete JPEG appended to a
 truncated one, say) is refused where the scan meets the SOI or SOF that follows. PNG:
 IHDR first, every chunk complete with the CRC of every critical chunk checked (which
-covers the compressed pixel data), IEND. GIF: every block and sub-block through the last
-frame. BMP: the exact pixel array size TF requires. WebP: the RIFF size, every chunk,
-canvas size = bitstream size.
+covers the compressed pixel data), IEND; and what else libpng refuses in the chunk list:
+a chunk type of other bytes than letters, a critical chunk other than IHDR, PLTE, IDAT
+and IEND, two PLTE chunks, an empty PLTE in a color image, and in a palette image a PLTE
+after IDAT or of a length that is not 1 to 256 entries (misplaced chunks libpng ignores
+pass). GIF: every block and sub-block through the last frame, at least one image. BMP:
+the exact pixel array size TF requires. WebP: the RIFF size, every chunk, canvas size =
+bitstream size.
 
-What it does not promise: that the compressed pixel stream itself decodes (a JPEG or
-WebP whose entropy-coded data is damaged but complete passes), nor, for JPEG, that a
-scan holds every block of the image (a file cut inside a scan and closed by an EOI
-passes; TF decodes it too, filling in the rest) or that table contents are valid (a
-file cut inside a marker segment before the first scan and continued by other bytes
-passes when the segment length jumps over the SOI that follows). Use full validation
-(a real decode) for those.
+What it does not promise: that the compressed pixel stream itself decodes. A JPEG or
+WebP whose entropy-coded data is damaged but complete passes; so does a PNG whose zlib
+stream is cut short or continues in an IDAT after another chunk (libpng refuses both;
+telling needs inflating the stream). For JPEG, nor that a scan holds every block of the
+image (a file cut inside a scan and closed by an EOI passes; TF decodes it too, filling
+in the rest), nor that table contents are valid (a file cut inside a marker segment
+before the first scan and continued by other bytes passes when the segment length jumps
+over the SOI that follows). Use full validation (a real decode) for those.
 
 Beam-free and Pillow-free.
 """
@@ -75,6 +80,8 @@ _JPEG_MARKER = re.compile(rb"\xff[^\x00\xd0-\xd7\xff]")
 _JPEG_SOF = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}
 # Baseline, extended sequential and progressive Huffman: what TF's libjpeg decodes.
 _JPEG_TF_SOF = frozenset({0xC0, 0xC1, 0xC2})
+# libpng refuses a chunk type of other bytes than ASCII letters.
+_PNG_CHUNK_TYPE = re.compile(rb"[A-Za-z]{4}")
 _PNG_DEPTHS = {0: (1, 2, 4, 8, 16), 2: (8, 16), 3: (1, 2, 4, 8), 4: (8, 16), 6: (8, 16)}
 # tf.io.decode_png refuses larger images ("PNG size too large for int").
 _PNG_TF_MAX_SIDE = 1 << 27
@@ -259,8 +266,8 @@ def _png(data) -> ImageInfo:
     n = len(data)
     pos = 8
     header = None
-    has_plte = has_idat = palette_alpha = False
-    entries = None  # palette entries libpng keeps: from the first PLTE before IDAT
+    has_idat = palette_alpha = False
+    entries = None  # palette entries libpng keeps: None until a PLTE precedes IDAT
     while True:
         if pos + 12 > n:
             raise HeaderError("truncated_image", "PNG ends before its IEND chunk")
@@ -281,21 +288,30 @@ def _png(data) -> ImageInfo:
                 raise HeaderError("corrupt_image", "PNG does not start with an IHDR chunk")
             header = struct.unpack_from(">IIBBBBB", data, pos + 8)
         elif ctype == b"PLTE":
-            has_plte = True
-            if entries is None and not has_idat:
-                # libpng drops the entries a palette image's bit depth cannot index.
-                entries = min(length // 3, 1 << header[2])
+            # libpng: a PLTE after one that preceded IDAT is fatal; a first one after IDAT
+            # it ignores (a palette image has failed at its IDAT by then).
+            if entries is not None:
+                raise HeaderError("corrupt_image", "PNG has two PLTE chunks")
+            if not has_idat:
+                entries = _png_palette_entries(header, length)
         elif ctype == b"tRNS":
             # TF adds an alpha channel when libpng accepts a palette tRNS: one after PLTE,
             # before IDAT, with 1 to `entries` values (the first such; others ignored).
-            palette_alpha = palette_alpha or (entries is not None and not has_idat
-                                              and 0 < length <= entries)
+            palette_alpha = palette_alpha or (not has_idat and 0 < length <= (entries or 0))
         elif ctype == b"IDAT":
+            if header[3] == 3 and entries is None:
+                raise HeaderError("corrupt_image", "palette PNG has no PLTE chunk before its IDAT")
             has_idat = True
         elif ctype == b"IEND":
             break
         elif ctype == b"IHDR":
             raise HeaderError("corrupt_image", "PNG has two IHDR chunks")
+        elif critical:  # libpng cannot skip a critical chunk it does not know
+            raise HeaderError("corrupt_image",
+                              f"PNG has an unknown critical chunk {_chunk_name(ctype)!r} at byte {pos}")
+        elif not _PNG_CHUNK_TYPE.fullmatch(ctype):  # libpng: "invalid chunk type"
+            raise HeaderError("corrupt_image", f"PNG chunk type {bytes(ctype)!r} at byte {pos} "
+                                               f"is not four letters")
         pos = end
     width, height, depth, color, compression, filter_, interlace = header
     if width == 0 or height == 0 or width > 0x7FFFFFFF or height > 0x7FFFFFFF:
@@ -304,13 +320,25 @@ def _png(data) -> ImageInfo:
         raise HeaderError("corrupt_image", f"PNG has an invalid IHDR (depth {depth}, color type {color})")
     if not has_idat:
         raise HeaderError("corrupt_image", "PNG has no IDAT chunk")
-    if color == 3 and not has_plte:
-        raise HeaderError("corrupt_image", "palette PNG has no PLTE chunk")
     channels = {0: 1, 2: 3, 3: 4 if palette_alpha else 3, 4: 2, 6: 4}[color]
     note = ""
     if width >= _PNG_TF_MAX_SIDE or height >= _PNG_TF_MAX_SIDE or width * height >= _PNG_TF_MAX_PIXELS:
         note = "PNG larger than tf.io.decode_png accepts"
     return ImageInfo("png", width, height, channels, 1, not note, note)
+
+
+def _png_palette_entries(header, length: int) -> int:
+    """The palette entries libpng keeps of a PLTE chunk before IDAT (0 unless a palette
+    image). libpng ignores a PLTE in a gray image and one of a length not a multiple of 3
+    (or over 256 entries) in an RGB image; it refuses an empty one, and one of a length
+    it would ignore in a palette image; it drops the entries the bit depth cannot index.
+    """
+    depth, color = header[2], header[3]
+    if color in (0, 4):
+        return 0
+    if length == 0 or (color == 3 and (length % 3 or length > 3 * 256)):
+        raise HeaderError("corrupt_image", f"PNG has an invalid {length}-byte PLTE chunk")
+    return min(length // 3, 1 << depth) if color == 3 else 0
 
 
 def _chunk_name(ctype) -> str:

@@ -43,11 +43,12 @@ bitstream size.
 What it does not promise: that the compressed pixel stream itself decodes. A JPEG or
 WebP whose entropy-coded data is damaged but complete passes; so does a PNG whose zlib
 stream is cut short or continues in an IDAT after another chunk (libpng refuses both;
-telling needs inflating the stream). For JPEG, nor that a scan holds every block of the
-image (a file cut inside a scan and closed by an EOI passes; TF decodes it too, filling
-in the rest), nor that table contents are valid (a file cut inside a marker segment
-before the first scan and continued by other bytes passes when the segment length jumps
-over the SOI that follows). Use full validation (a real decode) for those.
+telling needs inflating the stream, which full validation does). For JPEG, nor that a
+scan holds every block of the image (a file cut inside a scan and closed by an EOI
+passes; TF decodes it too, filling in the rest), nor that table contents are valid (a
+file cut inside a marker segment before the first scan and continued by other bytes
+passes when the segment length jumps over the SOI that follows). Use full validation
+(a real decode) for those.
 
 Beam-free and Pillow-free.
 """
@@ -65,6 +66,7 @@ __all__ = [
     "HeaderError",
     "ImageInfo",
     "parse_header",
+    "png_idat_run",
     "sniff_format",
     "TF_NATIVE_FORMATS",
 ]
@@ -263,30 +265,15 @@ def _jpeg(data) -> ImageInfo:
 
 
 def _png(data) -> ImageInfo:
-    n = len(data)
-    pos = 8
     header = None
     has_idat = palette_alpha = False
     entries = None  # palette entries libpng keeps: None until a PLTE precedes IDAT
-    while True:
-        if pos + 12 > n:
-            raise HeaderError("truncated_image", "PNG ends before its IEND chunk")
-        length, ctype = struct.unpack_from(">I4s", data, pos)
-        if length > 0x7FFFFFFF:
-            raise HeaderError("corrupt_image", f"PNG chunk length too large at byte {pos}")
-        end = pos + 12 + length
-        if end > n:
-            raise HeaderError("truncated_image", f"PNG ends inside a {_chunk_name(ctype)} chunk")
-        critical = not (ctype[0] & 0x20)
-        if critical:
-            (crc,) = struct.unpack_from(">I", data, end - 4)
-            if zlib.crc32(data[pos + 4 : end - 4]) != crc:
-                raise HeaderError("corrupt_image",
-                                  f"PNG {_chunk_name(ctype)} chunk fails its CRC at byte {pos}")
+    for pos, ctype, body in _png_chunks(data):
+        length = len(body)
         if header is None:
             if ctype != b"IHDR" or length != 13:
                 raise HeaderError("corrupt_image", "PNG does not start with an IHDR chunk")
-            header = struct.unpack_from(">IIBBBBB", data, pos + 8)
+            header = struct.unpack_from(">IIBBBBB", body)
         elif ctype == b"PLTE":
             # libpng: a PLTE after one that preceded IDAT is fatal; a first one after IDAT
             # it ignores (a palette image has failed at its IDAT by then).
@@ -302,17 +289,14 @@ def _png(data) -> ImageInfo:
             if header[3] == 3 and entries is None:
                 raise HeaderError("corrupt_image", "palette PNG has no PLTE chunk before its IDAT")
             has_idat = True
-        elif ctype == b"IEND":
-            break
         elif ctype == b"IHDR":
             raise HeaderError("corrupt_image", "PNG has two IHDR chunks")
-        elif critical:  # libpng cannot skip a critical chunk it does not know
+        elif ctype != b"IEND" and not ctype[0] & 0x20:  # critical: libpng cannot skip it
             raise HeaderError("corrupt_image",
                               f"PNG has an unknown critical chunk {_chunk_name(ctype)!r} at byte {pos}")
         elif not _PNG_CHUNK_TYPE.fullmatch(ctype):  # libpng: "invalid chunk type"
             raise HeaderError("corrupt_image", f"PNG chunk type {bytes(ctype)!r} at byte {pos} "
                                                f"is not four letters")
-        pos = end
     width, height, depth, color, compression, filter_, interlace = header
     if width == 0 or height == 0 or width > 0x7FFFFFFF or height > 0x7FFFFFFF:
         raise HeaderError("corrupt_image", f"PNG has an invalid size {width}x{height}")
@@ -325,6 +309,47 @@ def _png(data) -> ImageInfo:
     if width >= _PNG_TF_MAX_SIDE or height >= _PNG_TF_MAX_SIDE or width * height >= _PNG_TF_MAX_PIXELS:
         note = "PNG larger than tf.io.decode_png accepts"
     return ImageInfo("png", width, height, channels, 1, not note, note)
+
+
+def _png_chunks(data):
+    """Yields (position, type, body) of each chunk of a PNG through IEND, each checked
+    complete and, if critical, against its CRC (which covers the compressed pixels)."""
+    n = len(data)
+    pos = 8
+    while True:
+        if pos + 12 > n:
+            raise HeaderError("truncated_image", "PNG ends before its IEND chunk")
+        length, ctype = struct.unpack_from(">I4s", data, pos)
+        if length > 0x7FFFFFFF:
+            raise HeaderError("corrupt_image", f"PNG chunk length too large at byte {pos}")
+        end = pos + 12 + length
+        if end > n:
+            raise HeaderError("truncated_image", f"PNG ends inside a {_chunk_name(ctype)} chunk")
+        if not ctype[0] & 0x20:
+            (crc,) = struct.unpack_from(">I", data, end - 4)
+            if zlib.crc32(data[pos + 4 : end - 4]) != crc:
+                raise HeaderError("corrupt_image",
+                                  f"PNG {_chunk_name(ctype)} chunk fails its CRC at byte {pos}")
+        yield pos, ctype, data[pos + 8 : end - 4]
+        if ctype == b"IEND":
+            return
+        pos = end
+
+
+def png_idat_run(data: bytes) -> list:
+    """The bodies of a PNG's first run of consecutive IDAT chunks: libpng reads the
+    compressed pixels from these only ("Not enough image data" if the stream goes on).
+
+    Raises:
+      HeaderError: as `parse_header`, for a PNG whose chunks are incomplete.
+    """
+    run = []
+    for _, ctype, body in _png_chunks(memoryview(data)):
+        if ctype == b"IDAT":
+            run.append(body)
+        elif run:
+            break
+    return run
 
 
 def _png_palette_entries(header, length: int) -> int:

@@ -397,6 +397,37 @@ def test_full_validation_decodes_what_the_header_check_cannot(tf, tmp_path):
     assert reasons(dead) == {"a/garbage.png": "corrupt_image"}
 
 
+def _before_iend(name: str, kind: bytes, body: bytes) -> bytes:
+    data = samples.build(name)
+    return data[:-12] + samples.png_chunk(kind, body) + data[-12:]
+
+
+@pytest.mark.parametrize("validate", ["header", "full"])
+def test_structures_tensorflow_refuses_are_dead_letters_in_both_modes(tf, tmp_path, validate):
+    jpeg = samples.build("jpeg_progressive")
+    bad = {
+        "a/no_image.gif": b"GIF89a" + struct.pack("<HHBBB", 10, 10, 0x80, 0, 0)
+                          + b"\x00\x00\x00\xff\xff\xff;",
+        "a/unknown_critical_chunk.png": _before_iend("png_rgb", b"ABCD", b"hello"),
+        "a/second_plte_after_idat.png": _before_iend("png_palette", b"PLTE", bytes(6)),
+        "a/truncated_then_another.jpg": jpeg[: len(jpeg) // 2] + samples.build("jpeg_gray"),
+    }
+    # A tRNS after IDAT libpng ignores: stored, with the 3 channels TF decodes.
+    ignored_trns = _before_iend("png_palette", b"tRNS", b"\x00")
+    for relative, data in bad.items():
+        with pytest.raises(tf.errors.InvalidArgumentError):
+            tf.io.decode_image(data)
+        write(tmp_path / "r" / relative, data)
+    write(tmp_path / "r" / "a" / "ignored_trns.png", ignored_trns)
+    plan = plan_image_folder(str(tmp_path / "r"))
+    _, records, dead = convert(plan, ImageConfig(validate=validate))
+    assert reasons(dead) == {relative: "corrupt_image" for relative in bad}
+    assert sorted(records) == ["a/ignored_trns.png"]
+    features = records["a/ignored_trns.png"]
+    assert stored_shape(features) == decoded_shape(tf, features)
+    assert value(features, "image/channels") == 3
+
+
 def _png_stream_split(tail: int, keep_tail: bool) -> bytes:
     """png_rgb with the last `tail` bytes of its zlib stream (the checksum) moved into an
     IDAT after a tEXt chunk, or dropped."""

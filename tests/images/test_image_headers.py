@@ -251,3 +251,206 @@ def test_damaged_headers_never_crash_the_parser(tf, name, data):
         except tf.errors.InvalidArgumentError:
             return  # damaged pixel data a header check does not promise to catch
         assert (info.height, info.width, info.channels, info.frames) == shape
+
+
+def _scan_start(data: bytes) -> int:
+    """Where the first scan's entropy-coded data begins (after the SOS segment)."""
+    sos = data.index(b"\xff\xda")
+    return sos + 2 + struct.unpack_from(">H", data, sos + 2)[0]
+
+
+@pytest.mark.parametrize("name", ["jpeg_rgb", "jpeg_progressive", "jpeg_cmyk"])
+@pytest.mark.parametrize("keep", [0.01, 0.5, 0.99])
+def test_jpeg_cut_inside_a_scan_and_followed_by_another_jpeg_is_corrupt(tf, name, keep):
+    # The file ends with an EOI, but the first image's scan runs into the SOI of the
+    # appended one, which libjpeg refuses ("two SOI markers").
+    data = sample(name)
+    start = _scan_start(data)
+    spliced = data[: start + int((len(data) - start) * keep)] + sample("jpeg_gray")
+    with pytest.raises(HeaderError) as caught:
+        parse_header(spliced)
+    assert caught.value.reason == "corrupt_image", caught.value.message
+    with pytest.raises(tf.errors.InvalidArgumentError):
+        tf.io.decode_image(spliced)
+
+
+@pytest.mark.parametrize("name", ["jpeg_rgb", "jpeg_progressive"])
+def test_jpeg_followed_by_another_jpeg_is_the_first_image(tf, name):
+    # Bytes after the first EOI are ignored (multi-picture files store more images there).
+    data = sample(name) + sample("jpeg_gray")
+    info = parse_header(data)
+    assert info.tf_native
+    assert (info.height, info.width, info.channels, 1) == tf_shape(tf, data)
+
+
+def test_jpeg_cut_inside_a_scan_and_closed_by_eoi_passes_as_tensorflow_decodes_it(tf):
+    # Not a promise of the header check (see the module docstring): TF fills in the rest.
+    data = sample("jpeg_rgb")
+    start = _scan_start(data)
+    closed = data[: (start + len(data)) // 2] + b"\xff\xd9"
+    info = parse_header(closed)
+    assert (info.height, info.width, info.channels, 1) == tf_shape(tf, closed)
+
+
+_GIF_SCREEN = b"GIF89a" + struct.pack("<HHBBB", 10, 10, 0x80, 0, 0) + b"\x00\x00\x00\xff\xff\xff"
+
+
+@pytest.mark.parametrize("blocks", [b"", b"\x21\xf9\x04\x00\x00\x00\x00\x00"],
+                         ids=["trailer_only", "extension_then_trailer"])
+def test_gif_without_an_image_is_corrupt_never_zero_by_zero(tf, blocks):
+    data = _GIF_SCREEN + blocks + b";"
+    with pytest.raises(HeaderError) as caught:
+        parse_header(data)
+    assert caught.value.reason == "corrupt_image"
+    with pytest.raises(tf.errors.InvalidArgumentError, match="No Image Descriptor"):
+        tf.io.decode_image(data)
+
+
+# --------------------------------------------------------------------------- PNG chunk order
+
+_PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def _png_chunks(data: bytes) -> list[tuple[bytes, bytes]]:
+    """(type, body) of every chunk of a PNG."""
+    chunks, pos = [], len(_PNG_SIGNATURE)
+    while pos < len(data):
+        length, kind = struct.unpack_from(">I4s", data, pos)
+        chunks.append((kind, data[pos + 8 : pos + 8 + length]))
+        pos += 12 + length
+    return chunks
+
+
+def _png_file(chunks) -> bytes:
+    return _PNG_SIGNATURE + b"".join(samples.png_chunk(kind, body) for kind, body in chunks)
+
+
+def _critical_chunks(base: str) -> list[tuple[bytes, bytes]]:
+    return [c for c in _png_chunks(sample(base)) if c[0] in (b"IHDR", b"PLTE", b"IDAT", b"IEND")]
+
+
+def _inserted(chunks, before: bytes, *new) -> list[tuple[bytes, bytes]]:
+    """`chunks` with `new` inserted before the first chunk of type `before`."""
+    at = [kind for kind, _ in chunks].index(before)
+    return chunks[:at] + list(new) + chunks[at:]
+
+
+def _png_with(base: str, kind: bytes, body: bytes, before: bytes) -> bytes:
+    """`base`'s critical chunks with (kind, body) inserted before its first `before` chunk."""
+    return _png_file(_inserted(_critical_chunks(base), before, (kind, body)))
+
+
+def _palette_png(colors: int, trns: list[bytes], depth: int | None = None) -> bytes:
+    """A palette photo of `colors` entries with these tRNS chunks between PLTE and IDAT
+    (stored at `depth` bits per index when given: indices are then cut to fit)."""
+    image = samples.rgb("coffee", 24).convert("P", palette=Image.Palette.ADAPTIVE, colors=colors)
+    chunks = {k: b for k, b in _png_chunks(samples.encode(image, "PNG"))}
+    width, height = image.size
+    if depth is None:
+        ihdr, idat = chunks[b"IHDR"], chunks[b"IDAT"]
+    else:
+        indices = np.asarray(image) & ((1 << depth) - 1)
+        rows = [np.packbits(np.unpackbits(row[:, None], axis=1)[:, 8 - depth:]).tobytes()
+                for row in indices]
+        ihdr = struct.pack(">IIBBBBB", width, height, depth, 3, 0, 0, 0)
+        idat = zlib.compress(b"".join(b"\x00" + row for row in rows))
+    return _png_file([(b"IHDR", ihdr), (b"PLTE", chunks[b"PLTE"]),
+                      *((b"tRNS", body) for body in trns), (b"IDAT", idat), (b"IEND", b"")])
+
+
+def _palette_png_trns(where: bytes, body: bytes = b"\x00") -> bytes:
+    return _png_with("png_palette", b"tRNS", body, where)
+
+
+# name -> (bytes, the channels TF decodes them to: also asserted against TF itself)
+_TRNS_CASES = {
+    "palette_trns_after_plte": (lambda: _palette_png(4, [b"\x00"]), 4),
+    "palette_trns_as_long_as_the_palette": (lambda: _palette_png(4, [bytes(4)]), 4),
+    "palette_trns_longer_than_the_palette": (lambda: _palette_png(4, [bytes(5)]), 3),
+    "palette_trns_empty": (lambda: _palette_png(4, [b""]), 3),
+    "palette_invalid_trns_then_valid_one": (lambda: _palette_png(4, [b"", b"\x00"]), 4),
+    "palette_trns_longer_than_the_bit_depth_indexes": (
+        lambda: _palette_png(4, [bytes(3)], depth=1), 3),
+    "palette_trns_within_the_bit_depth": (lambda: _palette_png(4, [bytes(2)], depth=1), 4),
+    "palette_trns_before_plte": (lambda: _palette_png_trns(b"PLTE"), 3),
+    "palette_trns_after_idat": (lambda: _palette_png_trns(b"IEND"), 3),
+    "gray_trns_empty": (lambda: _png_with("png_gray", b"tRNS", b"", b"IDAT"), 1),
+    "gray_trns_wrong_length": (lambda: _png_with("png_gray", b"tRNS", bytes(3), b"IDAT"), 1),
+    "gray_trns": (lambda: _png_with("png_gray", b"tRNS", bytes(2), b"IDAT"), 1),
+    "rgb_trns_wrong_length": (lambda: _png_with("png_rgb", b"tRNS", bytes(5), b"IDAT"), 3),
+    "rgb_trns": (lambda: _png_with("png_rgb", b"tRNS", bytes(6), b"IDAT"), 3),
+    "rgba_trns": (lambda: _png_with("png_rgba", b"tRNS", bytes(6), b"IDAT"), 4),
+}
+
+
+@pytest.mark.parametrize("name", _TRNS_CASES)
+def test_png_trns_adds_a_channel_exactly_when_tensorflow_applies_it(tf, name):
+    build, channels = _TRNS_CASES[name]
+    data = build()
+    info = parse_header(data)
+    assert (info.height, info.width, info.channels, info.frames) == tf_shape(tf, data)
+    assert info.channels == channels
+
+
+def _palette_plte_after_idat() -> bytes:
+    chunks = _critical_chunks("png_palette")
+    plte = next(c for c in chunks if c[0] == b"PLTE")
+    return _png_file(_inserted([c for c in chunks if c[0] != b"PLTE"], b"IEND", plte))
+
+
+def _plte(base: str, *places: bytes, body: bytes = bytes(6)) -> bytes:
+    """`base` with a PLTE chunk inserted before the first chunk of each type in `places`."""
+    chunks = _critical_chunks(base)
+    for before in places:
+        chunks = _inserted(chunks, before, (b"PLTE", body))
+    return _png_file(chunks)
+
+
+def _palette_with_plte(body: bytes) -> bytes:
+    chunks = _critical_chunks("png_palette")
+    return _png_file([(kind, body if kind == b"PLTE" else old) for kind, old in chunks])
+
+
+# Chunk orders and chunk types libpng (so TF) refuses; every one used to pass.
+_PNG_REFUSED = {
+    "unknown_critical_chunk": lambda: _png_with("png_rgb", b"ABCD", b"hello", b"IDAT"),
+    "unknown_critical_chunk_after_idat": lambda: _png_with("png_rgb", b"ABCD", b"hello", b"IEND"),
+    "chunk_type_not_letters": lambda: _png_with("png_rgb", b"ab1d", b"hello", b"IDAT"),
+    "palette_plte_after_idat": _palette_plte_after_idat,
+    "palette_two_plte": lambda: _plte("png_palette", b"IDAT"),
+    "rgb_two_plte": lambda: _plte("png_rgb", b"IDAT", b"IDAT"),
+    "rgb_plte_before_and_after_idat": lambda: _plte("png_rgb", b"IDAT", b"IEND"),
+    "gray_two_plte": lambda: _plte("png_gray", b"IDAT", b"IDAT"),
+    "palette_plte_not_whole_entries": lambda: _palette_with_plte(bytes(3 * 16 + 1)),
+    "palette_plte_empty": lambda: _palette_with_plte(b""),
+    "palette_plte_over_256_entries": lambda: _palette_with_plte(bytes(3 * 257)),
+    "rgb_plte_empty": lambda: _plte("png_rgb", b"IDAT", body=b""),
+}
+# Their neighbours libpng accepts (ignoring the misplaced chunk): these must still pass.
+_PNG_ACCEPTED = {
+    "rgb_plte_after_idat": lambda: _plte("png_rgb", b"IEND"),
+    "rgb_two_plte_after_idat": lambda: _plte("png_rgb", b"IEND", b"IEND"),
+    "rgb_plte_not_whole_entries": lambda: _plte("png_rgb", b"IDAT", body=bytes(4)),
+    "gray_plte": lambda: _plte("png_gray", b"IDAT"),
+    "gray_empty_plte": lambda: _plte("png_gray", b"IDAT", body=b""),
+    "palette_plte_more_entries_than_the_bit_depth_indexes": lambda: _palette_png(4, [], depth=1),
+    "unknown_ancillary_chunk": lambda: _png_with("png_rgb", b"abCD", b"hello", b"IDAT"),
+    "unknown_critical_chunk_after_iend": lambda: sample("png_rgb") + samples.png_chunk(b"ABCD", b"x"),
+}
+
+
+@pytest.mark.parametrize("name", _PNG_REFUSED)
+def test_png_chunks_tensorflow_refuses_are_corrupt(tf, name):
+    data = _PNG_REFUSED[name]()
+    with pytest.raises(HeaderError) as caught:
+        parse_header(data)
+    assert caught.value.reason == "corrupt_image", caught.value.message
+    with pytest.raises(tf.errors.InvalidArgumentError):
+        tf.io.decode_image(data)
+
+
+@pytest.mark.parametrize("name", _PNG_ACCEPTED)
+def test_png_chunks_tensorflow_ignores_pass(tf, name):
+    data = _PNG_ACCEPTED[name]()
+    info = parse_header(data)
+    assert (info.height, info.width, info.channels, info.frames) == tf_shape(tf, data)

@@ -397,6 +397,73 @@ def test_full_validation_decodes_what_the_header_check_cannot(tf, tmp_path):
     assert reasons(dead) == {"a/garbage.png": "corrupt_image"}
 
 
+def _before_iend(name: str, kind: bytes, body: bytes) -> bytes:
+    data = samples.build(name)
+    return data[:-12] + samples.png_chunk(kind, body) + data[-12:]
+
+
+@pytest.mark.parametrize("validate", ["header", "full"])
+def test_structures_tensorflow_refuses_are_dead_letters_in_both_modes(tf, tmp_path, validate):
+    jpeg = samples.build("jpeg_progressive")
+    bad = {
+        "a/no_image.gif": b"GIF89a" + struct.pack("<HHBBB", 10, 10, 0x80, 0, 0)
+                          + b"\x00\x00\x00\xff\xff\xff;",
+        "a/unknown_critical_chunk.png": _before_iend("png_rgb", b"ABCD", b"hello"),
+        "a/second_plte_after_idat.png": _before_iend("png_palette", b"PLTE", bytes(6)),
+        "a/truncated_then_another.jpg": jpeg[: len(jpeg) // 2] + samples.build("jpeg_gray"),
+    }
+    # A tRNS after IDAT libpng ignores: stored, with the 3 channels TF decodes.
+    ignored_trns = _before_iend("png_palette", b"tRNS", b"\x00")
+    for relative, data in bad.items():
+        with pytest.raises(tf.errors.InvalidArgumentError):
+            tf.io.decode_image(data)
+        write(tmp_path / "r" / relative, data)
+    write(tmp_path / "r" / "a" / "ignored_trns.png", ignored_trns)
+    plan = plan_image_folder(str(tmp_path / "r"))
+    _, records, dead = convert(plan, ImageConfig(validate=validate))
+    assert reasons(dead) == {relative: "corrupt_image" for relative in bad}
+    assert sorted(records) == ["a/ignored_trns.png"]
+    features = records["a/ignored_trns.png"]
+    assert stored_shape(features) == decoded_shape(tf, features)
+    assert value(features, "image/channels") == 3
+
+
+def _png_stream_split(tail: int, keep_tail: bool) -> bytes:
+    """png_rgb with the last `tail` bytes of its zlib stream (the checksum) moved into an
+    IDAT after a tEXt chunk, or dropped."""
+    data = samples.build("png_rgb")
+    assert data.count(b"IDAT") == 1
+    idat = data.index(b"IDAT") - 4
+    (length,) = struct.unpack_from(">I", data, idat)
+    stream = data[idat + 8 : idat + 8 + length]
+    later = samples.png_chunk(b"tEXt", b"k\x00v") + samples.png_chunk(b"IDAT", stream[-tail:])
+    return (data[:idat] + samples.png_chunk(b"IDAT", stream[:-tail])
+            + (later if keep_tail else b"") + data[idat + 12 + length :])
+
+
+@pytest.mark.parametrize("tail, keep_tail", [(4, True), (2, True), (4, False)],
+                         ids=["checksum_after_text", "half_checksum_after_text", "no_checksum"])
+def test_full_validation_reads_a_png_stream_as_libpng_does(tf, tmp_path, tail, keep_tail):
+    # Pillow stops once it has the rows; libpng reads the stream to its end, from the
+    # first run of consecutive IDATs only: TF refuses these. Telling needs inflating, so
+    # the header check lets them pass (see transforms.images.headers).
+    broken = _png_stream_split(tail, keep_tail)
+    with pytest.raises(tf.errors.InvalidArgumentError):
+        tf.io.decode_image(broken)
+    # An IDAT after another chunk holding nothing the stream needs: libpng ignores it.
+    original = samples.build("png_rgb")
+    extra = original[:-12] + samples.png_chunk(b"tEXt", b"k\x00v") + samples.png_chunk(
+        b"IDAT", zlib.compress(b"more")) + original[-12:]
+    assert tf.io.decode_image(extra).shape == tf.io.decode_image(original).shape
+    write(tmp_path / "r" / "a" / "broken.png", broken)
+    write(tmp_path / "r" / "a" / "extra_idat.png", extra)
+    plan = plan_image_folder(str(tmp_path / "r"))
+    assert convert(plan, ImageConfig(validate="header"))[2] == []
+    _, records, dead = convert(plan, ImageConfig(validate="full"))
+    assert sorted(records) == ["a/extra_idat.png"]
+    assert reasons(dead) == {"a/broken.png": "corrupt_image"}
+
+
 def test_full_validation_decodes_every_frame(tmp_path):
     animated = bytearray(samples.build("gif_animated"))
     # Damage the LZW data of the last frame without changing any block length.

@@ -159,7 +159,8 @@ class ImageConfig:
       render: the pixel transforms (orientation, mode, resize, re-encoding); see
         `transforms.images.processing.RenderOptions`.
       validate: "header" (default) parses headers and checks the container structure
-        without decoding pixels; "full" also decodes every frame with Pillow.
+        without decoding pixels; "full" also decodes every frame with Pillow (and
+        inflates a PNG's compressed stream as libpng reads it).
       max_image_bytes: larger files are dead letters (`image_too_large`), never read whole.
       max_pixels: images with more pixels, summed over frames, are `decompression_bomb`.
       allowed_roots: if given, URIs must also lie inside one of these roots (in addition

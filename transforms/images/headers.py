@@ -10,8 +10,11 @@ The channel counts follow TensorFlow's decoders, verified against TF 2.21 in the
 
 * JPEG: 1 component -> 1, 3 -> 3, 4 (CMYK/YCCK) -> 3.
 * PNG: gray -> 1, gray+alpha -> 2, RGB -> 3, RGBA -> 4, palette -> 3, or 4 with a tRNS
-  chunk (a tRNS chunk on gray or RGB images does not add a channel); any bit depth.
-* GIF: always 3; TF's height/width are the largest frame's, not the logical screen's.
+  chunk libpng accepts: between PLTE and the first IDAT, with 1 to (palette entries)
+  values (any other tRNS libpng ignores, and so does TF). A tRNS chunk on gray or RGB
+  images, valid or not, does not add a channel. Any bit depth.
+* GIF: always 3; TF's height/width are the largest frame's, not the logical screen's
+  (a GIF without any image TF refuses, so the header check refuses it too).
 * BMP: 24 bpp -> 3, 32 bpp -> 4, 8 bpp -> 1 (TF ignores the palette, so only an
   identity gray palette is decoded faithfully).
 * WebP: 4 when the bitstream has alpha, else 3; animations are RGBA in TF.
@@ -23,15 +26,29 @@ alpha, which crashes TF 2.21's decoder). Those images must be converted before s
 
 What a header check promises: the file is one of the five formats, its structure is
 complete and correctly sized up to the end of the image, and height/width/channels are
-what TF yields. JPEG: SOI, every marker segment up to the first scan, and the EOI marker
-(a file ending with EOI cannot be truncated, since 0xFF is always stuffed in
-entropy-coded data; any other file, e.g. one with bytes after EOI, is walked scan by
-scan up to its EOI). PNG: IHDR first, every chunk complete with the CRC of every critical
-chunk checked (which covers the compressed pixel data), IEND. GIF: every block and
-sub-block through the last frame. BMP: the exact pixel array size TF requires. WebP: the
-RIFF size, every chunk, canvas size = bitstream size. It does not promise that the
-compressed pixel stream itself decodes (a JPEG or WebP whose entropy-coded data is
-damaged but complete passes); use full validation (a real decode) for that.
+what TF yields. JPEG: SOI, every marker segment and every scan up to the first EOI (bytes
+after it are ignored, as decoders do). Scans are searched for markers, not decoded: in
+entropy-coded data 0xFF is always stuffed, so only restart markers may occur there, and
+a file cut inside a scan and continued by other bytes (a complete JPEG appended to a
+truncated one, say) is refused where the scan meets the SOI or SOF that follows. PNG:
+IHDR first, every chunk complete with the CRC of every critical chunk checked (which
+covers the compressed pixel data), IEND; and what else libpng refuses in the chunk list:
+a chunk type of other bytes than letters, a critical chunk other than IHDR, PLTE, IDAT
+and IEND, two PLTE chunks, an empty PLTE in a color image, and in a palette image a PLTE
+after IDAT or of a length that is not 1 to 256 entries (misplaced chunks libpng ignores
+pass). GIF: every block and sub-block through the last frame, at least one image. BMP:
+the exact pixel array size TF requires. WebP: the RIFF size, every chunk, canvas size =
+bitstream size.
+
+What it does not promise: that the compressed pixel stream itself decodes. A JPEG or
+WebP whose entropy-coded data is damaged but complete passes; so does a PNG whose zlib
+stream is cut short or continues in an IDAT after another chunk (libpng refuses both;
+telling needs inflating the stream, which full validation does). For JPEG, nor that a
+scan holds every block of the image (a file cut inside a scan and closed by an EOI
+passes; TF decodes it too, filling in the rest), nor that table contents are valid (a
+file cut inside a marker segment before the first scan and continued by other bytes
+passes when the segment length jumps over the SOI that follows). Use full validation
+(a real decode) for those.
 
 Beam-free and Pillow-free.
 """
@@ -49,6 +66,7 @@ __all__ = [
     "HeaderError",
     "ImageInfo",
     "parse_header",
+    "png_idat_run",
     "sniff_format",
     "TF_NATIVE_FORMATS",
 ]
@@ -64,6 +82,8 @@ _JPEG_MARKER = re.compile(rb"\xff[^\x00\xd0-\xd7\xff]")
 _JPEG_SOF = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}
 # Baseline, extended sequential and progressive Huffman: what TF's libjpeg decodes.
 _JPEG_TF_SOF = frozenset({0xC0, 0xC1, 0xC2})
+# libpng refuses a chunk type of other bytes than ASCII letters.
+_PNG_CHUNK_TYPE = re.compile(rb"[A-Za-z]{4}")
 _PNG_DEPTHS = {0: (1, 2, 4, 8, 16), 2: (8, 16), 3: (1, 2, 4, 8), 4: (8, 16), 6: (8, 16)}
 # tf.io.decode_png refuses larger images ("PNG size too large for int").
 _PNG_TF_MAX_SIDE = 1 << 27
@@ -219,10 +239,9 @@ def _jpeg(data) -> ImageInfo:
             if frame is None:
                 raise HeaderError("corrupt_image", "JPEG scan (SOS) before the frame header (SOF)")
             scans += 1
-            if scans == 1 and n - pos >= 2 and data[n - 2] == 0xFF and data[n - 1] == 0xD9:
-                # Fast path: entropy-coded data never holds FF D9 (0xFF is stuffed), so a
-                # file ending with EOI is complete; the scans need not be walked.
-                break
+            # Every scan is walked, also in a file ending with EOI: that EOI may close a
+            # second JPEG appended to a truncated one, whose SOI or SOF shows up here as a
+            # marker libjpeg refuses. The search runs at memory speed (no decoding).
             match = _JPEG_MARKER.search(data, pos)
             if match is None:
                 raise HeaderError("truncated_image", "JPEG ends inside scan data (no EOI marker)")
@@ -246,10 +265,57 @@ def _jpeg(data) -> ImageInfo:
 
 
 def _png(data) -> ImageInfo:
+    header = None
+    has_idat = palette_alpha = False
+    entries = None  # palette entries libpng keeps: None until a PLTE precedes IDAT
+    for pos, ctype, body in _png_chunks(data):
+        length = len(body)
+        if header is None:
+            if ctype != b"IHDR" or length != 13:
+                raise HeaderError("corrupt_image", "PNG does not start with an IHDR chunk")
+            header = struct.unpack_from(">IIBBBBB", body)
+        elif ctype == b"PLTE":
+            # libpng: a PLTE after one that preceded IDAT is fatal; a first one after IDAT
+            # it ignores (a palette image has failed at its IDAT by then).
+            if entries is not None:
+                raise HeaderError("corrupt_image", "PNG has two PLTE chunks")
+            if not has_idat:
+                entries = _png_palette_entries(header, length)
+        elif ctype == b"tRNS":
+            # TF adds an alpha channel when libpng accepts a palette tRNS: one after PLTE,
+            # before IDAT, with 1 to `entries` values (the first such; others ignored).
+            palette_alpha = palette_alpha or (not has_idat and 0 < length <= (entries or 0))
+        elif ctype == b"IDAT":
+            if header[3] == 3 and entries is None:
+                raise HeaderError("corrupt_image", "palette PNG has no PLTE chunk before its IDAT")
+            has_idat = True
+        elif ctype == b"IHDR":
+            raise HeaderError("corrupt_image", "PNG has two IHDR chunks")
+        elif ctype != b"IEND" and not ctype[0] & 0x20:  # critical: libpng cannot skip it
+            raise HeaderError("corrupt_image",
+                              f"PNG has an unknown critical chunk {_chunk_name(ctype)!r} at byte {pos}")
+        elif not _PNG_CHUNK_TYPE.fullmatch(ctype):  # libpng: "invalid chunk type"
+            raise HeaderError("corrupt_image", f"PNG chunk type {bytes(ctype)!r} at byte {pos} "
+                                               f"is not four letters")
+    width, height, depth, color, compression, filter_, interlace = header
+    if width == 0 or height == 0 or width > 0x7FFFFFFF or height > 0x7FFFFFFF:
+        raise HeaderError("corrupt_image", f"PNG has an invalid size {width}x{height}")
+    if depth not in _PNG_DEPTHS.get(color, ()) or compression or filter_ or interlace > 1:
+        raise HeaderError("corrupt_image", f"PNG has an invalid IHDR (depth {depth}, color type {color})")
+    if not has_idat:
+        raise HeaderError("corrupt_image", "PNG has no IDAT chunk")
+    channels = {0: 1, 2: 3, 3: 4 if palette_alpha else 3, 4: 2, 6: 4}[color]
+    note = ""
+    if width >= _PNG_TF_MAX_SIDE or height >= _PNG_TF_MAX_SIDE or width * height >= _PNG_TF_MAX_PIXELS:
+        note = "PNG larger than tf.io.decode_png accepts"
+    return ImageInfo("png", width, height, channels, 1, not note, note)
+
+
+def _png_chunks(data):
+    """Yields (position, type, body) of each chunk of a PNG through IEND, each checked
+    complete and, if critical, against its CRC (which covers the compressed pixels)."""
     n = len(data)
     pos = 8
-    header = None
-    has_trns = has_plte = has_idat = False
     while True:
         if pos + 12 > n:
             raise HeaderError("truncated_image", "PNG ends before its IEND chunk")
@@ -259,41 +325,45 @@ def _png(data) -> ImageInfo:
         end = pos + 12 + length
         if end > n:
             raise HeaderError("truncated_image", f"PNG ends inside a {_chunk_name(ctype)} chunk")
-        critical = not (ctype[0] & 0x20)
-        if critical:
+        if not ctype[0] & 0x20:
             (crc,) = struct.unpack_from(">I", data, end - 4)
             if zlib.crc32(data[pos + 4 : end - 4]) != crc:
                 raise HeaderError("corrupt_image",
                                   f"PNG {_chunk_name(ctype)} chunk fails its CRC at byte {pos}")
-        if header is None:
-            if ctype != b"IHDR" or length != 13:
-                raise HeaderError("corrupt_image", "PNG does not start with an IHDR chunk")
-            header = struct.unpack_from(">IIBBBBB", data, pos + 8)
-        elif ctype == b"PLTE":
-            has_plte = True
-        elif ctype == b"tRNS":
-            has_trns = True
-        elif ctype == b"IDAT":
-            has_idat = True
-        elif ctype == b"IEND":
-            break
-        elif ctype == b"IHDR":
-            raise HeaderError("corrupt_image", "PNG has two IHDR chunks")
+        yield pos, ctype, data[pos + 8 : end - 4]
+        if ctype == b"IEND":
+            return
         pos = end
-    width, height, depth, color, compression, filter_, interlace = header
-    if width == 0 or height == 0 or width > 0x7FFFFFFF or height > 0x7FFFFFFF:
-        raise HeaderError("corrupt_image", f"PNG has an invalid size {width}x{height}")
-    if depth not in _PNG_DEPTHS.get(color, ()) or compression or filter_ or interlace > 1:
-        raise HeaderError("corrupt_image", f"PNG has an invalid IHDR (depth {depth}, color type {color})")
-    if not has_idat:
-        raise HeaderError("corrupt_image", "PNG has no IDAT chunk")
-    if color == 3 and not has_plte:
-        raise HeaderError("corrupt_image", "palette PNG has no PLTE chunk")
-    channels = {0: 1, 2: 3, 3: 4 if has_trns else 3, 4: 2, 6: 4}[color]
-    note = ""
-    if width >= _PNG_TF_MAX_SIDE or height >= _PNG_TF_MAX_SIDE or width * height >= _PNG_TF_MAX_PIXELS:
-        note = "PNG larger than tf.io.decode_png accepts"
-    return ImageInfo("png", width, height, channels, 1, not note, note)
+
+
+def png_idat_run(data: bytes) -> list:
+    """The bodies of a PNG's first run of consecutive IDAT chunks: libpng reads the
+    compressed pixels from these only ("Not enough image data" if the stream goes on).
+
+    Raises:
+      HeaderError: as `parse_header`, for a PNG whose chunks are incomplete.
+    """
+    run = []
+    for _, ctype, body in _png_chunks(memoryview(data)):
+        if ctype == b"IDAT":
+            run.append(body)
+        elif run:
+            break
+    return run
+
+
+def _png_palette_entries(header, length: int) -> int:
+    """The palette entries libpng keeps of a PLTE chunk before IDAT (0 unless a palette
+    image). libpng ignores a PLTE in a gray image and one of a length not a multiple of 3
+    (or over 256 entries) in an RGB image; it refuses an empty one, and one of a length
+    it would ignore in a palette image; it drops the entries the bit depth cannot index.
+    """
+    depth, color = header[2], header[3]
+    if color in (0, 4):
+        return 0
+    if length == 0 or (color == 3 and (length % 3 or length > 3 * 256)):
+        raise HeaderError("corrupt_image", f"PNG has an invalid {length}-byte PLTE chunk")
+    return min(length // 3, 1 << depth) if color == 3 else 0
 
 
 def _chunk_name(ctype) -> str:
@@ -353,6 +423,8 @@ def _gif(data) -> ImageInfo:
             break  # garbage after complete frames: giflib stops there, TF keeps the frames
         else:
             raise HeaderError("corrupt_image", f"GIF: unknown block 0x{block:02X} at byte {pos}")
+    if not frames:  # a trailer before any image: giflib fails ("No Image Descriptor detected")
+        raise HeaderError("corrupt_image", "GIF has no image")
     # TF allocates max(frame width) x max(frame height), not the logical screen size.
     return ImageInfo("gif", max_w, max_h, 3, frames)
 

@@ -13,12 +13,19 @@ from __future__ import annotations
 import dataclasses
 import io
 import math
+import zlib
 
 import numpy as np
 from PIL import Image, ImageOps, ImageSequence, UnidentifiedImageError
 
 from transforms.images.config import RenderOptions
-from transforms.images.headers import HeaderError, ImageInfo, parse_header, sniff_format
+from transforms.images.headers import (
+    HeaderError,
+    ImageInfo,
+    parse_header,
+    png_idat_run,
+    sniff_format,
+)
 from transforms.records import DeadLetterError
 
 __all__ = [
@@ -38,6 +45,9 @@ _TO_RGB = ("CMYK", "YCbCr", "LAB", "HSV", "RGBX")
 _WITH_ALPHA = {"PA": "RGBA", "La": "LA", "RGBa": "RGBA"}
 _RESAMPLE = Image.Resampling.LANCZOS
 _DRAFT_GAP = 1.25
+# Bytes fed to and taken from zlib per step when checking a PNG's stream: bounds the
+# memory, and the copies of zlib's unconsumed input, whatever the compression ratio.
+_INFLATE_STEP = 1 << 16
 
 
 class ImageError(DeadLetterError):
@@ -98,6 +108,8 @@ def needs_render(info: ImageInfo | None, options: RenderOptions, orientation: in
 def decode_fully(data: bytes, max_pixels: int) -> int:
     """Decodes every frame of an image with Pillow (full validation); returns the frame count.
 
+    A PNG's zlib stream is also read to its end as libpng reads it (`_check_png_stream`).
+
     Raises:
       ImageError: with reason truncated_image, corrupt_image, decompression_bomb,
         not_an_image or unsupported_format.
@@ -108,7 +120,29 @@ def decode_fully(data: bytes, max_pixels: int) -> int:
         for frame in ImageSequence.Iterator(image):
             frame.load()
             frames += 1
+        if image.format == "PNG":
+            _check_png_stream(data)
     return frames
+
+
+def _check_png_stream(data: bytes) -> None:
+    """Refuses a PNG whose zlib stream does not end within its first run of IDAT chunks.
+
+    libpng (so TF) reads that stream to its end, from consecutive IDATs only; Pillow stops
+    once it has the rows, so it decodes a stream missing its checksum, or whose last
+    bytes sit in an IDAT after another chunk, which TF refuses ("Not enough image data").
+    """
+    inflater = zlib.decompressobj()
+    for body in png_idat_run(data):
+        for start in range(0, len(body), _INFLATE_STEP):
+            pending = body[start : start + _INFLATE_STEP]
+            while pending and not inflater.eof:
+                inflater.decompress(pending, _INFLATE_STEP)
+                pending = inflater.unconsumed_tail
+        if inflater.eof:
+            return
+    raise ImageError("corrupt_image", "PNG pixel data (zlib stream) does not end within its "
+                                      "first run of IDAT chunks")
 
 
 def render(data: bytes, options: RenderOptions, source_format: str | None,

@@ -131,3 +131,23 @@ def test_a_label_list_holding_a_label_labels_txt_cannot_hold_is_refused(labels):
 
     with pytest.raises(ValueError, match="the label list: label"):
         check_label_list(labels)
+
+
+def test_a_missing_labels_file_is_named_in_one_line(tmp_path, capsys):
+    write(tmp_path / "tree" / "cat" / "a.jpg", samples.build("jpeg_rgb"))
+    assert _convert("--format", "image-folder", "--input", str(tmp_path / "tree"), "--output",
+                    str(tmp_path / "out"), "--labels-file", str(tmp_path / "nowhere.txt")) == 2
+    [line] = capsys.readouterr().err.strip().splitlines()
+    assert line.endswith(f"cannot read the labels file {tmp_path / 'nowhere.txt'}: "
+                         f"No such file or directory")
+
+
+def test_a_manifest_with_a_header_only_converts_to_nothing(tmp_path):
+    # Its other columns' types could not be inferred from no row: it failed with "no
+    # convertible column found ...; give a spec with --spec".
+    (tmp_path / "m.csv").write_text("path,label,weight\n")
+    assert _convert("--format", "image-manifest", "--input", str(tmp_path / "m.csv"),
+                    "--image-column", "path", "--label-column", "label",
+                    "--output", str(tmp_path / "out")) == 0
+    with open(tmp_path / "out" / "manifest.json") as handle:
+        assert json.load(handle)["counts"]["input"] == 0

@@ -129,8 +129,13 @@ def plan_image_folder(
 
 def _read_labels(labels: Sequence[str] | str) -> tuple[str, ...]:
     if isinstance(labels, str):
-        with FileSystems.open(labels) as handle:
-            return parse_labels_text(handle.read().decode("utf-8"))
+        try:
+            with FileSystems.open(labels) as handle:
+                text = handle.read().decode("utf-8")
+        except (OSError, UnicodeDecodeError) as error:
+            raise ValueError(f"cannot read the labels file {labels}: "
+                             f"{getattr(error, 'strerror', None) or error}") from None
+        return parse_labels_text(text)
     return check_label_list(labels)
 
 
@@ -192,16 +197,19 @@ def plan_image_manifest(
     named = {c for c in (image_column, label_column, split_column) if c is not None}
     units = plan_tabular(manifest_path, fmt)  # a manifest is one text file: one unit
     whole = units[0] if units else WorkUnit(manifest_path, 0)
-    extra_spec = _extra_spec(spec, [whole], fmt, named)
     rows = ManifestRows(
         manifest_path=manifest_path, fmt=fmt, image_column=image_column,
         label_column=label_column, split_column=split_column, roots=roots,
-        extra_spec=extra_spec, csv=spec.csv if spec is not None else CsvOptions(),
+        csv=spec.csv if spec is not None else CsvOptions(),
         splits=spec.splits if spec is not None else (),
         split_key=spec.split_key if spec is not None else (),
         declared_splits=tuple(spec.split_names) if spec is not None and spec.splits else SPLIT_DIRECTORIES,
     )
     survey = rows.survey(whole)
+    # A manifest without rows has no value to infer the other columns' types from: it
+    # converts to nothing, rather than failing the inference.
+    extra_spec = _extra_spec(spec, [whole], fmt, named) if survey.rows or spec is not None else None
+    rows = dataclasses.replace(rows, extra_spec=extra_spec)
     if labels is not None:
         label_map = _read_labels(labels)
     elif label_column is not None:

@@ -59,8 +59,8 @@ from pipeline.runners import (
     runs_in_process,
     workers_cut_large_files,
 )
+from transforms import fs, output_files
 from transforms import manifest as manifest_lib
-from transforms import output_files
 from transforms.forked_pool import fork_available
 from transforms.format.compression import Compression, parse_compression
 from transforms.format.manifest_format import MANIFEST_NAME
@@ -98,8 +98,8 @@ def _resolve_paths(conv: ConvertOptions) -> tuple[str, str]:
         raise UsageError("missing required flags: " + ", ".join(f"--{flag}" for flag in missing))
     run_date = conv.run_date or datetime.datetime.now(datetime.timezone.utc).date()
     return (
-        command_line_path(fill_date_template(conv.input, run_date, conv.span)),
-        fill_date_template(conv.output, run_date, conv.span).rstrip("/") or "/",
+        command_line_path(fs.without_file_scheme(fill_date_template(conv.input, run_date, conv.span))),
+        fs.without_file_scheme(fill_date_template(conv.output, run_date, conv.span)).rstrip("/") or "/",
     )
 
 

@@ -30,6 +30,7 @@ __all__ = [
     "path_exists",
     "sync_files",
     "unreadable_folder",
+    "without_file_scheme",
     "write_bytes_atomically",
 ]
 
@@ -69,6 +70,21 @@ def literal(path: str) -> str:
     """`path` as a `FileSystems.match` pattern that matches `path` itself only (its glob
     characters escaped, which Beam's local and object-store matching both honour)."""
     return glob.escape(path)
+
+
+def without_file_scheme(uri: str) -> str:
+    """The local path a `file://` URI names (`file:///x` and `file://localhost/x` are `/x`);
+    other paths and URIs unchanged. Beam has no `file` scheme of its own.
+
+    Raises:
+      ValueError: a `file://` URI naming another host, whose files are not on this machine.
+    """
+    if not uri[:7].lower() == "file://":
+        return uri
+    host, slash, path = uri[7:].partition("/")
+    if host.lower() not in ("", "localhost"):
+        raise ValueError(f"{uri} names a file on the host {host!r}, not on this machine")
+    return slash + path
 
 
 def match(patterns: list[str], limits: list[int] | None = None) -> list:

@@ -63,3 +63,29 @@ def test_a_glob_matching_several_image_manifests_is_refused(tmp_path, capsys):
     first, hint = capsys.readouterr().err.strip().splitlines()
     assert "matches 2 manifests" in first and hint.startswith("hint: concatenate")
     assert not (tmp_path / "out").exists()
+
+
+def test_file_uris_name_local_paths(tmp_path, capsys):
+    # Beam has no file:// scheme: the run said to install apache-beam[gcp].
+    (tmp_path / "in.csv").write_text("id\n1\n2\n")
+    out = tmp_path / "out"
+    assert run(["convert", "--input", f"file://{tmp_path}/in.csv", "--format", "csv",
+                "--output", f"file://localhost{out}", *in_memory_args()]) == 0
+    assert _counts(out)["written"] == 2
+    assert run(["convert", "--input", f"file://elsewhere{tmp_path}/in.csv", "--format", "csv",
+                "--output", str(tmp_path / "other"), *in_memory_args()]) == 2
+    assert "names a file on the host 'elsewhere'" in capsys.readouterr().err
+
+
+def test_manifest_file_uris_are_local_paths_and_other_hosts_are_dead_letters(tmp_path):
+    # file://localhost/... was read as a relative path "localhost/..." under the manifest's
+    # folder; a file URI of another host is not on this machine.
+    (tmp_path / "a.jpg").write_bytes(samples.build("jpeg_rgb"))
+    (tmp_path / "m.csv").write_text(
+        f"path\nfile://localhost{tmp_path}/a.jpg\nfile://{tmp_path}/a.jpg\n"
+        f"file://elsewhere{tmp_path}/a.jpg\n")
+    out = tmp_path / "out"
+    assert run(["convert", "--format", "image-manifest", "--input", str(tmp_path / "m.csv"),
+                "--image-column", "path", "--output", str(out), *in_memory_args()]) == 0
+    counts = _counts(out)
+    assert counts["written"] == 2 and counts["dead_letter_reasons"] == {"unreadable_uri": 1}

@@ -18,6 +18,8 @@ import posixpath
 import re
 from collections.abc import Iterable, Sequence
 
+from transforms import fs
+
 __all__ = [
     "bucket_root",
     "default_allowed_roots",
@@ -40,15 +42,12 @@ def is_remote(uri: str) -> bool:
     return bool(match) and match.group(1).lower() != "file"
 
 
-def _strip_file_scheme(uri: str) -> str:
-    return uri[len("file://"):] if uri.lower().startswith("file://") else uri
-
-
 def normalize_uri(uri: str) -> str:
     """An absolute, `..`-free form of a path or URI (symlinks are not resolved here).
 
     Raises:
-      ValueError: for an empty URI or one containing a NUL byte.
+      ValueError: for an empty URI, one containing a NUL byte, or a file:// URI of another
+        host.
     """
     if not uri or "\x00" in uri:
         raise ValueError(f"invalid path {uri!r}")
@@ -60,7 +59,7 @@ def normalize_uri(uri: str) -> str:
         if key == ".":
             key = ""
         return f"{scheme.lower()}://{bucket}/{key}" + ("/" if trailing and key else "")
-    return os.path.abspath(os.path.normpath(_strip_file_scheme(uri)))
+    return os.path.abspath(os.path.normpath(fs.without_file_scheme(uri)))
 
 
 def normalize_root(root: str) -> str:

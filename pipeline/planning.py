@@ -231,20 +231,17 @@ def _plan_images(conv: ConvertOptions, input_path: str, output: str) -> Conversi
         spec_text = ""
     else:
         listing = _input_listing(input_path, conv.format)
-        if len(listing) > 1:
-            raise UsageError(
-                f"--input {input_path} matches {len(listing)} manifests; --format "
-                f"image-manifest converts one manifest file",
-                hint="concatenate the manifests into one, or convert each into an output of its own")
-        _refuse_inputs_in_output([path for path, _, _ in listing], output)
+        manifests = [path for path, _, _ in listing]
+        _refuse_inputs_in_output(manifests, output)
         if not conv.image_column:
             raise ValueError("--format image-manifest needs --image-column")
         if conv.labels_file and not conv.label_column:
             raise ValueError("--labels-file needs --label-column for --format image-manifest")
         spec = _given_spec(conv)
-        # Default: the manifest's folder tree and every gs:// bucket on the command line.
-        roots = _allowed_roots(conv) or default_allowed_roots(
-            input_path, [output, conv.spec or ""])
+        # Default: each manifest's folder tree and every gs:// bucket on the command line.
+        roots = _allowed_roots(conv) or list(dict.fromkeys(
+            root for path in manifests or [input_path]
+            for root in default_allowed_roots(path, [output, conv.spec or ""])))
         plan = plan_image_manifest(
             input_path, conv.image_column, conv.label_column, conv.split_column, spec, roots,
             labels=conv.labels_file,

@@ -1,6 +1,6 @@
 """An input is what the user named: a path holding glob characters that exists is that
-file or folder (as a shell takes it), and a glob matching several image manifests is
-refused rather than converted in part."""
+file or folder (as a shell takes it); a glob of several image manifests converts them all;
+a file:// URI is a local path."""
 
 from __future__ import annotations
 
@@ -52,17 +52,39 @@ def test_an_image_manifest_whose_folder_name_holds_a_bracket_is_read(tmp_path, m
     assert _counts(tmp_path / "out")["written"] == 1
 
 
-def test_a_glob_matching_several_image_manifests_is_refused(tmp_path, capsys):
-    # Only the first manifest used to be converted, with exit 0.
-    (tmp_path / "a.jpg").write_bytes(samples.build("jpeg_rgb"))
-    (tmp_path / "x1.csv").write_text("path,label\na.jpg,cat\n")
-    (tmp_path / "x2.csv").write_text("path,label\na.jpg,dog\n")
-    assert run(["convert", "--format", "image-manifest", "--input", str(tmp_path / "x*.csv"),
+@pytest.mark.parametrize("compressed", [False, True])
+def test_a_glob_matching_several_image_manifests_converts_them_together(tmp_path, compressed):
+    # Only the first manifest used to be converted, with exit 0. Each manifest's relative
+    # paths are under its own folder; one label map; a dead letter names its manifest.
+    import gzip
+
+    for folder, label in (("day1", "cat"), ("day2", "dog")):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "a.jpg").write_bytes(samples.build("jpeg_rgb"))
+        text = f"path,label\na.jpg,{label}\nmissing.jpg,{label}\n".encode()
+        name = "m.csv.gz" if compressed else "m.csv"
+        (tmp_path / folder / name).write_bytes(gzip.compress(text) if compressed else text)
+    out = tmp_path / "out"
+    glob_ = str(tmp_path / "day*" / ("m.csv.gz" if compressed else "m.csv"))
+    assert run(["convert", "--format", "image-manifest", "--input", glob_,
                 "--image-column", "path", "--label-column", "label",
-                "--output", str(tmp_path / "out"), "--quiet", *in_memory_args()]) == 2
-    first, hint = capsys.readouterr().err.strip().splitlines()
-    assert "matches 2 manifests" in first and hint.startswith("hint: concatenate")
-    assert not (tmp_path / "out").exists()
+                "--output", str(out), "--quiet", *in_memory_args()]) == 0
+    with open(out / "manifest.json") as handle:
+        manifest = json.load(handle)
+    assert manifest["labels"] == ["cat", "dog"]
+    assert manifest["counts"]["input"] == 4 and manifest["counts"]["written"] == 2
+    dead = [json.loads(line) for path in sorted((out / "dead_letter").glob("*.jsonl"))
+            for line in path.read_text().splitlines()]
+    assert sorted((d["reason"], d["source"], d["row"]) for d in dead) == [
+        ("missing_file", str(tmp_path / folder / "missing.jpg"), 2) for folder in ("day1", "day2")]
+
+
+def test_image_manifests_of_two_formats_are_refused(tmp_path, capsys):
+    (tmp_path / "m.csv").write_text("path\na.jpg\n")
+    (tmp_path / "m.jsonl").write_text('{"path": "a.jpg"}\n')
+    assert run(["convert", "--format", "image-manifest", "--input", str(tmp_path / "m.*"),
+                "--image-column", "path", "--output", str(tmp_path / "out"), "--quiet"]) == 2
+    assert "manifests of one conversion have one format" in capsys.readouterr().err
 
 
 def test_file_uris_name_local_paths(tmp_path, capsys):

@@ -20,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import json
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, NamedTuple
 
 import pyarrow as pa
@@ -77,14 +77,22 @@ class ManifestSurvey:
     label_texts: frozenset[str]
     splits: tuple[str, ...]
 
+    @classmethod
+    def of(cls, surveys: Iterable[ManifestSurvey]) -> ManifestSurvey:
+        """The survey of several manifests, from theirs (in manifest order)."""
+        surveys = list(surveys)
+        return cls(sum(s.rows for s in surveys), frozenset().union(*(s.label_texts for s in surveys)),
+                   tuple(dict.fromkeys(split for s in surveys for split in s.splits)))
+
 
 @dataclasses.dataclass(frozen=True)
 class ManifestRows:
-    """How to turn the rows of one manifest into planned items (see the module docstring).
+    """How to turn the rows of manifests into planned items (see the module docstring); a
+    work unit names its manifest (`WorkUnit.path`), against whose folder relative image
+    paths resolve.
 
     Attributes:
-      manifest_path: the manifest, on any Beam filesystem.
-      fmt: its tabular format ("csv", "tsv" or "jsonl").
+      fmt: the manifests' tabular format ("csv", "tsv" or "jsonl").
       image_column, label_column, split_column: the named columns (see
         `transforms.images.plan.plan_image_manifest`).
       roots: the allowed roots every image URI must lie in.
@@ -96,7 +104,6 @@ class ManifestRows:
       declared_splits: the split names a split column may use.
     """
 
-    manifest_path: str
     fmt: str
     image_column: str
     label_column: str | None = None
@@ -183,7 +190,7 @@ class ManifestRows:
         missing = [c for c in unseen if c not in keys]
         if missing and (header is not None or keys):
             shown = [k for k in keys if not k.startswith(_READ_PREFIX)]
-            raise ValueError(f"{self.manifest_path}: no column {missing[0]!r}; columns: {shown}")
+            raise ValueError(f"{unit.path}: no column {missing[0]!r}; columns: {shown}")
         return ManifestSurvey(count, frozenset(labels), tuple(splits))
 
     # ---------------------------------------------------------------------- the workers' items
@@ -193,16 +200,16 @@ class ManifestRows:
         converter = RowConverter(self.extra_spec, self.fmt) if self.extra_spec is not None else None
         assigner = SplitAssigner(dict(self.splits)) if self.splits and not self.split_column else None
         index = {label: i for i, label in enumerate(self.labels)}
-        base_dir = uri_dirname(self.manifest_path)
         for row in self.rows(unit):
-            yield self._item(row, converter, assigner, index, base_dir)
+            yield self._item(row, converter, assigner, index, unit.path)
 
     def _item(self, row: _Row, converter: RowConverter | None, assigner: SplitAssigner | None,
-              index: Mapping[str, int], base_dir: str) -> dict:
-        """The planned item of one manifest row (a rejected one when the row cannot be used)."""
+              index: Mapping[str, int], manifest: str) -> dict:
+        """The planned item of one row of `manifest` (a rejected one when the row cannot be
+        used)."""
         number, cells, raw = row.number, row.values, row.raw
 
-        def rejected(reason, message, column=None, split=self.unknown_split, uri=self.manifest_path,
+        def rejected(reason, message, column=None, split=self.unknown_split, uri=manifest,
                      filename=None, text=None):
             return planned_item(uri, split, filename=filename or "", row=number, raw=raw,
                                 text=text, reject=(reason, message, column))
@@ -227,7 +234,7 @@ class ManifestRows:
             return rejected("missing_image_path", "the image column is empty", self.image_column,
                             split)
         try:
-            uri = resolve_reference(value, base_dir)
+            uri = resolve_reference(value, uri_dirname(manifest))
         except ValueError as error:
             return rejected("unreadable_uri", str(error), self.image_column, split, filename=value)
         text = text_cell(cells.get(self.label_column)) if self.label_column is not None else None

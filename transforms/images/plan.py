@@ -24,7 +24,7 @@ from apache_beam.io.filesystems import FileSystems
 from transforms.images.config import IMAGE_FEATURES, SPLIT_DIRECTORIES, ImagePlan
 from transforms.images.folder_slices import IMAGE_EXTENSIONS, FolderSlices, survey_folder
 from transforms.images.labels import check_label_list, label_problem, parse_labels_text, sorted_labels
-from transforms.images.manifest_rows import ManifestRows
+from transforms.images.manifest_rows import ManifestRows, ManifestSurvey
 from transforms.images.paths import default_allowed_roots, normalize_root, normalize_uri
 from transforms.input_formats import TABULAR_EXTENSIONS
 from transforms.records import DEFAULT_SPLIT, WorkUnit
@@ -60,17 +60,17 @@ _MIN_RANGE_BYTES = 8 << 10
 
 
 def _units(source: str, items: Sequence[dict], roots: tuple[str, ...],
-           images_per_unit: int) -> tuple[WorkUnit, ...]:
+           images_per_unit: int, first_index: int = 0) -> list[WorkUnit]:
     if images_per_unit < 1:
         raise ValueError(f"images_per_unit must be positive, got {images_per_unit}")
     units = []
-    for index, start in enumerate(range(0, len(items), images_per_unit)):
+    for index, start in enumerate(range(0, len(items), images_per_unit), first_index):
         chunk = items[start:start + images_per_unit]
         units.append(WorkUnit(
             path=source, index=index, paths=tuple(item["uri"] for item in chunk),
             extra={"items": list(chunk), "allowed_roots": list(roots)},
         ))
-    return tuple(units)
+    return units
 
 
 def _split_order(names: Iterable[str]) -> tuple[str, ...]:
@@ -166,7 +166,8 @@ def plan_image_manifest(
 
     Args:
       manifest_path: the manifest on any Beam filesystem, named .csv, .tsv or .jsonl (see
-        `TABULAR_EXTENSIONS`), optionally compressed (.gz is read transparently).
+        `TABULAR_EXTENSIONS`), optionally compressed (.gz is read transparently); or a glob
+        of manifests of one format, planned together (one label map, one row count).
       image_column: column holding a local path, a path relative to the manifest's
         folder, or a URI (gs://...).
       label_column: optional column holding the label text.
@@ -179,7 +180,7 @@ def plan_image_manifest(
         in the tabular conversion (its `csv:` options also parse the manifest). Without
         a spec every other column becomes a feature of an inferred type (int64, else
         float, else string); `ImagePlan.extra_spec` is the spec that was used.
-      allowed_roots: image URIs must lie inside one of these; default: the manifest's
+      allowed_roots: image URIs must lie inside one of these; default: each manifest's
         folder tree and, for a gs:// manifest, its bucket (see `default_allowed_roots`).
       labels: the label map (a list, or the path of a labels.txt); default: the sorted
         distinct labels of the manifest (numeric order when all are integers). Labels not
@@ -192,23 +193,29 @@ def plan_image_manifest(
       ValueError: unknown manifest type, a named column the manifest lacks, spec
         features named like the image features.
     """
-    fmt = manifest_format(manifest_path)
-    roots = tuple(normalize_root(r) for r in (allowed_roots or default_allowed_roots(manifest_path)))
+    glob_ = any(ch in manifest_path for ch in "*?[")
+    fmt = manifest_format(manifest_path) if not glob_ else None
+    files = plan_tabular(manifest_path, fmt or "csv")  # one unit per manifest it matches
+    fmt = fmt or manifest_format(files[0].path)  # a glob's own name may not say ("m.*")
+    other = next((unit.path for unit in files if manifest_format(unit.path) != fmt), None)
+    if other is not None:
+        raise ValueError(f"{other} is not a {fmt} manifest as {manifest_path} says: the "
+                         f"manifests of one conversion have one format")
+    roots = tuple(dict.fromkeys(normalize_root(r) for r in (
+        allowed_roots or [root for unit in files for root in default_allowed_roots(unit.path)])))
     named = {c for c in (image_column, label_column, split_column) if c is not None}
-    units = plan_tabular(manifest_path, fmt)  # a manifest is one text file: one unit
-    whole = units[0] if units else WorkUnit(manifest_path, 0)
     rows = ManifestRows(
-        manifest_path=manifest_path, fmt=fmt, image_column=image_column,
+        fmt=fmt, image_column=image_column,
         label_column=label_column, split_column=split_column, roots=roots,
         csv=spec.csv if spec is not None else CsvOptions(),
         splits=spec.splits if spec is not None else (),
         split_key=spec.split_key if spec is not None else (),
         declared_splits=tuple(spec.split_names) if spec is not None and spec.splits else SPLIT_DIRECTORIES,
     )
-    survey = rows.survey(whole)
+    survey = ManifestSurvey.of(rows.survey(unit) for unit in files)
     # A manifest without rows has no value to infer the other columns' types from: it
     # converts to nothing, rather than failing the inference.
-    extra_spec = _extra_spec(spec, [whole], fmt, named) if survey.rows or spec is not None else None
+    extra_spec = _extra_spec(spec, files, fmt, named) if survey.rows or spec is not None else None
     rows = dataclasses.replace(rows, extra_spec=extra_spec)
     if labels is not None:
         label_map = _read_labels(labels)
@@ -217,18 +224,22 @@ def plan_image_manifest(
     else:
         label_map = ()
     rows = dataclasses.replace(rows, labels=label_map)
-    size = whole.size
-    cut = split_text_units([whole], fmt, rows.csv, range_bytes or _range_bytes(size))
+    size = sum(unit.size for unit in files)
+    cut = split_text_units(files, fmt, rows.csv, range_bytes or _range_bytes(size))
     kept_whole = next((f.kept_whole for f in cut.files if f.kept_whole), None)
-    if CompressionTypes.detect_compression_type(manifest_path) != CompressionTypes.UNCOMPRESSED:
+    if any(CompressionTypes.detect_compression_type(unit.path) != CompressionTypes.UNCOMPRESSED
+           for unit in files):
         kept_whole = "compressed: a compressed stream is read from its start"
+    named_manifests = "the manifest" if len(files) == 1 else f"{len(files)} manifests"
     if kept_whole is None:
         units, source = cut.units, rows
-        planning = (f"planned as data: the manifest in {len(units)} byte range"
+        planning = (f"planned as data: {named_manifests} in {len(units)} byte range"
                     f"{'s' if len(units) != 1 else ''}, read in the workers")
     else:
-        units, source = _units(manifest_path, list(rows.items(whole)), roots, images_per_unit), None
-        planning = f"read on the launcher (the manifest is {kept_whole.split(':')[0]})"
+        units, source = [], None
+        for unit in files:
+            units += _units(unit.path, list(rows.items(unit)), roots, images_per_unit, len(units))
+        planning = f"read on the launcher ({named_manifests}: {kept_whole.split(':')[0]})"
     declared = spec.split_names if spec is not None and spec.splits else ()
     assigned = () if split_column is not None else declared
     return ImagePlan(

@@ -7,7 +7,8 @@ salted `hash()`. Beam-free.
 The keys tabular conversions hash: the UTF-8 text of the spec's `split_key` columns joined
 by the byte 0x1F (`transforms.tabular.read.KEY_SEPARATOR`): for CSV the cell text as
 written, for JSON and Parquet the value's text (strings as they are, numbers without a
-trailing `.0`, `true`/`false`, missing as empty), so an id written as `17` in CSV and `17` in
+trailing `.0`, `true`/`false`, dates and times as Python writes them (see
+`transforms.tabular.temporal`), missing as empty), so an id written as `17` in CSV and `17` in
 JSON lands in the same split. Without `split_key` the key is the whole row: all cells joined
 by 0x1F (CSV), the line (JSON Lines), all columns' text (Parquet). Rows that become dead
 letters are assigned a split too (rows that cannot be parsed, by their raw text), so each

@@ -22,6 +22,7 @@ import pyarrow.compute as pc
 
 from transforms.format.example_codec import INT64_MAX
 from transforms.tabular.spec import FeatureSpec
+from transforms.tabular.temporal import is_temporal, python_values, temporal_text
 from transforms.tabular.values import (
     ASCII_WHITESPACE,
     ESCAPE_PATTERN,
@@ -273,7 +274,7 @@ def _list_array(counts: np.ndarray, flat_values: pa.Array, ok: np.ndarray) -> pa
 def _wrong_type_rows(feature: FeatureSpec, arr: pa.Array, rows: np.ndarray, errors) -> None:
     column = feature.source_column
     for i in rows.tolist():
-        value = arr[i].as_py()
+        value = python_values(arr.slice(i, 1))[0]  # as_py() fails on some dates (`temporal`)
         errors[i] = RowError("wrong_type", column,
                              f"column {column!r}: {arr.type} value {value!r:.80} cannot be a "
                              f"{feature.type} value")
@@ -380,8 +381,8 @@ def _durations(feature: FeatureSpec, arr: pa.Array, ok: np.ndarray,
             except pa.ArrowInvalid:
                 row = j if counts is None else int(np.searchsorted(np.cumsum(counts), j, side="right"))
                 errors[row] = RowError("wrong_type", column,
-                                       f"column {column!r}: {flat.slice(j, 1)[0]} is not a whole "
-                                       f"number of {feature.unit}")
+                                       f"column {column!r}: {flat.type} value {value} is not a "
+                                       f"whole number of {feature.unit}")
                 ok[row] = False
                 values.append(None)
         converted = pa.array(values, pa.int64())
@@ -507,8 +508,10 @@ def key_text_array(arr: pa.Array | None, num_rows: int, *, text: bool) -> pa.Arr
         out = pc.cast(arr, pa.binary())
     elif pa.types.is_integer(t) or pa.types.is_boolean(t):
         out = pc.cast(pc.cast(arr, pa.string()), pa.binary())
+    elif is_temporal(t):  # canonical_text of their TemporalText, all rows at once
+        out = pc.cast(pc.binary_join_element_wise('"', temporal_text(arr), '"', ""), pa.binary())
     else:
-        texts = [canonical_text(v) for v in arr.to_pylist()]
+        texts = [canonical_text(v) for v in python_values(arr)]
         out = pa.array([v if isinstance(v, bytes) else v.encode("utf-8") for v in texts],
                        pa.binary())
     return out.fill_null(b"")

@@ -21,6 +21,7 @@ from transforms.tabular.chunks import (
 )
 from transforms.tabular.columns import key_text_array
 from transforms.tabular.spec import ConversionSpec
+from transforms.tabular.temporal import python_values
 
 __all__ = []
 
@@ -59,7 +60,9 @@ def parquet_chunks(unit: WorkUnit, spec: ConversionSpec, batch_rows: int,
 
 def _parquet_raw(batch: pa.RecordBatch):
     def raw(i: int) -> str:
-        row = {name: jsonable(batch.column(name)[i].as_py()) for name in batch.schema.names}
+        # python_values, not as_py(): some dates have no Python object (see `temporal`).
+        row = {name: jsonable(python_values(batch.column(name).slice(i, 1))[0])
+               for name in batch.schema.names}
         return json.dumps(row, ensure_ascii=False, default=str)
 
     return raw

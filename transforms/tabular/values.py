@@ -37,6 +37,7 @@ from transforms.format.example_codec import INT64_MAX, INT64_MIN
 from transforms.input_formats import TABULAR_FORMATS
 from transforms.records import DeadLetterError
 from transforms.tabular.spec import ConversionSpec, FeatureSpec
+from transforms.tabular.temporal import TemporalText
 
 __all__ = [
     "REASONS",
@@ -133,9 +134,14 @@ def canonical_text(value: Any) -> str | bytes:
     """The text of a typed (JSON/Parquet) value, used for split keys and for numbers in
     bytes features: strings as they are, bools as true/false, integral floats below 2**53
     without ".0" (JSON readers may widen 1 to 1.0), other floats as Python's repr,
-    non-finite floats as NaN/Infinity/-Infinity, None as ""."""
+    non-finite floats as NaN/Infinity/-Infinity, None as "", date/time values (their
+    `TemporalText`) in JSON quotes."""
     if value is None:
         return ""
+    if isinstance(value, TemporalText):
+        # Quoted, as the datetime objects they stand for were written (JSON, default=str):
+        # the split keys of those values keep their split.
+        return json.dumps(value)
     if isinstance(value, (str, bytes)):
         return value
     if isinstance(value, bool):

@@ -1,6 +1,7 @@
 """Parquet values Python's datetime cannot hold, through the CLI: nanoseconds that are no whole
 microsecond and dates past year 9999 split rows and appear in dead letters without failing the
-job, and the split keys of the dates it could hold are the ones they always were."""
+job, and the split keys of the dates it could hold are the ones they always were. Dates Arrow
+cannot write as text are wrong_type in a string feature, never a "<value out of range>"."""
 
 from __future__ import annotations
 
@@ -158,3 +159,57 @@ def test_split_keys_of_dates_python_can_hold_are_unchanged(tmp_path):
     splits = {r["id"][1][0]: split for split, records in _by_split(out).items() for r in records}
     assert splits == {i: assigner.assign(json.dumps(str(value)).encode())
                       for i, value in enumerate(ts.to_pylist())}
+
+
+_LOW_DAY, _HIGH_DAY = -12687428, 11248737  # -32767-01-01 and 32767-12-31: Arrow writes these
+
+
+def test_dates_arrow_cannot_write_are_dead_letters_not_placeholder_strings(tmp_path):
+    day = 86400  # row 1 holds the extremes Arrow writes, the others a value it cannot write
+    table = pa.table({
+        "id": [1, 2, 3, 4, 5, 6, 7],
+        "ts": pa.array([0, 2**40, 0, 0, 0, 0, -(2**40)], pa.timestamp("s")),
+        "day": pa.array([_HIGH_DAY, 0, 2147483647, 0, 0, 0, -2147483648], pa.date32()),
+        # Zoned: Arrow wrote year -28724 for 2**40 s, and raised for the day before -32767.
+        "paris": pa.array([_LOW_DAY * day, 0, 0, 2**40, 0, 0, 0],
+                          pa.timestamp("s", tz="Europe/Paris")),
+        "utc": pa.array([(_HIGH_DAY + 1) * day * 1000 - 1, 0, 0, 0, _LOW_DAY * day * 1000 - 1, 0, 0],
+                        pa.timestamp("ms", tz="UTC")),
+        "clock": pa.array([86399, 0, 0, 0, 0, 86400, 0], pa.time32("s")),
+    })
+    source = tmp_path / "t.parquet"
+    pq.write_table(table, source)
+    out = tmp_path / "out"
+    assert _convert(source, out) == 0  # inferred: the date/time columns are string features
+    counts = _reconciled(out)
+    assert (counts["input"], counts["written"], counts["dead_letter"]) == (7, 1, 6)
+    [record] = _by_split(out)["data"]
+    assert record["day"] == ("bytes", [b"32767-12-31"])
+    assert record["paris"] == ("bytes", [b"-32767-01-01 00:09:21.000+0009"])  # Parquet: ms
+    assert record["utc"] == ("bytes", [b"32767-12-31 23:59:59.999Z"])
+    dead = {d["row"]: d for d in _dead(out)}
+    assert {row: (d["reason"], d["column"]) for row, d in dead.items()} == {
+        2: ("wrong_type", "ts"), 3: ("wrong_type", "day"), 4: ("wrong_type", "paris"),
+        5: ("wrong_type", "utc"), 6: ("wrong_type", "clock"), 7: ("wrong_type", "ts")}
+    assert dead[3]["message"] == (
+        "column 'day': date32[day] value 5881580-07-11 is outside the dates and times Arrow "
+        "writes as text (years -32767 to 32767, times of day within 24 h)")
+    assert "value 36812-02-20 01:36:16+01:00 is outside" in dead[4]["message"]
+
+
+def test_the_dates_arrow_writes_are_the_ones_arrow_writable_says():
+    import pyarrow.compute as pc
+
+    from transforms.tabular.temporal import arrow_writable
+
+    day, low, high = 86400, _LOW_DAY, _HIGH_DAY + 1
+    for array in (pa.array([low * day - 1, low * day, high * day - 1, high * day], pa.timestamp("s")),
+                  pa.array([low - 1, low, high - 1, high, None], pa.date32()),
+                  pa.array([(low - 1) * day * 1000, low * day * 1000, high * day * 1000 - 1,
+                            high * day * 1000], pa.date64()),
+                  pa.array([-1, 0, day - 1, day], pa.time32("s")),
+                  pa.array([-1, 0, day * 10**9 - 1, day * 10**9], pa.time64("ns"))):
+        written = [text is None or not text.startswith("<")
+                   for text in pc.cast(array, pa.string()).to_pylist()]
+        assert arrow_writable(array).tolist() == written, array.type
+        assert written[1:3] == [True, True] and not written[0] and not written[3]

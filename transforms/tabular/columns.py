@@ -22,7 +22,7 @@ import pyarrow.compute as pc
 
 from transforms.format.example_codec import INT64_MAX
 from transforms.tabular.spec import FeatureSpec
-from transforms.tabular.temporal import is_temporal, python_values, temporal_text
+from transforms.tabular.temporal import arrow_writable, is_temporal, python_values, temporal_text
 from transforms.tabular.values import (
     ASCII_WHITESPACE,
     ESCAPE_PATTERN,
@@ -344,9 +344,29 @@ def _typed_bytes(feature: FeatureSpec, arr: pa.Array, ok: np.ndarray, errors) ->
         texts = [None if v is None else canonical_text(v).encode("utf-8")
                  for v in arr.to_pylist()]
         return pa.array(texts, type=pa.binary())
+    if is_temporal(t):
+        writable = arrow_writable(arr)
+        if not writable.all():
+            _unwritable_dates(feature, arr, ok & ~writable, errors)
+            ok &= writable
+            # Kept from the cast: it would write them wrong, or raise.
+            arr = pc.if_else(pa.array(writable), arr, pa.scalar(None, t))
+        return pc.cast(pc.cast(arr, pa.string()), pa.binary())
     if pa.types.is_temporal(t) or pa.types.is_decimal(t):
         return pc.cast(pc.cast(arr, pa.string()), pa.binary())
     return None
+
+
+def _unwritable_dates(feature: FeatureSpec, arr: pa.Array, rows: np.ndarray, errors) -> None:
+    """Dates and times Arrow cannot write as text (see `temporal.arrow_writable`) are no
+    string: `wrong_type`, named by their text (`temporal_text`) in the message."""
+    column = feature.source_column
+    texts = temporal_text(arr)
+    for i in np.flatnonzero(rows).tolist():
+        errors[i] = RowError("wrong_type", column,
+                             f"column {column!r}: {arr.type} value {texts[i].as_py()} is outside "
+                             f"the dates and times Arrow writes as text (years -32767 to 32767, "
+                             f"times of day within 24 h)")
 
 
 def _is_list_type(t: pa.DataType) -> bool:

@@ -12,7 +12,9 @@ for every value a Python object can hold, the text `str()` of that object gives,
 split keys of those values stay what they were; beyond, the same pattern carried on: nine
 fractional digits for nanoseconds that are no whole microsecond, years past 9999 or below 1
 (`-0001`, as Arrow writes them), any number of days. `python_values` is `to_pylist()` with
-such values (at any depth of lists, structs and maps) as `TemporalText`.
+such values (at any depth of lists, structs and maps) as `TemporalText`. `arrow_writable` says
+which values Arrow's own cast to string (the text of a date/time in a string feature) writes
+as what they are.
 
 One difference remains: Arrow's time zone database applies no daylight saving time after 2037
 where Python's zoneinfo carries the rules on, so a timestamp with a named zone (not UTC or a
@@ -25,7 +27,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-__all__ = ["TemporalText", "is_temporal", "python_values", "temporal_text"]
+__all__ = ["TemporalText", "arrow_writable", "is_temporal", "python_values", "temporal_text"]
 
 _PER_SECOND = {"s": 1, "ms": 10**3, "us": 10**6, "ns": 10**9}
 _SECONDS_PER_DAY = 86400
@@ -130,22 +132,27 @@ def _integers(arr: pa.Array) -> np.ndarray:
     return arr.view(storage).fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
 
 
-def _timestamp_text(arr: pa.Array, values: np.ndarray) -> pa.Array:
+def _wall_time(arr: pa.Array, values: np.ndarray):
+    """(days, seconds of the day, units below the second, UTC offset in seconds or None) of
+    a timestamp array's values, in local time for a zoned one, as `as_py()` gives them."""
     per_second = _PER_SECOND[arr.type.unit]
     seconds, sub = _split(values, per_second)
     days, seconds_of_day = _split(seconds, _SECONDS_PER_DAY)
-    offset = None
-    if arr.type.tz is not None:
-        # Local wall time, as `as_py()` gives it: Arrow's time zone database says the offset
-        # (a difference of int64s that wrap alike, so exact even where local time overflows).
-        local = _integers(pc.local_timestamp(arr))
-        with np.errstate(over="ignore"):
-            offset_seconds = (local - values) // per_second
-        extra_days, seconds_of_day = _split(seconds_of_day + offset_seconds, _SECONDS_PER_DAY)
-        days = days + extra_days
-        offset = _offset(offset_seconds)
-    text = _join(_civil(days), " ", _clock(seconds_of_day, 2), _fraction(sub, per_second))
-    return text if offset is None else _join(text, offset)
+    if arr.type.tz is None:
+        return days, seconds_of_day, sub, None
+    # Arrow's time zone database says the offset (a difference of int64s that wrap alike, so
+    # exact even where the local time overflows).
+    local = _integers(pc.local_timestamp(arr))
+    offset = (local - values) // per_second
+    extra_days, seconds_of_day = _split(seconds_of_day + offset, _SECONDS_PER_DAY)
+    return days + extra_days, seconds_of_day, sub, offset
+
+
+def _timestamp_text(arr: pa.Array, values: np.ndarray) -> pa.Array:
+    days, seconds_of_day, sub, offset = _wall_time(arr, values)
+    text = _join(_civil(days), " ", _clock(seconds_of_day, 2),
+                 _fraction(sub, _PER_SECOND[arr.type.unit]))
+    return text if offset is None else _join(text, _offset(offset))
 
 
 def _duration_text(arr: pa.Array, values: np.ndarray) -> pa.Array:
@@ -182,6 +189,33 @@ def temporal_text(arr: pa.Array) -> pa.Array:
     if arr.null_count:
         text = pc.if_else(arr.is_valid(), text, pa.scalar(None, pa.string()))
     return text
+
+
+#: The days (since 1970-01-01) of the dates Arrow's cast to string writes: years -32767 to
+#: 32767. It writes other dates as "<value out of range: N>", and zoned timestamps beyond them
+#: with a wrong year or not at all (an error).
+_ARROW_DAYS = (-12687428, 11248738)
+
+
+def arrow_writable(arr: pa.Array) -> np.ndarray:
+    """Which values of a date, time, timestamp or duration array Arrow's cast to string writes
+    as what they are (nulls count as written): dates in `_ARROW_DAYS`, in local time for a
+    zoned timestamp, times of day from 0 to 24 h, every duration."""
+    t = arr.type
+    values = _integers(arr)
+    if pa.types.is_duration(t):
+        return np.ones(len(arr), bool)
+    if pa.types.is_time(t):
+        writable = (values >= 0) & (values < _SECONDS_PER_DAY * _PER_SECOND[t.unit])
+    else:
+        if pa.types.is_timestamp(t):
+            days = _wall_time(arr, values)[0]
+        elif pa.types.is_date64(t):
+            days = np.floor_divide(values, 1000 * _SECONDS_PER_DAY)
+        else:
+            days = values
+        writable = (days >= _ARROW_DAYS[0]) & (days < _ARROW_DAYS[1])
+    return writable | ~arr.is_valid().to_numpy(zero_copy_only=False)
 
 
 # ---------------------------------------------------------------------------------------

@@ -131,6 +131,12 @@ def test_load_spec_from_file_and_text(tmp_path):
          r"feature 'a': 'default' of a list feature must be a list"),
         ("features: [{name: a, type: float, nan: reject, default: .nan}]",
          r"contradicts 'nan: reject'"),
+        ("features: [{name: a, type: float, default: 1.0e+39}]",
+         r"feature 'a': 'default' 1e\+39 is outside the float32 range"),
+        ("features: [{name: a, type: float, default: -3.5e+38, nan: reject}]",
+         r"feature 'a': 'default' -3.5e\+38 is outside the float32 range"),
+        ("features: [{name: a, type: float, list: true, default: [1.0, 1.0e+39]}]",
+         r"feature 'a': 'default' 1e\+39 is outside the float32 range"),
         ("features: [{name: a, type: int64, required: 'yes'}]",
          r"feature 'a': 'required' must be true or false"),
         ("features: [{name: 7, type: int64}]", r"'name' must be a non-empty string"),
@@ -178,6 +184,9 @@ def test_defaults_are_normalised():
     )
     w, t, n = spec.features
     assert w.default == 2.0 and isinstance(w.default, float)
+    # The largest float32, and a float64 just above it that rounds down to it, are defaults.
+    for text in ("3.4028235e+38", "3.4028235677973362e+38", "-3.4028235e+38", "1.0e-50"):
+        assert parse_spec(f"features: [{{name: w, type: float, default: {text}}}]")
     assert t.default == ("a", "b")
     assert n.default == ()
     assert parse_spec(spec.to_yaml()) == spec

@@ -171,6 +171,21 @@ def test_max_error_rate_fails_after_writing_dead_letters(tmp_path):
     assert not (out / "manifest.json").exists()
 
 
+def test_a_float_default_beyond_float32_is_a_usage_error_naming_the_feature(tmp_path, capsys):
+    spec = tmp_path / "spec.yaml"
+    spec.write_text("features:\n  - {name: a, type: int64}\n"
+                    "  - {name: b, type: float, default: 1.0e+39, nan: reject}\n")
+    data = tmp_path / "data.csv"
+    data.write_text("a,b\n1,\n")
+    out = tmp_path / "o"
+    assert convert("--input", str(data), "--format", "csv", "--output", str(out),
+                   "--spec", str(spec)) == 2
+    assert capsys.readouterr().err.splitlines()[0] == (
+        f"tfrecord-pipeline convert: error: {spec}: spec: feature 'b': 'default' 1e+39 is "
+        f"outside the float32 range (a cell holding it is float_out_of_range)")
+    assert not out.exists() or not os.listdir(out)
+
+
 def test_spec_errors_are_usage_errors(tmp_path, capsys):
     spec = tmp_path / "spec.yaml"
     spec.write_text("features: [{name: a, type: int32}]")

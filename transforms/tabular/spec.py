@@ -32,6 +32,7 @@ import codecs
 import dataclasses
 import json
 import math
+import struct
 from collections.abc import Mapping
 from typing import Any
 
@@ -169,6 +170,12 @@ def _check_default(where: str, type_: str, value: Any, nan: str) -> Any:
         value = float(value)
         if not math.isfinite(value) and nan == "reject":
             raise SpecError(f"{where}: 'default' {value} contradicts 'nan: reject'")
+        if math.isfinite(value):
+            try:  # float32's rounding, as `values.check_float` narrows a cell's value
+                struct.pack("<f", value)
+            except OverflowError:
+                raise SpecError(f"{where}: 'default' {value!r} is outside the float32 range "
+                                f"(a cell holding it is float_out_of_range)") from None
         return value
     if not isinstance(value, str):
         raise SpecError(f"{where}: 'default' must be a string, got {value!r}")

@@ -213,3 +213,37 @@ def test_the_dates_arrow_writes_are_the_ones_arrow_writable_says():
                    for text in pc.cast(array, pa.string()).to_pylist()]
         assert arrow_writable(array).tolist() == written, array.type
         assert written[1:3] == [True, True] and not written[0] and not written[3]
+
+
+def test_float32_and_float16_in_a_string_feature_are_their_shortest_text(tmp_path):
+    import numpy as np
+
+    texts = ["0.1", "1.5", "1e-05", "16777216", "123456790", "NaN", "-Infinity", None]
+    numbers = [np.nan if t is None else float(t) for t in texts]
+    nulls = np.array([t is None for t in texts])
+    table = pa.table({
+        "id": list(range(len(texts))),
+        "f32": pa.array(np.array(numbers, np.float32), mask=nulls),
+        "f16": pa.array(np.array([0.1, 1.5, 1e-5, 2048, 65504, np.nan, -np.inf, 0], np.float16),
+                        mask=nulls),
+    })
+    pq.write_table(table, tmp_path / "t.parquet")
+    spec = _spec(tmp_path, "features:\n  - {name: id, type: int64}\n  - {name: f32, type: string}\n"
+                           "  - {name: f16, type: string}\n")
+    out = tmp_path / "parquet"
+    assert _convert(tmp_path / "t.parquet", out, "--spec", spec) == 0
+    records = sorted(_by_split(out)["data"], key=lambda r: r["id"][1][0])
+    assert [r.get("f32", (None, [None]))[1][0] for r in records] == [
+        None if t is None else t.encode() for t in texts]
+    assert [r.get("f16", (None, [None]))[1][0] for r in records] == [
+        b"0.1", b"1.5", b"1e-05", b"2048", b"65500", b"NaN", b"-Infinity", None]
+
+    # The same values written as CSV text give the same Examples.
+    (tmp_path / "t.csv").write_text("id,f32\n" + "".join(
+        f"{i},{'' if t is None else t}\n" for i, t in enumerate(texts)))
+    spec = _spec(tmp_path, "features:\n  - {name: id, type: int64}\n  - {name: f32, type: string}\n")
+    assert run(["convert", "--input", str(tmp_path / "t.csv"), "--format", "csv", "--output",
+                str(tmp_path / "csv"), "--spec", spec, *in_memory_args()]) == 0
+    assert run(["convert", "--input", str(tmp_path / "t.parquet"), "--format", "parquet",
+                "--output", str(tmp_path / "f32"), "--spec", spec, *in_memory_args()]) == 0
+    assert _by_split(tmp_path / "csv") == _by_split(tmp_path / "f32")

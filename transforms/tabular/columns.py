@@ -341,8 +341,11 @@ def _typed_bytes(feature: FeatureSpec, arr: pa.Array, ok: np.ndarray, errors) ->
     if pa.types.is_integer(t) or pa.types.is_boolean(t):
         return pc.cast(pc.cast(arr, pa.string()), pa.binary())
     if pa.types.is_floating(t):
-        texts = [None if v is None else canonical_text(v).encode("utf-8")
-                 for v in arr.to_pylist()]
+        # float16/float32 values as numpy scalars of their own precision, whose shortest text
+        # canonical_text writes (float32 0.1 is "0.1", as in a CSV cell, not 0.10000000149011612).
+        numbers = arr.to_pylist() if pa.types.is_float64(t) else arr.to_numpy(zero_copy_only=False)
+        texts = [canonical_text(v).encode("utf-8") if valid else None
+                 for v, valid in zip(numbers, _valid(arr).tolist(), strict=True)]
         return pa.array(texts, type=pa.binary())
     if is_temporal(t):
         writable = arrow_writable(arr)
@@ -531,6 +534,8 @@ def key_text_array(arr: pa.Array | None, num_rows: int, *, text: bool) -> pa.Arr
     elif is_temporal(t):  # canonical_text of their TemporalText, all rows at once
         out = pc.cast(pc.binary_join_element_wise('"', temporal_text(arr), '"', ""), pa.binary())
     else:
+        # float32 values as Python floats: their float64 text, as they always hashed (their
+        # shortest text, which a string feature holds, would move rows to other splits).
         texts = [canonical_text(v) for v in python_values(arr)]
         out = pa.array([v if isinstance(v, bytes) else v.encode("utf-8") for v in texts],
                        pa.binary())

@@ -133,7 +133,8 @@ def _show(value: Any) -> str:
 def canonical_text(value: Any) -> str | bytes:
     """The text of a typed (JSON/Parquet) value, used for split keys and for numbers in
     bytes features: strings as they are, bools as true/false, integral floats below 2**53
-    without ".0" (JSON readers may widen 1 to 1.0), other floats as Python's repr,
+    without ".0" (JSON readers may widen 1 to 1.0), other floats as Python's repr (numpy
+    float16/float32 values: the shortest digits of their precision, so float32 0.1 is "0.1"),
     non-finite floats as NaN/Infinity/-Infinity, None as "", date/time values (their
     `TemporalText`) in JSON quotes."""
     if value is None:
@@ -150,6 +151,10 @@ def canonical_text(value: Any) -> str | bytes:
         return str(value)
     if isinstance(value, NumberBeyondFloat64):
         return value.text
+    if isinstance(value, np.floating):
+        # The shortest text that reads back as the same number in its own precision (numpy's
+        # str: float32 0.1 is "0.1"), then written as a float64 of that value is.
+        value = float(str(value))
     if isinstance(value, float):
         if math.isnan(value):
             return "NaN"
@@ -292,7 +297,7 @@ def _typed_scalar(feature: FeatureSpec, value: Any, column: str, max_length: int
                 raise RowError("invalid_encoding", column,
                                f"column {column!r}: string value is not valid UTF-8") from None
         return check_bytes(value, max_length, column)
-    if isinstance(value, (bool, int, float)):
+    if isinstance(value, (bool, int, float, np.floating)):
         return check_bytes(canonical_text(value).encode("utf-8"), max_length, column)
     if isinstance(value, decimal.Decimal):  # Parquet decimals, as Arrow writes them
         return check_bytes(str(value).encode("utf-8"), max_length, column)

@@ -187,6 +187,13 @@ def test_defaults_are_normalised():
     # The largest float32, and a float64 just above it that rounds down to it, are defaults.
     for text in ("3.4028235e+38", "3.4028235677973362e+38", "-3.4028235e+38", "1.0e-50"):
         assert parse_spec(f"features: [{{name: w, type: float, default: {text}}}]")
+    # PyYAML (YAML 1.1) reads 1e-3 as a string; YAML 1.2 and JSON read a number.
+    spec = parse_spec("features:\n  - {name: w, type: float, default: 1e-3}\n"
+                      "  - {name: v, type: float, list: true, default: [2E+5, -.5e1]}\n")
+    assert [f.default for f in spec.features] == [0.001, (200000.0, -5.0)]
+    assert parse_spec(spec.to_yaml()) == spec
+    with pytest.raises(SpecError, match=r"feature 'w': 'default' must be a number, got '1e'"):
+        parse_spec("features: [{name: w, type: float, default: 1e}]")
     assert t.default == ("a", "b")
     assert n.default == ()
     assert parse_spec(spec.to_yaml()) == spec

@@ -186,6 +186,19 @@ def test_a_float_default_beyond_float32_is_a_usage_error_naming_the_feature(tmp_
     assert not out.exists() or not os.listdir(out)
 
 
+def test_a_float_default_in_exponent_notation_is_a_number(tmp_path):
+    spec = tmp_path / "spec.yaml"
+    spec.write_text("features:\n  - {name: a, type: int64}\n  - {name: b, type: float, default: 1e-3}\n")
+    data = tmp_path / "data.csv"
+    data.write_text("a,b\n1,\n2,0.5\n")
+    out = tmp_path / "o"
+    assert convert("--input", str(data), "--format", "csv", "--output", str(out),
+                   "--spec", str(spec)) == 0
+    assert json.loads((out / "feature_spec.json").read_text())["features"]["b"]["default"] == 0.001
+    values = {decode_example(r)["a"][1][0]: decode_example(r)["b"][1] for r in shard_records(out, "data")}
+    assert values == {1: [samples.f32(0.001)], 2: [0.5]}
+
+
 def test_spec_errors_are_usage_errors(tmp_path, capsys):
     spec = tmp_path / "spec.yaml"
     spec.write_text("features: [{name: a, type: int32}]")

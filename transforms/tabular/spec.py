@@ -32,6 +32,7 @@ import codecs
 import dataclasses
 import json
 import math
+import re
 import struct
 from collections.abc import Mapping
 from typing import Any
@@ -156,6 +157,11 @@ class CsvOptions:
         return out
 
 
+# A number as YAML 1.2 (and JSON) write it. PyYAML reads YAML 1.1, whose floats need a dot, so
+# `default: 1e-3` reaches the spec as the string "1e-3".
+_YAML12_NUMBER = re.compile(r"[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?")
+
+
 def _check_default(where: str, type_: str, value: Any, nan: str) -> Any:
     """Validates a scalar default against the feature type; returns it normalised."""
     if type_ == "int64":
@@ -165,6 +171,8 @@ def _check_default(where: str, type_: str, value: Any, nan: str) -> Any:
             raise SpecError(f"{where}: 'default' {value} is outside int64")
         return value
     if type_ == "float":
+        if isinstance(value, str) and _YAML12_NUMBER.fullmatch(value):
+            value = float(value)
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise SpecError(f"{where}: 'default' must be a number, got {value!r}")
         value = float(value)

@@ -11,6 +11,7 @@ import collections
 import io
 import json
 import math
+import re
 from collections.abc import Iterator, Sequence
 from contextlib import ExitStack
 from typing import Any
@@ -69,8 +70,35 @@ def parse_json_line(line: bytes) -> dict:
     except ValueError as error:
         raise JsonLineError("invalid_json", f"invalid JSON: {error}") from None
     if not isinstance(obj, dict):
-        raise JsonLineError("invalid_json", f"a JSON {type(obj).__name__}, not an object")
+        kind = "null" if obj is None else _JSON_KINDS.get(type(obj), "number")
+        raise JsonLineError("invalid_json", f"a JSON {kind}, not an object")
     return obj
+
+
+_JSON_KINDS = {bool: "boolean", str: "string", list: "array"}
+
+
+# Arrow's JSON reader takes a top-level `null` for a row of nulls (a record, where the line
+# is no object), and a chunk whose first row is one crashes the process (SIGSEGV in pyarrow
+# 25), so such a chunk is never handed to it; every other top-level value fails the read.
+# A `null` value follows `:`, `,` or `[`; one opening a line (or the chunk, after a byte
+# order mark) or after a closing `}`/`]` stands on its own. The regex, one pass searching
+# for "null", finds those right after that byte or one space/tab, and nulls after longer
+# runs of blanks for a look back. A "null" in a string may pass for one: that chunk then
+# only takes the slower line-by-line path.
+_CHUNK_NULL = re.compile(rb"(?:\xef\xbb\xbf)?[ \t\r\n]*null")
+_BARE_NULL = re.compile(rb"null(?:(?<=[\n\r}\]]null)|(?<=[\n\r}\]][ \t]null)|(?<=[ \t][ \t]null))")
+
+
+def _holds_bare_null(body: bytes) -> bool:
+    """Whether a `null` in `body` may stand outside an object."""
+    if _CHUNK_NULL.match(body):
+        return True
+    for found in _BARE_NULL.finditer(body):
+        before = body[max(0, found.start() - 256):found.start()].rstrip(b" \t")
+        if not before or before[-1] in b"\n\r}]":
+            return True
+    return False
 
 
 def _arrow_type_for(feature_type: str, is_list: bool) -> pa.DataType:
@@ -228,9 +256,12 @@ class JsonLinesReader:
 
     def _read_arrow(self, body: bytes) -> pa.Table | None:
         """The chunk read by Arrow, or None where the lines must decide one by one: bytes
-        that are not UTF-8 (Arrow passes them through), an infinity (only a number beyond
-        float64 reads as one), or anything Arrow cannot read under the learned schema."""
+        that are not UTF-8 (Arrow passes them through), a line that is `null`, an infinity
+        (only a number beyond float64 reads as one), or anything Arrow cannot read under
+        the learned schema."""
         if not body.isascii() and not valid_utf8(body):
+            return None
+        if _holds_bare_null(body):
             return None
         schema = pa.schema(list(self.types.items()))
         try:

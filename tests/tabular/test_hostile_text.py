@@ -1,0 +1,67 @@
+"""CSV and JSON Lines text that readers get wrong on one path only, through the CLI: a JSON
+Lines line that is no object (a bare `null` included, which Arrow's reader took for a row and
+could crash on) is that line's dead letter on the Arrow and the line-by-line path alike."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tests.tabular.test_hostile_tabular import ID_NAME, _convert, _counts, _dead, _ids, _spec
+from tests.tabular.test_tabular import convert, count_json_chunk_modes, dead_letters, records
+from transforms.tabular import json_reader
+from transforms.tabular.spec import parse_spec
+
+
+@pytest.mark.parametrize("arrow", [True, False])
+def test_a_json_line_that_is_no_object_is_its_dead_letter_on_either_path(tmp_path, monkeypatch,
+                                                                          arrow):
+    if not arrow:
+        monkeypatch.setattr(json_reader.JsonLinesReader, "_read_arrow", lambda self, body: None)
+    lines = ['{"id": 1, "name": "a"}', "null", '{"id": 2, "name": null}', "  null ",
+             '{"id": 3, "name": "c"}']
+    source = tmp_path / "in.jsonl"
+    source.write_text("\n".join(lines) + "\n")
+    out = tmp_path / "out"
+    assert _convert(source, "jsonl", out, "--spec", _spec(tmp_path, ID_NAME)) == 0
+    assert _ids(out) == [1, 2, 3]
+    dead = {d["line"]: (d["reason"], d["message"], d["raw"]) for d in _dead(out)}
+    assert dead == {2: ("invalid_json", "a JSON null, not an object", "null"),
+                    4: ("invalid_json", "a JSON null, not an object", "null")}
+    counts = _counts(out)
+    assert counts["input"] == len(lines) == counts["written"] + counts["dead_letter"]
+
+
+def test_null_lines_opening_a_chunk_do_not_crash_the_reader(tmp_path):
+    """Arrow's JSON reader crashed the process (SIGSEGV) on a chunk whose first row is `null`:
+    here every chunk after the first. In a process of its own, so a crash fails the test."""
+    source = tmp_path / "in.jsonl"
+    source.write_text('{"id": 1, "name": "a"}\n' + "null\n" * 100_000)
+    out = tmp_path / "out"
+    done = subprocess.run(
+        [sys.executable, "-m", "pipeline", "convert", "--input", str(source), "--format",
+         "jsonl", "--output", str(out), "--spec", _spec(tmp_path, ID_NAME), "--quiet"],
+        capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    counts = json.loads((out / "manifest.json").read_text())["counts"]
+    assert (counts["input"], counts["written"], counts["dead_letter"]) == (100_001, 1, 100_000)
+    assert counts["dead_letter_reasons"] == {"invalid_json": 100_000}
+
+
+@pytest.mark.parametrize("separators", [(",", ":"), (", ", ": ")])
+def test_null_values_inside_objects_keep_the_arrow_path(tmp_path, monkeypatch, separators):
+    """Only a line that is `null` turns a chunk away from Arrow, not the null values JSON
+    writers put in objects and lists (compact or spaced)."""
+    spec = parse_spec("features: [{name: id, type: int64}, {name: v, type: float, list: true}]")
+    rows = [{"id": n, "v": [n, None] if n % 3 == 0 else None, "w": None} for n in range(3000)]
+    source = tmp_path / "in.jsonl"
+    source.write_text("".join(json.dumps(row, separators=separators) + "\n" for row in rows))
+    modes = count_json_chunk_modes(monkeypatch)
+    batches = convert(source, "jsonl", spec, batch_rows=500)
+    assert set(modes) == {"typed"} and modes["typed"] >= 2, modes
+    assert len(records(batches)) == 2000
+    dead = dead_letters(batches)
+    assert len(dead) == 1000 and {d["reason"] for d in dead} == {"wrong_type"}  # [n, null]

@@ -1,6 +1,7 @@
-"""CSV and JSON Lines text that readers get wrong on one path only, through the CLI: a JSON
+"""CSV and JSON Lines text at the edges of what the readers take, through the CLI: a JSON
 Lines line that is no object (a bare `null` included, which Arrow's reader took for a row and
-could crash on) is that line's dead letter on the Arrow and the line-by-line path alike."""
+could crash on) is that line's dead letter on the Arrow and the line-by-line path alike; so is
+a line escaping a lone surrogate, whatever reads the value."""
 
 from __future__ import annotations
 
@@ -10,7 +11,15 @@ import sys
 
 import pytest
 
-from tests.tabular.test_hostile_tabular import ID_NAME, _convert, _counts, _dead, _ids, _spec
+from tests.tabular.test_hostile_tabular import (
+    ID_NAME,
+    _convert,
+    _counts,
+    _dead,
+    _ids,
+    _records,
+    _spec,
+)
 from tests.tabular.test_tabular import convert, count_json_chunk_modes, dead_letters, records
 from transforms.tabular import json_reader
 from transforms.tabular.spec import parse_spec
@@ -65,3 +74,37 @@ def test_null_values_inside_objects_keep_the_arrow_path(tmp_path, monkeypatch, s
     assert len(records(batches)) == 2000
     dead = dead_letters(batches)
     assert len(dead) == 1000 and {d["reason"] for d in dead} == {"wrong_type"}  # [n, null]
+
+
+_SPLIT_BY_NAME = "features:\n  - {name: id, type: int64}\nsplits: {a: 1, b: 1}\nsplit_key: [name]\n"
+
+
+@pytest.mark.parametrize("spec", [
+    ID_NAME,
+    "features:\n  - {name: id, type: int64}\n  - {name: name, type: bytes}\n",
+    _SPLIT_BY_NAME,
+    None,  # inferred
+])
+def test_a_json_escape_of_a_lone_surrogate_is_its_lines_dead_letter(tmp_path, spec):
+    lines = [r'{"id": 1, "name": "a"}', r'{"id": 2, "name": "\udc80"}',
+             r'{"id": 3, "name": "\ud83d\ude00"}', r'{"id": 4, "name": "x\ud800y"}',
+             r'{"id": 5, "\udfff": 1}', r'{"id": 6, "name": "\\udc80"}']
+    source = tmp_path / "in.jsonl"
+    source.write_text("\n".join(lines) + "\n")
+    out = tmp_path / "out"
+    assert _convert(source, "jsonl", out, *(["--spec", _spec(tmp_path, spec)] if spec else [])) == 0
+    assert _ids(out) == [1, 3, 6]
+    dead = {d["line"]: (d["reason"], d["message"], d["raw"]) for d in _dead(out)}
+    assert dead == {
+        2: ("invalid_encoding", r"a \u escape of a lone surrogate (U+DC80) is no character",
+            lines[1]),
+        4: ("invalid_encoding", r"a \u escape of a lone surrogate (U+D800) is no character",
+            lines[3]),
+        5: ("invalid_encoding", r"a \u escape of a lone surrogate (U+DFFF) is no character",
+            lines[4]),
+    }
+    if spec != _SPLIT_BY_NAME:
+        names = {r["id"][1][0]: r["name"][1][0] for r in _records(out)}
+        assert names == {1: b"a", 3: "\U0001f600".encode(), 6: rb"\udc80"}
+    counts = _counts(out)
+    assert (counts["input"], counts["written"], counts["dead_letter"]) == (6, 3, 3)

@@ -54,8 +54,9 @@ def parse_json_line(line: bytes) -> dict:
     """The object on one JSON Lines line: the one rule for the reader and for inference.
 
     Raises JsonLineError: `invalid_encoding` for bytes that are not UTF-8 (JSON Lines is
-    UTF-8), `invalid_json` for text that is not JSON, nests deeper than the parser can
-    follow, or holds something other than an object. A number beyond float64 (1e400) is a
+    UTF-8) or a `\\u` escape of a lone surrogate (no character, so no UTF-8 either),
+    `invalid_json` for text that is not JSON, nests deeper than the parser can follow, or
+    holds something other than an object. A number beyond float64 (1e400) is a
     `NumberBeyondFloat64`, never an infinity.
     """
     try:
@@ -72,7 +73,26 @@ def parse_json_line(line: bytes) -> dict:
     if not isinstance(obj, dict):
         kind = "null" if obj is None else _JSON_KINDS.get(type(obj), "number")
         raise JsonLineError("invalid_json", f"a JSON {kind}, not an object")
+    if _SURROGATE_ESCAPE.search(line):
+        _check_surrogates(obj)
     return obj
+
+
+# `json.loads` turns "\udc80" (an escape of half a UTF-16 pair, standing alone) into a
+# str that no encoder takes: in a value, a key or a split key it failed the whole job. Arrow
+# refuses the chunk ("surrogate pair ... invalid"), so only this path meets one, and only
+# lines holding such an escape (a pair is one as well) are checked.
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+
+
+def _check_surrogates(obj: dict) -> None:
+    try:
+        json.dumps(obj, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError as error:
+        raise JsonLineError(
+            "invalid_encoding", f"a \\u escape of a lone surrogate "
+                                f"(U+{ord(error.object[error.start]):04X}) is no character"
+        ) from None
 
 
 _JSON_KINDS = {bool: "boolean", str: "string", list: "array"}

@@ -1,10 +1,13 @@
 """CSV and JSON Lines text at the edges of what the readers take, through the CLI: a JSON
 Lines line that is no object (a bare `null` included, which Arrow's reader took for a row and
 could crash on) is that line's dead letter on the Arrow and the line-by-line path alike; so is
-a line escaping a lone surrogate, whatever reads the value."""
+a line escaping a lone surrogate, whatever reads the value. A CSV file ending inside a quoted
+field dead-letters that record as `unterminated_quote`, with or without a line break after it,
+read whole, in chunks, or from gzip."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import subprocess
 import sys
@@ -20,8 +23,10 @@ from tests.tabular.test_hostile_tabular import (
     _records,
     _spec,
 )
+from tests.tabular.test_range_cuts import CSV, _cut, _raw_units
 from tests.tabular.test_tabular import convert, count_json_chunk_modes, dead_letters, records
 from transforms.tabular import json_reader
+from transforms.tabular.read import read_chunks
 from transforms.tabular.spec import parse_spec
 
 
@@ -108,3 +113,37 @@ def test_a_json_escape_of_a_lone_surrogate_is_its_lines_dead_letter(tmp_path, sp
         assert names == {1: b"a", 3: "\U0001f600".encode(), 6: rb"\udc80"}
     counts = _counts(out)
     assert (counts["input"], counts["written"], counts["dead_letter"]) == (6, 3, 3)
+
+
+@pytest.mark.parametrize("gz", [False, True])
+@pytest.mark.parametrize("rows", [1, 20_000])  # many: read in chunks, and planned in ranges
+@pytest.mark.parametrize("last", ['2,"y', '"2,y', '2,"y\n', '"2,y\n', '2,"y""', '2,"y\r\n',
+                                  '"2,y\n3,z\n'])
+def test_a_csv_ending_inside_a_quoted_field_dead_letters_it_with_or_without_a_newline(
+        tmp_path, last, rows, gz):
+    good = b"id,name\n" + b"".join(b"%d,x\n" % (1000 + i) for i in range(rows))
+    data = good + last.encode()
+    source = tmp_path / ("in.csv.gz" if gz else "in.csv")
+    source.write_bytes(gzip.compress(data) if gz else data)
+    out = tmp_path / "out"
+    assert _convert(source, "csv", out, "--spec", _spec(tmp_path, ID_NAME),
+                    "--work-unit-bytes", "20000") == 0
+    assert _ids(out) == [1000 + i for i in range(rows)]
+    lines = last.splitlines()  # the line the quote opens and every line after it
+    assert [(d["reason"], d["row"], d["line"], d["raw"]) for d in _dead(out)] == [
+        ("unterminated_quote", rows + 1 + k, rows + 2 + k, line) for k, line in enumerate(lines)]
+    counts = _counts(out)
+    assert (counts["input"], counts["written"], counts["dead_letter"]) == (
+        rows + len(lines), rows, len(lines))
+
+
+@pytest.mark.parametrize("where", ["beam", "now"])
+def test_a_csv_ending_inside_a_quoted_field_stays_one_unit_when_workers_cut_it(tmp_path, where):
+    path = tmp_path / "open.csv"
+    path.write_bytes(b"id,name\n" + b"".join(b"%d,x\n" % i for i in range(400)) + b'400,"y')
+    (unit,) = _cut(_raw_units(path, "csv", 4), CSV, tmp_path / "units", where)
+    assert (unit.start, unit.end) == (None, None)
+    spec = parse_spec(ID_NAME)
+    failures = [f for chunk in read_chunks(unit, "csv", spec, 64) for f in chunk.failures]
+    assert [(f.reason, f.row, f.details, f.raw) for f in failures] == [
+        ("unterminated_quote", 401, {"line": 402}, '400,"y')]

@@ -14,9 +14,11 @@ names from the file's header and numbers its rows on from the rows before it."""
 from __future__ import annotations
 
 import codecs
+import collections
 import csv
 import dataclasses
 import io
+import math
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
@@ -38,6 +40,7 @@ from transforms.tabular.chunks import (
 )
 from transforms.tabular.columns import key_text_array
 from transforms.tabular.spec import ConversionSpec
+from transforms.tabular.unclosed_quote import unterminated_tail
 from transforms.tabular.values import ESCAPE_BASE, unescape
 
 __all__ = []
@@ -51,6 +54,11 @@ _READAHEAD_BLOCKS = 4
 
 
 _ESCAPE_ERRORS = "tfrecord_pipeline.escape"
+
+
+# The longest last line `_EscapingReader` keeps; a longer one is looked at by reading the
+# file again (it may end inside a quoted field).
+_MAX_LAST_LINE = 16 << 20
 
 
 # UTF-8 of U+10FF00..U+10FFFF starts with these bytes.
@@ -108,6 +116,10 @@ class _EscapingReader(io.RawIOBase):
         #: Set while Arrow reads this stream: paces its reads (see `_ReadAhead`).
         self.read_ahead: _ReadAhead | None = None
         self._finished = False
+        #: The last line read, with the line breaks after it (None: too long to keep):
+        #: the only trace of a quote left open on the last line when Arrow's record of it
+        #: holds no line break (see `unclosed_quote.unterminated_tail`).
+        self.last_line: bytearray | None = bytearray()
 
     def readable(self) -> bool:
         return True
@@ -157,7 +169,21 @@ class _EscapingReader(io.RawIOBase):
             out = bytes(self._buffer[:size])
             del self._buffer[:size]
         self._position += len(out)
+        self._keep_last_line(out)
         return out
+
+    def _keep_last_line(self, out: bytes) -> None:
+        stop = len(out)
+        while stop and out[stop - 1] in b"\r\n":
+            stop -= 1
+        cut = out.rfind(b"\n", 0, stop)
+        cut = max(cut, out.rfind(b"\r", cut + 1, stop))
+        if cut >= 0:
+            self.last_line = bytearray(out[cut + 1:])
+        elif self.last_line is not None:
+            self.last_line += out
+            if len(self.last_line) > _MAX_LAST_LINE:
+                self.last_line = None
 
     def readinto(self, buffer) -> int:
         data = self.read(len(buffer))
@@ -380,16 +406,22 @@ def _csv_pass(unit: WorkUnit, fmt: str, spec: ConversionSpec, batch_rows: int,
     if later_range:
         progress.row_offset = int((unit.extra or {}).get("row_offset", 0))
     header_rows = 1 if options.header and not later_range else 0
-    ragged: list[tuple[int, str]] = []
+    # Arrow reports ragged rows as it parses, blocks ahead of the batches taken (on its
+    # reading thread): each waits here until the good rows before it are taken, so that it
+    # joins the chunk it lies in (the last record of the file, which an unclosed quote may
+    # have made ragged, then is in the last chunk, where `unterminated_tail` finds it).
+    ragged: collections.deque[tuple[int, str]] = collections.deque()
 
     def on_invalid_row(row) -> str:
         if row.number > progress.ragged_number:
             ragged.append((row.number, row.text))
         return "skip"
 
-    def failures() -> list[Failure]:
+    def failures(taken: float) -> list[Failure]:
+        """The ragged rows after no more than `taken` good rows of the unit."""
         out = []
-        for number, text in ragged:
+        while ragged and ragged[0][0] - header_rows - 1 - len(progress.ragged_before) <= taken:
+            number, text = ragged.popleft()
             data_row = number - header_rows
             progress.ragged_before.append(data_row - 1 - len(progress.ragged_before))
             progress.ragged_number = number
@@ -403,7 +435,6 @@ def _csv_pass(unit: WorkUnit, fmt: str, spec: ConversionSpec, batch_rows: int,
             out.append(Failure(row=data_row + progress.row_offset, reason="ragged_row",
                                message=f"expected {len(names)} fields, got {len(cells)}",
                                raw=unescape(text, options.encoding), key=key))
-        ragged.clear()
         return out
 
     with ExitStack() as stack:
@@ -448,22 +479,24 @@ def _csv_pass(unit: WorkUnit, fmt: str, spec: ConversionSpec, batch_rows: int,
         stack.callback(_stop_reading, reader, stream, read_ahead)
         skip = progress.good_rows  # good rows a previous pass emitted
         held = None  # the latest chunk's rows: the file's last record may need a second look
+        taken = 0  # good rows of the batches taken in this pass
         for batch in read_ahead.batches(reader):
+            taken += batch.num_rows
             if skip >= batch.num_rows:
                 skip -= batch.num_rows
                 batch = batch.slice(batch.num_rows)
             elif skip:
                 batch, skip = batch.slice(skip), 0
-            rejected = failures()
+            rejected = failures(taken)
             if not batch.num_rows and not rejected:
                 continue
             if held is not None:
                 yield _csv_chunk(*held, progress, stream.escapes, options, delimiter)
             held = (batch, names, rejected)
-        trailing = failures()
+        trailing = failures(math.inf)
         # A file split into byte ranges has no unclosed quote (its planning made sure).
-        record, swallowed = (None, []) if unit.start is not None else _unterminated_tail(
-            unit, spec, fmt, names, held, trailing)
+        record, swallowed = (None, []) if unit.start is not None else unterminated_tail(
+            unit, spec, fmt, names, held, trailing, stream.last_line)
         first_row = None
         if swallowed:  # take the record that swallowed the lines out of the output
             rejected = held[2] if held is not None else []
@@ -484,84 +517,6 @@ def _csv_pass(unit: WorkUnit, fmt: str, spec: ConversionSpec, batch_rows: int,
             for offset, failure in enumerate(swallowed):
                 failure.row = first_row + offset
             yield _csv_chunk(None, names, swallowed, progress, stream.escapes, options, delimiter)
-
-
-def _spans_lines(text: str | bytes | None) -> bool:
-    if isinstance(text, bytes):
-        return b"\n" in text or b"\r" in text
-    return text is not None and ("\n" in text or "\r" in text)
-
-
-def _last_record_spans_lines(held, trailing: list[Failure]) -> bool:
-    """Whether the file's last parsed record (a row, or a ragged row) may hold a line
-    break: the only way a quoted field left open can have swallowed the lines after it."""
-    if trailing:
-        return _spans_lines(trailing[-1].raw)
-    if held is None:
-        return False
-    batch, _, rejected = held
-    if rejected and _spans_lines(rejected[-1].raw):
-        return True
-    if batch is None or not batch.num_rows:
-        return False
-    last = batch.slice(batch.num_rows - 1)
-    return any(_spans_lines(column[0].as_py()) for column in last.columns)
-
-
-def _unterminated_tail(unit: WorkUnit, spec: ConversionSpec, fmt: str, names: list[str], held,
-                       trailing: list[Failure]) -> tuple[str | None, list[Failure]]:
-    """(the last record's text, dead letters) for a quoted field that is never closed, or
-    (None, []) when there is none.
-
-    Arrow reads an unclosed quote to the end of the file as one field, so every later line
-    would vanish into it. Only when the last record spans lines is the file read again,
-    with Python's csv module, whose strict mode alone tells "end of data inside a quoted
-    field" apart: then the line where the quote opened and every line after it become
-    `unterminated_quote` dead letters, one per line, so the counts still cover every row.
-    """
-    if not _last_record_spans_lines(held, trailing):
-        return None, []
-    options = spec.csv
-    delimiter = options.delimiter_for(fmt)
-    quotechar = options.quotechar or '"'
-    with ExitStack() as stack:
-        text = io.TextIOWrapper(open_input(unit.path, stack),
-                                encoding="utf-8-sig" if codecs.lookup(options.encoding).name == "utf-8"
-                                else options.encoding, errors="replace", newline="")
-        lines = text.read().splitlines(keepends=True)
-    reader = csv.reader(iter(lines), delimiter=delimiter, quotechar=quotechar)
-    before_last = consumed = 0  # lines before the last record; lines read so far
-    try:
-        for _ in reader:
-            before_last, consumed = consumed, reader.line_num
-    except csv.Error:
-        before_last = consumed
-    start = before_last
-    tail = lines[start:]
-    try:
-        list(csv.reader(iter(tail), delimiter=delimiter, quotechar=quotechar, strict=True))
-        return None, []
-    except csv.Error as error:
-        if "unexpected end of data" not in str(error):
-            return None, []
-    opened = start + 1
-    failures = []
-    for offset, line in enumerate(tail):
-        line = line.rstrip("\r\n")
-        where = (f"a quoted field opened on line {opened} is never closed" if offset == 0 else
-                 f"line {opened + offset} follows a quoted field opened on line {opened} that is "
-                 f"never closed")
-        cells = line.split(delimiter)
-        if spec.split_key:
-            by_name = dict(zip(names, cells, strict=False))
-            key = KEY_SEPARATOR.join(by_name.get(c, "").encode("utf-8") for c in spec.split_key)
-        else:
-            key = KEY_SEPARATOR.join(c.encode("utf-8") for c in cells)
-        failures.append(Failure(row=None, reason="unterminated_quote",
-                                message=f"{where} (quote character {quotechar!r})", raw=line,
-                                key=key, details={"line": opened + offset}))
-    record = "".join(tail)
-    return record[:-1] if record.endswith("\n") else record, failures
 
 
 def _csv_chunk(batch: pa.RecordBatch | None, names: list[str], rejected: list[Failure],

@@ -7,8 +7,10 @@ read whole, in chunks, or from gzip."""
 
 from __future__ import annotations
 
+import collections
 import gzip
 import json
+import math
 import subprocess
 import sys
 
@@ -25,6 +27,7 @@ from tests.tabular.test_hostile_tabular import (
 )
 from tests.tabular.test_range_cuts import CSV, _cut, _raw_units
 from tests.tabular.test_tabular import convert, count_json_chunk_modes, dead_letters, records
+from transforms.format.example_codec import decode_example
 from transforms.tabular import json_reader
 from transforms.tabular.read import read_chunks
 from transforms.tabular.spec import parse_spec
@@ -147,3 +150,37 @@ def test_a_csv_ending_inside_a_quoted_field_stays_one_unit_when_workers_cut_it(t
     failures = [f for chunk in read_chunks(unit, "csv", spec, 64) for f in chunk.failures]
     assert [(f.reason, f.row, f.details, f.raw) for f in failures] == [
         ("unterminated_quote", 401, {"line": 402}, '400,"y')]
+
+
+@pytest.mark.parametrize("spec_text", [
+    # Columns only float features read: a chunk read line by line leaves them double.
+    "features:\n  - {name: f, type: float}\n  - {name: fl, type: float, list: true}\n",
+    # Columns also read as int64 (a feature, a split key): a chunk with -0 is read line by line.
+    "features:\n  - {name: f, type: float}\n  - {name: fi, type: int64, column: f}\n"
+    "  - {name: fl, type: float, list: true}\nsplits: {p: 1, q: 1}\nsplit_key: [fl]\n",
+])
+def test_json_minus_zero_is_negative_zero_in_a_float_feature_on_either_path(
+        tmp_path, monkeypatch, spec_text):
+    spec = parse_spec(spec_text)
+    lines = ['{"f": 1, "fl": [1], "odd": [}']  # invalid: a first chunk read line by line
+    for n in range(1, 10_000):
+        f = "-0" if n % 7 == 0 else n
+        fl = f"[{n}, -0]" if n % 5 == 0 else f"[{n}]"
+        lines.append(f'{{"f": {f}, "fl": {fl}}}')
+    source = tmp_path / "in.jsonl"
+    source.write_text("\n".join(lines) + "\n")
+
+    modes = count_json_chunk_modes(monkeypatch)
+    with_arrow = convert(source, "jsonl", spec, batch_rows=300)
+    if "fi" not in spec_text:
+        assert modes["typed"] >= 2, modes
+    monkeypatch.setattr(json_reader.JsonLinesReader, "_read_arrow", lambda self, body: None)
+    line_by_line = convert(source, "jsonl", spec, batch_rows=300)
+    for split in {b.split for b in with_arrow}:
+        assert records(with_arrow, split) == records(line_by_line, split)
+    assert len(dead_letters(with_arrow)) == 1
+    signs = collections.Counter()
+    for record in map(decode_example, records(with_arrow)):
+        for name in ("f", "fl"):
+            signs[name] += sum(math.copysign(1, v) < 0 for v in record[name][1])
+    assert signs == {"f": len(range(7, 10_000, 7)), "fl": len(range(5, 10_000, 5))}

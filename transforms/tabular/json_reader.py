@@ -50,6 +50,21 @@ def _number(text: str) -> float:
     return NumberBeyondFloat64(text) if math.isinf(number) else number
 
 
+class _NegativeZero(int):
+    """JSON `-0`: the int 0 (in an int64 feature, as text, in a split key), but -0.0 as a
+    float, as Arrow's JSON reader and float("-0") give it; `json.loads` made it 0."""
+
+    def __float__(self) -> float:
+        return -0.0
+
+
+_NEGATIVE_ZERO = _NegativeZero(0)
+
+
+def _integer(text: str) -> int:
+    return _NEGATIVE_ZERO if text == "-0" else int(text)
+
+
 def parse_json_line(line: bytes) -> dict:
     """The object on one JSON Lines line: the one rule for the reader and for inference.
 
@@ -57,14 +72,16 @@ def parse_json_line(line: bytes) -> dict:
     UTF-8) or a `\\u` escape of a lone surrogate (no character, so no UTF-8 either),
     `invalid_json` for text that is not JSON, nests deeper than the parser can follow, or
     holds something other than an object. A number beyond float64 (1e400) is a
-    `NumberBeyondFloat64`, never an infinity.
+    `NumberBeyondFloat64`, never an infinity; `-0` is an int 0 that is -0.0 as a float.
     """
     try:
         text = line.decode("utf-8")
     except UnicodeDecodeError as error:
         raise JsonLineError("invalid_encoding", f"line is not UTF-8: {error}") from None
     try:
-        obj = json.loads(text.lstrip("\ufeff"), parse_float=_number)
+        # A Python call per int slows `json.loads`: only a line that may hold -0 makes them.
+        obj = json.loads(text.lstrip("\ufeff"), parse_float=_number,
+                         parse_int=_integer if b"-0" in line else None)
     except RecursionError:
         raise JsonLineError("invalid_json", "invalid JSON: nested deeper than the parser "
                                             "follows") from None
@@ -121,6 +138,10 @@ def _holds_bare_null(body: bytes) -> bool:
     return False
 
 
+# An int -0 (not -0.5, -0e1): see `JsonLinesReader._signs_lost`.
+_INT_NEGATIVE_ZERO = re.compile(rb"-0(?![0-9.eE])")
+
+
 def _arrow_type_for(feature_type: str, is_list: bool) -> pa.DataType:
     scalar = {"int64": pa.int64(), "float": pa.float64()}.get(feature_type, pa.string())
     return pa.list_(scalar) if is_list else scalar
@@ -165,7 +186,9 @@ def _learned_type(values: Sequence[Any], uses: set[tuple[str, bool]]) -> pa.Data
         if None in items:
             return None
         kinds = _value_kinds(items)
-    if kinds == {"int", "float"}:
+    # Ints a double column reads as they are, but read as int64 a JSON -0 loses its sign,
+    # which a float feature keeps: a column only float features read stays double.
+    if kinds == {"int", "float"} or kinds == {"int"} and all(use == "float" for use, _ in uses):
         kinds = {"float"}
     if len(kinds) > 1 or not kinds <= set(_ARROW_TYPES):
         return None
@@ -283,6 +306,8 @@ class JsonLinesReader:
             return None
         if _holds_bare_null(body):
             return None
+        if self._signs_lost() and _INT_NEGATIVE_ZERO.search(body):
+            return None
         schema = pa.schema(list(self.types.items()))
         try:
             table = pajson.read_json(
@@ -298,6 +323,13 @@ class JsonLinesReader:
             if pa.types.is_floating(values) and _holds_infinity(column):
                 return None
         return table
+
+    def _signs_lost(self) -> bool:
+        """Whether a column read as int64 is also read by a float feature (as an int64
+        feature or a split key read it too), which would take a JSON -0 for 0.0."""
+        return any(("float", True) in self.uses[name] or ("float", False) in self.uses[name]
+                   for name, arrow_type in self.types.items()
+                   if pa.int64() in (arrow_type, getattr(arrow_type, "value_type", None)))
 
     def _python_chunk(self, unit: WorkUnit, index: int, lines: list[bytes], nonblank: list[int],
                       rows_before: int, lines_before: int) -> Chunk:

@@ -1,12 +1,14 @@
 """CSV and JSON Lines text at the edges of what the readers take, through the CLI: a JSON
 Lines line that is no object (a bare `null` included, which Arrow's reader took for a row and
 could crash on) is that line's dead letter on the Arrow and the line-by-line path alike; so is
-a line escaping a lone surrogate, whatever reads the value. A CSV file ending inside a quoted
-field dead-letters that record as `unterminated_quote`, with or without a line break after it,
-read whole, in chunks, or from gzip."""
+a line escaping a lone surrogate, whatever reads the value, and JSON -0 is -0.0 in a float
+feature on both paths. A CSV file ending inside a quoted field dead-letters that record as
+`unterminated_quote`, with or without a line break after it, read whole, in chunks, or from
+gzip; characters of the range that escapes undecodable bytes are text."""
 
 from __future__ import annotations
 
+import base64
 import collections
 import gzip
 import json
@@ -31,6 +33,7 @@ from transforms.format.example_codec import decode_example
 from transforms.tabular import json_reader
 from transforms.tabular.read import read_chunks
 from transforms.tabular.spec import parse_spec
+from transforms.tabular.values import RowConverter
 
 
 @pytest.mark.parametrize("arrow", [True, False])
@@ -184,3 +187,41 @@ def test_json_minus_zero_is_negative_zero_in_a_float_feature_on_either_path(
         for name in ("f", "fl"):
             signs[name] += sum(math.copysign(1, v) < 0 for v in record[name][1])
     assert signs == {"f": len(range(7, 10_000, 7)), "fl": len(range(5, 10_000, 5))}
+
+
+_TOP = "\U0010ff41\U0010ffff"  # valid characters, in the range escaping invalid bytes
+
+
+@pytest.mark.parametrize("encoding", ["utf-8", "gb18030"])
+def test_characters_of_the_escape_range_are_text_and_invalid_bytes_still_dead_letters(
+        tmp_path, encoding):
+    folder = tmp_path / "in"
+    folder.mkdir()
+    good = f"id,name,tags\n1,{_TOP},a|{_TOP}\n2,x,b\nbad,{_TOP},c\n3,{_TOP}\n"
+    (folder / "a.csv").write_bytes(good.encode(encoding))
+    (folder / "b.csv").write_bytes(b"id,name,tags\n4,\xff\xfe,d\n5,y,e\n")  # invalid in both
+    spec = _spec(tmp_path, ID_NAME + "  - {name: tags, type: string, list: true, separator: '|'}\n"
+                 f"csv: {{encoding: {encoding}}}\n")
+    out = tmp_path / "out"
+    assert _convert(folder, "csv", out, "--spec", spec) == 0
+    by_id = {r["id"][1][0]: r for r in _records(out)}
+    assert sorted(by_id) == [1, 2, 5]
+    assert by_id[1]["name"] == ("bytes", [_TOP.encode()])
+    assert by_id[1]["tags"] == ("bytes", [b"a", _TOP.encode()])
+    dead = {(d["source"][-5:], d["row"]): d for d in _dead(out)}
+    assert {key: d["reason"] for key, d in dead.items()} == {
+        ("a.csv", 3): "invalid_int", ("a.csv", 4): "ragged_row", ("b.csv", 1): "invalid_encoding"}
+    assert dead["a.csv", 3]["raw"] == f"bad,{_TOP},c" and dead["a.csv", 4]["raw"] == f"3,{_TOP}"
+    invalid = dead["b.csv", 1]
+    assert (invalid["raw_encoding"], base64.b64decode(invalid["raw"])) == ("base64", b"4,\xff\xfe,d")
+
+
+def test_inferred_types_and_the_row_converter_take_characters_of_the_escape_range(tmp_path):
+    source = tmp_path / "in.csv"
+    source.write_text(f"id,name\n1,{_TOP}\n2,{_TOP}\n", encoding="utf-8")
+    out = tmp_path / "out"
+    assert _convert(source, "csv", out) == 0
+    assert "- name: name\n  type: string" in (out / "spec.yaml").read_text()
+    assert [r["name"] for r in _records(out)] == [("bytes", [_TOP.encode()])] * 2
+    spec = parse_spec("features: [{name: name, type: string}]")
+    assert RowConverter(spec, "csv").convert({"name": _TOP}) == {"name": ("bytes", [_TOP.encode()])}

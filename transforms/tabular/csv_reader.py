@@ -61,21 +61,15 @@ _ESCAPE_ERRORS = "tfrecord_pipeline.escape"
 _MAX_LAST_LINE = 16 << 20
 
 
-# UTF-8 of U+10FF00..U+10FFFF starts with these bytes.
-_ESCAPE_PREFIX = chr(ESCAPE_BASE).encode("utf-8")[:2]
-
-
-def _holds_escape_prefix(data: bytes | bytearray) -> bool:
-    """Whether `data` holds `_ESCAPE_PREFIX`.
-
-    The one-byte search is `memchr` (~10x faster than a two-byte `in`); its byte, 0xF4,
-    leads only code points from U+100000, which real text almost never holds.
-    """
-    return _ESCAPE_PREFIX[:1] in data and _ESCAPE_PREFIX in data
+# Whether the error handler escaped bytes in the current thread's decode call: only then
+# does a stream hold escapes. A real character of the escapes' range (valid UTF-8, or one
+# the encoding decodes to) is text, so it must not say so.
+_escaped = threading.local()
 
 
 def _escape_invalid(error: UnicodeError):
     if isinstance(error, UnicodeDecodeError):
+        _escaped.any = True
         bad = error.object[error.start:error.end]
         return "".join(chr(ESCAPE_BASE + b) for b in bad), error.end
     raise error
@@ -112,6 +106,7 @@ class _EscapingReader(io.RawIOBase):
         self._read_size = read_size
         self._eof = False
         self._position = 0
+        #: Bytes invalid in the encoding were escaped (see `tabular_values.unescape`).
         self.escapes = False
         #: Set while Arrow reads this stream: paces its reads (see `_ReadAhead`).
         self.read_ahead: _ReadAhead | None = None
@@ -139,15 +134,12 @@ class _EscapingReader(io.RawIOBase):
                 if valid_utf8(memoryview(data)[:cut]):
                     self._buffer += memoryview(data)[:cut]
                     self._tail = data[cut:]
-                    if not self.escapes and _holds_escape_prefix(data):
-                        self.escapes = True
                     continue
             self._started = True
+            _escaped.any = False
             text = self._decoder.decode(data, final=not data or self._eof)
-            encoded = text.encode("utf-8")
-            if not self.escapes and _holds_escape_prefix(encoded):
-                self.escapes = True
-            self._buffer += encoded
+            self.escapes = self.escapes or _escaped.any
+            self._buffer += text.encode("utf-8")
 
     def peek(self, size: int) -> bytes:
         self._fill(size)
@@ -434,7 +426,7 @@ def _csv_pass(unit: WorkUnit, fmt: str, spec: ConversionSpec, batch_rows: int,
                 key = KEY_SEPARATOR.join(c.encode("utf-8") for c in cells)
             out.append(Failure(row=data_row + progress.row_offset, reason="ragged_row",
                                message=f"expected {len(names)} fields, got {len(cells)}",
-                               raw=unescape(text, options.encoding), key=key))
+                               raw=_raw_text(text, options.encoding, stream.escapes), key=key))
         return out
 
     with ExitStack() as stack:
@@ -529,7 +521,7 @@ def _csv_chunk(batch: pa.RecordBatch | None, names: list[str], rejected: list[Fa
     chunk = Chunk(
         index=progress.chunks, mode="text", num_rows=n, columns=columns,
         row_numbers=good + 1 + progress.row_offset,
-        raw=_csv_raw(columns, names, delimiter, options.quotechar, options.encoding),
+        raw=_csv_raw(columns, names, delimiter, options.quotechar, options.encoding, escapes),
         whole_row_keys=_joined_keys(columns, names),
         failures=rejected, escapes=escapes,
     )
@@ -538,10 +530,16 @@ def _csv_chunk(batch: pa.RecordBatch | None, names: list[str], rejected: list[Fa
     return chunk
 
 
-def _csv_raw(columns, names, delimiter, quotechar, encoding):
+def _raw_text(text: str, encoding: str, escapes: bool) -> str | bytes:
+    """The input a record's text was read from: with escapes undone if the stream escaped
+    bytes (else a character of their range is one of the text's)."""
+    return unescape(text, encoding) if escapes else text
+
+
+def _csv_raw(columns, names, delimiter, quotechar, encoding, escapes: bool):
     def raw(i: int) -> str | bytes:
         cells = [columns[name][i].as_py() for name in names]
-        return unescape(_csv_text(cells, delimiter, quotechar), encoding)
+        return _raw_text(_csv_text(cells, delimiter, quotechar), encoding, escapes)
 
     return raw
 

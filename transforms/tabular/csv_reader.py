@@ -14,9 +14,11 @@ names from the file's header and numbers its rows on from the rows before it."""
 from __future__ import annotations
 
 import codecs
+import collections
 import csv
 import dataclasses
 import io
+import math
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
@@ -38,6 +40,7 @@ from transforms.tabular.chunks import (
 )
 from transforms.tabular.columns import key_text_array
 from transforms.tabular.spec import ConversionSpec
+from transforms.tabular.unclosed_quote import unterminated_tail
 from transforms.tabular.values import ESCAPE_BASE, unescape
 
 __all__ = []
@@ -53,21 +56,20 @@ _READAHEAD_BLOCKS = 4
 _ESCAPE_ERRORS = "tfrecord_pipeline.escape"
 
 
-# UTF-8 of U+10FF00..U+10FFFF starts with these bytes.
-_ESCAPE_PREFIX = chr(ESCAPE_BASE).encode("utf-8")[:2]
+# The longest last line `_EscapingReader` keeps; a longer one is looked at by reading the
+# file again (it may end inside a quoted field).
+_MAX_LAST_LINE = 16 << 20
 
 
-def _holds_escape_prefix(data: bytes | bytearray) -> bool:
-    """Whether `data` holds `_ESCAPE_PREFIX`.
-
-    The one-byte search is `memchr` (~10x faster than a two-byte `in`); its byte, 0xF4,
-    leads only code points from U+100000, which real text almost never holds.
-    """
-    return _ESCAPE_PREFIX[:1] in data and _ESCAPE_PREFIX in data
+# Whether the error handler escaped bytes in the current thread's decode call: only then
+# does a stream hold escapes. A real character of the escapes' range (valid UTF-8, or one
+# the encoding decodes to) is text, so it must not say so.
+_escaped = threading.local()
 
 
 def _escape_invalid(error: UnicodeError):
     if isinstance(error, UnicodeDecodeError):
+        _escaped.any = True
         bad = error.object[error.start:error.end]
         return "".join(chr(ESCAPE_BASE + b) for b in bad), error.end
     raise error
@@ -104,10 +106,15 @@ class _EscapingReader(io.RawIOBase):
         self._read_size = read_size
         self._eof = False
         self._position = 0
+        #: Bytes invalid in the encoding were escaped (see `tabular_values.unescape`).
         self.escapes = False
         #: Set while Arrow reads this stream: paces its reads (see `_ReadAhead`).
         self.read_ahead: _ReadAhead | None = None
         self._finished = False
+        #: The last line read, with the line breaks after it (None: too long to keep):
+        #: the only trace of a quote left open on the last line when Arrow's record of it
+        #: holds no line break (see `unclosed_quote.unterminated_tail`).
+        self.last_line: bytearray | None = bytearray()
 
     def readable(self) -> bool:
         return True
@@ -127,15 +134,12 @@ class _EscapingReader(io.RawIOBase):
                 if valid_utf8(memoryview(data)[:cut]):
                     self._buffer += memoryview(data)[:cut]
                     self._tail = data[cut:]
-                    if not self.escapes and _holds_escape_prefix(data):
-                        self.escapes = True
                     continue
             self._started = True
+            _escaped.any = False
             text = self._decoder.decode(data, final=not data or self._eof)
-            encoded = text.encode("utf-8")
-            if not self.escapes and _holds_escape_prefix(encoded):
-                self.escapes = True
-            self._buffer += encoded
+            self.escapes = self.escapes or _escaped.any
+            self._buffer += text.encode("utf-8")
 
     def peek(self, size: int) -> bytes:
         self._fill(size)
@@ -157,7 +161,21 @@ class _EscapingReader(io.RawIOBase):
             out = bytes(self._buffer[:size])
             del self._buffer[:size]
         self._position += len(out)
+        self._keep_last_line(out)
         return out
+
+    def _keep_last_line(self, out: bytes) -> None:
+        stop = len(out)
+        while stop and out[stop - 1] in b"\r\n":
+            stop -= 1
+        cut = out.rfind(b"\n", 0, stop)
+        cut = max(cut, out.rfind(b"\r", cut + 1, stop))
+        if cut >= 0:
+            self.last_line = bytearray(out[cut + 1:])
+        elif self.last_line is not None:
+            self.last_line += out
+            if len(self.last_line) > _MAX_LAST_LINE:
+                self.last_line = None
 
     def readinto(self, buffer) -> int:
         data = self.read(len(buffer))
@@ -380,16 +398,22 @@ def _csv_pass(unit: WorkUnit, fmt: str, spec: ConversionSpec, batch_rows: int,
     if later_range:
         progress.row_offset = int((unit.extra or {}).get("row_offset", 0))
     header_rows = 1 if options.header and not later_range else 0
-    ragged: list[tuple[int, str]] = []
+    # Arrow reports ragged rows as it parses, blocks ahead of the batches taken (on its
+    # reading thread): each waits here until the good rows before it are taken, so that it
+    # joins the chunk it lies in (the last record of the file, which an unclosed quote may
+    # have made ragged, then is in the last chunk, where `unterminated_tail` finds it).
+    ragged: collections.deque[tuple[int, str]] = collections.deque()
 
     def on_invalid_row(row) -> str:
         if row.number > progress.ragged_number:
             ragged.append((row.number, row.text))
         return "skip"
 
-    def failures() -> list[Failure]:
+    def failures(taken: float) -> list[Failure]:
+        """The ragged rows after no more than `taken` good rows of the unit."""
         out = []
-        for number, text in ragged:
+        while ragged and ragged[0][0] - header_rows - 1 - len(progress.ragged_before) <= taken:
+            number, text = ragged.popleft()
             data_row = number - header_rows
             progress.ragged_before.append(data_row - 1 - len(progress.ragged_before))
             progress.ragged_number = number
@@ -402,8 +426,7 @@ def _csv_pass(unit: WorkUnit, fmt: str, spec: ConversionSpec, batch_rows: int,
                 key = KEY_SEPARATOR.join(c.encode("utf-8") for c in cells)
             out.append(Failure(row=data_row + progress.row_offset, reason="ragged_row",
                                message=f"expected {len(names)} fields, got {len(cells)}",
-                               raw=unescape(text, options.encoding), key=key))
-        ragged.clear()
+                               raw=_raw_text(text, options.encoding, stream.escapes), key=key))
         return out
 
     with ExitStack() as stack:
@@ -448,22 +471,24 @@ def _csv_pass(unit: WorkUnit, fmt: str, spec: ConversionSpec, batch_rows: int,
         stack.callback(_stop_reading, reader, stream, read_ahead)
         skip = progress.good_rows  # good rows a previous pass emitted
         held = None  # the latest chunk's rows: the file's last record may need a second look
+        taken = 0  # good rows of the batches taken in this pass
         for batch in read_ahead.batches(reader):
+            taken += batch.num_rows
             if skip >= batch.num_rows:
                 skip -= batch.num_rows
                 batch = batch.slice(batch.num_rows)
             elif skip:
                 batch, skip = batch.slice(skip), 0
-            rejected = failures()
+            rejected = failures(taken)
             if not batch.num_rows and not rejected:
                 continue
             if held is not None:
                 yield _csv_chunk(*held, progress, stream.escapes, options, delimiter)
             held = (batch, names, rejected)
-        trailing = failures()
+        trailing = failures(math.inf)
         # A file split into byte ranges has no unclosed quote (its planning made sure).
-        record, swallowed = (None, []) if unit.start is not None else _unterminated_tail(
-            unit, spec, fmt, names, held, trailing)
+        record, swallowed = (None, []) if unit.start is not None else unterminated_tail(
+            unit, spec, fmt, names, held, trailing, stream.last_line)
         first_row = None
         if swallowed:  # take the record that swallowed the lines out of the output
             rejected = held[2] if held is not None else []
@@ -486,84 +511,6 @@ def _csv_pass(unit: WorkUnit, fmt: str, spec: ConversionSpec, batch_rows: int,
             yield _csv_chunk(None, names, swallowed, progress, stream.escapes, options, delimiter)
 
 
-def _spans_lines(text: str | bytes | None) -> bool:
-    if isinstance(text, bytes):
-        return b"\n" in text or b"\r" in text
-    return text is not None and ("\n" in text or "\r" in text)
-
-
-def _last_record_spans_lines(held, trailing: list[Failure]) -> bool:
-    """Whether the file's last parsed record (a row, or a ragged row) may hold a line
-    break: the only way a quoted field left open can have swallowed the lines after it."""
-    if trailing:
-        return _spans_lines(trailing[-1].raw)
-    if held is None:
-        return False
-    batch, _, rejected = held
-    if rejected and _spans_lines(rejected[-1].raw):
-        return True
-    if batch is None or not batch.num_rows:
-        return False
-    last = batch.slice(batch.num_rows - 1)
-    return any(_spans_lines(column[0].as_py()) for column in last.columns)
-
-
-def _unterminated_tail(unit: WorkUnit, spec: ConversionSpec, fmt: str, names: list[str], held,
-                       trailing: list[Failure]) -> tuple[str | None, list[Failure]]:
-    """(the last record's text, dead letters) for a quoted field that is never closed, or
-    (None, []) when there is none.
-
-    Arrow reads an unclosed quote to the end of the file as one field, so every later line
-    would vanish into it. Only when the last record spans lines is the file read again,
-    with Python's csv module, whose strict mode alone tells "end of data inside a quoted
-    field" apart: then the line where the quote opened and every line after it become
-    `unterminated_quote` dead letters, one per line, so the counts still cover every row.
-    """
-    if not _last_record_spans_lines(held, trailing):
-        return None, []
-    options = spec.csv
-    delimiter = options.delimiter_for(fmt)
-    quotechar = options.quotechar or '"'
-    with ExitStack() as stack:
-        text = io.TextIOWrapper(open_input(unit.path, stack),
-                                encoding="utf-8-sig" if codecs.lookup(options.encoding).name == "utf-8"
-                                else options.encoding, errors="replace", newline="")
-        lines = text.read().splitlines(keepends=True)
-    reader = csv.reader(iter(lines), delimiter=delimiter, quotechar=quotechar)
-    before_last = consumed = 0  # lines before the last record; lines read so far
-    try:
-        for _ in reader:
-            before_last, consumed = consumed, reader.line_num
-    except csv.Error:
-        before_last = consumed
-    start = before_last
-    tail = lines[start:]
-    try:
-        list(csv.reader(iter(tail), delimiter=delimiter, quotechar=quotechar, strict=True))
-        return None, []
-    except csv.Error as error:
-        if "unexpected end of data" not in str(error):
-            return None, []
-    opened = start + 1
-    failures = []
-    for offset, line in enumerate(tail):
-        line = line.rstrip("\r\n")
-        where = (f"a quoted field opened on line {opened} is never closed" if offset == 0 else
-                 f"line {opened + offset} follows a quoted field opened on line {opened} that is "
-                 f"never closed")
-        cells = line.split(delimiter)
-        if spec.split_key:
-            by_name = dict(zip(names, cells, strict=False))
-            key = KEY_SEPARATOR.join(by_name.get(c, "").encode("utf-8") for c in spec.split_key)
-        else:
-            key = KEY_SEPARATOR.join(c.encode("utf-8") for c in cells)
-        failures.append(Failure(row=None, reason="unterminated_quote",
-                                message=f"{where} (quote character {quotechar!r})", raw=line,
-                                key=key, details={"line": opened + offset}))
-    record = "".join(tail)
-    return record[:-1] if record.endswith("\n") else record, failures
-
-
 def _csv_chunk(batch: pa.RecordBatch | None, names: list[str], rejected: list[Failure],
                progress: _CsvProgress, escapes: bool, options, delimiter: str) -> Chunk:
     n = batch.num_rows if batch is not None else 0
@@ -574,7 +521,7 @@ def _csv_chunk(batch: pa.RecordBatch | None, names: list[str], rejected: list[Fa
     chunk = Chunk(
         index=progress.chunks, mode="text", num_rows=n, columns=columns,
         row_numbers=good + 1 + progress.row_offset,
-        raw=_csv_raw(columns, names, delimiter, options.quotechar, options.encoding),
+        raw=_csv_raw(columns, names, delimiter, options.quotechar, options.encoding, escapes),
         whole_row_keys=_joined_keys(columns, names),
         failures=rejected, escapes=escapes,
     )
@@ -583,10 +530,16 @@ def _csv_chunk(batch: pa.RecordBatch | None, names: list[str], rejected: list[Fa
     return chunk
 
 
-def _csv_raw(columns, names, delimiter, quotechar, encoding):
+def _raw_text(text: str, encoding: str, escapes: bool) -> str | bytes:
+    """The input a record's text was read from: with escapes undone if the stream escaped
+    bytes (else a character of their range is one of the text's)."""
+    return unescape(text, encoding) if escapes else text
+
+
+def _csv_raw(columns, names, delimiter, quotechar, encoding, escapes: bool):
     def raw(i: int) -> str | bytes:
         cells = [columns[name][i].as_py() for name in names]
-        return unescape(_csv_text(cells, delimiter, quotechar), encoding)
+        return _raw_text(_csv_text(cells, delimiter, quotechar), encoding, escapes)
 
     return raw
 

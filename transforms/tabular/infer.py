@@ -147,11 +147,13 @@ class _Sample:
             self.columns[name] = _Column(name)
         return self.columns[name]
 
-    def add_text(self, name: str, values: Iterable[str | None]) -> None:
+    def add_text(self, name: str, values: Iterable[str | None], escapes: bool) -> None:
+        """`escapes`: the reader escaped invalid bytes (`Chunk.escapes`), whose cells say
+        nothing of the column's type."""
         column = self.column(name)
         for value in values:
             # "" (a quoted empty cell) fits every type: missing in a number column.
-            if value and not has_escapes(value):
+            if value and not (escapes and has_escapes(value)):
                 column.type = _widen(column.type, _text_type(value))
 
     def add_python(self, name: str, value: Any) -> None:
@@ -239,7 +241,7 @@ def _sample_unit(sample: _Sample, unit: WorkUnit, fmt: str, csv: CsvOptions | No
             for chunk in chunks:
                 take = min(chunk.num_rows, sample_rows - sample.rows)
                 for name, values in chunk.columns.items():
-                    sample.add_text(name, values.slice(0, take).to_pylist())
+                    sample.add_text(name, values.slice(0, take).to_pylist(), chunk.escapes)
                 sample.rows += take + len(chunk.failures)
                 if sample.rows >= sample_rows:
                     return

@@ -11,6 +11,7 @@ import collections
 import io
 import json
 import math
+import re
 from collections.abc import Iterator, Sequence
 from contextlib import ExitStack
 from typing import Any
@@ -49,28 +50,96 @@ def _number(text: str) -> float:
     return NumberBeyondFloat64(text) if math.isinf(number) else number
 
 
+class _NegativeZero(int):
+    """JSON `-0`: the int 0 (in an int64 feature, as text, in a split key), but -0.0 as a
+    float, as Arrow's JSON reader and float("-0") give it; `json.loads` made it 0."""
+
+    def __float__(self) -> float:
+        return -0.0
+
+
+_NEGATIVE_ZERO = _NegativeZero(0)
+
+
+def _integer(text: str) -> int:
+    return _NEGATIVE_ZERO if text == "-0" else int(text)
+
+
 def parse_json_line(line: bytes) -> dict:
     """The object on one JSON Lines line: the one rule for the reader and for inference.
 
     Raises JsonLineError: `invalid_encoding` for bytes that are not UTF-8 (JSON Lines is
-    UTF-8), `invalid_json` for text that is not JSON, nests deeper than the parser can
-    follow, or holds something other than an object. A number beyond float64 (1e400) is a
-    `NumberBeyondFloat64`, never an infinity.
+    UTF-8) or a `\\u` escape of a lone surrogate (no character, so no UTF-8 either),
+    `invalid_json` for text that is not JSON, nests deeper than the parser can follow, or
+    holds something other than an object. A number beyond float64 (1e400) is a
+    `NumberBeyondFloat64`, never an infinity; `-0` is an int 0 that is -0.0 as a float.
     """
     try:
         text = line.decode("utf-8")
     except UnicodeDecodeError as error:
         raise JsonLineError("invalid_encoding", f"line is not UTF-8: {error}") from None
     try:
-        obj = json.loads(text.lstrip("\ufeff"), parse_float=_number)
+        # A Python call per int slows `json.loads`: only a line that may hold -0 makes them.
+        obj = json.loads(text.lstrip("\ufeff"), parse_float=_number,
+                         parse_int=_integer if b"-0" in line else None)
     except RecursionError:
         raise JsonLineError("invalid_json", "invalid JSON: nested deeper than the parser "
                                             "follows") from None
     except ValueError as error:
         raise JsonLineError("invalid_json", f"invalid JSON: {error}") from None
     if not isinstance(obj, dict):
-        raise JsonLineError("invalid_json", f"a JSON {type(obj).__name__}, not an object")
+        kind = "null" if obj is None else _JSON_KINDS.get(type(obj), "number")
+        raise JsonLineError("invalid_json", f"a JSON {kind}, not an object")
+    if _SURROGATE_ESCAPE.search(line):
+        _check_surrogates(obj)
     return obj
+
+
+# `json.loads` turns "\udc80" (an escape of half a UTF-16 pair, standing alone) into a
+# str that no encoder takes: in a value, a key or a split key it failed the whole job. Arrow
+# refuses the chunk ("surrogate pair ... invalid"), so only this path meets one, and only
+# lines holding such an escape (a pair is one as well) are checked.
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+
+
+def _check_surrogates(obj: dict) -> None:
+    try:
+        json.dumps(obj, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError as error:
+        raise JsonLineError(
+            "invalid_encoding", f"a \\u escape of a lone surrogate "
+                                f"(U+{ord(error.object[error.start]):04X}) is no character"
+        ) from None
+
+
+_JSON_KINDS = {bool: "boolean", str: "string", list: "array"}
+
+
+# Arrow's JSON reader takes a top-level `null` for a row of nulls (a record, where the line
+# is no object), and a chunk whose first row is one crashes the process (SIGSEGV in pyarrow
+# 25), so such a chunk is never handed to it; every other top-level value fails the read.
+# A `null` value follows `:`, `,` or `[`; one opening a line (or the chunk, after a byte
+# order mark) or after a closing `}`/`]` stands on its own. The regex, one pass searching
+# for "null", finds those right after that byte or one space/tab, and nulls after longer
+# runs of blanks for a look back. A "null" in a string may pass for one: that chunk then
+# only takes the slower line-by-line path.
+_CHUNK_NULL = re.compile(rb"(?:\xef\xbb\xbf)?[ \t\r\n]*null")
+_BARE_NULL = re.compile(rb"null(?:(?<=[\n\r}\]]null)|(?<=[\n\r}\]][ \t]null)|(?<=[ \t][ \t]null))")
+
+
+def _holds_bare_null(body: bytes) -> bool:
+    """Whether a `null` in `body` may stand outside an object."""
+    if _CHUNK_NULL.match(body):
+        return True
+    for found in _BARE_NULL.finditer(body):
+        before = body[max(0, found.start() - 256):found.start()].rstrip(b" \t")
+        if not before or before[-1] in b"\n\r}]":
+            return True
+    return False
+
+
+# An int -0 (not -0.5, -0e1): see `JsonLinesReader._signs_lost`.
+_INT_NEGATIVE_ZERO = re.compile(rb"-0(?![0-9.eE])")
 
 
 def _arrow_type_for(feature_type: str, is_list: bool) -> pa.DataType:
@@ -117,7 +186,9 @@ def _learned_type(values: Sequence[Any], uses: set[tuple[str, bool]]) -> pa.Data
         if None in items:
             return None
         kinds = _value_kinds(items)
-    if kinds == {"int", "float"}:
+    # Ints a double column reads as they are, but read as int64 a JSON -0 loses its sign,
+    # which a float feature keeps: a column only float features read stays double.
+    if kinds == {"int", "float"} or kinds == {"int"} and all(use == "float" for use, _ in uses):
         kinds = {"float"}
     if len(kinds) > 1 or not kinds <= set(_ARROW_TYPES):
         return None
@@ -228,9 +299,14 @@ class JsonLinesReader:
 
     def _read_arrow(self, body: bytes) -> pa.Table | None:
         """The chunk read by Arrow, or None where the lines must decide one by one: bytes
-        that are not UTF-8 (Arrow passes them through), an infinity (only a number beyond
-        float64 reads as one), or anything Arrow cannot read under the learned schema."""
+        that are not UTF-8 (Arrow passes them through), a line that is `null`, an infinity
+        (only a number beyond float64 reads as one), or anything Arrow cannot read under
+        the learned schema."""
         if not body.isascii() and not valid_utf8(body):
+            return None
+        if _holds_bare_null(body):
+            return None
+        if self._signs_lost() and _INT_NEGATIVE_ZERO.search(body):
             return None
         schema = pa.schema(list(self.types.items()))
         try:
@@ -247,6 +323,13 @@ class JsonLinesReader:
             if pa.types.is_floating(values) and _holds_infinity(column):
                 return None
         return table
+
+    def _signs_lost(self) -> bool:
+        """Whether a column read as int64 is also read by a float feature (as an int64
+        feature or a split key read it too), which would take a JSON -0 for 0.0."""
+        return any(("float", True) in self.uses[name] or ("float", False) in self.uses[name]
+                   for name, arrow_type in self.types.items()
+                   if pa.int64() in (arrow_type, getattr(arrow_type, "value_type", None)))
 
     def _python_chunk(self, unit: WorkUnit, index: int, lines: list[bytes], nonblank: list[int],
                       rows_before: int, lines_before: int) -> Chunk:

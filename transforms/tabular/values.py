@@ -81,8 +81,10 @@ NONFINITE_WORDS = {
 }
 
 # Bytes that are invalid in the input encoding are carried through the CSV parser as
-# the code points U+10FF00 + byte (private use, never met in real text), so a bad row
-# reaches the converter (and the dead letters) instead of crashing the parser.
+# the code points U+10FF00 + byte (private use, rare in real text), so a bad row reaches
+# the converter (and the dead letters) instead of crashing the parser. Text is looked at
+# for them only when its reader escaped some (`Chunk.escapes`): else they are characters.
+# (In a work unit that also holds invalid bytes, such a character still passes for one.)
 ESCAPE_BASE = 0x10FF00
 ESCAPE_PATTERN = "[\U0010ff00-\U0010ffff]"
 _ESCAPE_RE = re.compile(f"({ESCAPE_PATTERN}+)")
@@ -237,8 +239,9 @@ def check_bytes(value: bytes, max_length: int, column: str) -> bytes:
     return value
 
 
-def _text_scalar(feature: FeatureSpec, text: str, column: str, max_length: int) -> Any:
-    if has_escapes(text):
+def _text_scalar(feature: FeatureSpec, text: str, column: str, max_length: int,
+                 escapes: bool) -> Any:
+    if escapes and has_escapes(text):
         raise RowError("invalid_encoding", column,
                        f"column {column!r}: bytes not valid in the input encoding")
     if feature.type == "int64":
@@ -315,10 +318,12 @@ def is_number_scalar(feature: FeatureSpec) -> bool:
     return feature.type in ("int64", "float") and not feature.is_list
 
 
-def convert_value(feature: FeatureSpec, value: Any, *, text: bool, max_length: int) -> list | None:
+def convert_value(feature: FeatureSpec, value: Any, *, text: bool, max_length: int,
+                  escapes: bool = False) -> list | None:
     """The feature values for one source value, or None when the value is missing.
 
     Applies neither `default` nor `required` (see `RowConverter`). Raises RowError.
+    `escapes`: text may carry escaped invalid bytes (see `RowConverter`).
     """
     column = feature.source_column
     if value is None:
@@ -329,13 +334,13 @@ def convert_value(feature: FeatureSpec, value: Any, *, text: bool, max_length: i
         if value == "" and is_number_scalar(feature):
             return None  # a quoted "" holds no number: missing, as an empty cell
         if not feature.is_list:
-            return [_text_scalar(feature, value, column, max_length)]
+            return [_text_scalar(feature, value, column, max_length, escapes)]
         if value == "":
             return []
-        if has_escapes(value):
+        if escapes and has_escapes(value):
             raise RowError("invalid_encoding", column,
                            f"column {column!r}: bytes not valid in the input encoding")
-        return [_text_scalar(feature, part, column, max_length)
+        return [_text_scalar(feature, part, column, max_length, escapes)
                 for part in value.split(feature.separator)]
     if isinstance(value, (list, tuple, np.ndarray)):
         if not feature.is_list:
@@ -374,13 +379,17 @@ class RowConverter:
     None for missing), "jsonl"/"parquet" rows hold typed values (see the module
     docstring). The result feeds `transforms.example_codec.encode_example`. The batch
     conversion (`transforms.tabular.ConvertTabular`) applies exactly the same rules.
+    `escapes`: the text cells come from a CSV reader that escaped invalid bytes
+    (`Chunk.escapes`), so a value holding escapes is `invalid_encoding`.
     """
 
-    def __init__(self, spec: ConversionSpec, source_format: str = "csv"):
+    def __init__(self, spec: ConversionSpec, source_format: str = "csv", *,
+                 escapes: bool = False):
         if source_format not in TABULAR_FORMATS:
             raise ValueError(f"unknown source_format {source_format!r}")
         self.spec = spec
         self.text = source_format in ("csv", "tsv")
+        self.escapes = escapes
 
     def convert(self, row: Mapping[str, Any]) -> dict[str, tuple[str, list]]:
         """{feature name: (kind, values)} for the row's present features.
@@ -390,7 +399,7 @@ class RowConverter:
         out: dict[str, tuple[str, list]] = {}
         for feature in self.spec.features:
             values = convert_value(feature, row.get(feature.source_column), text=self.text,
-                                   max_length=self.spec.max_bytes_length)
+                                   max_length=self.spec.max_bytes_length, escapes=self.escapes)
             values = finish_value(feature, values)
             if values is not None:
                 out[feature.name] = (feature.kind, values)

@@ -25,6 +25,7 @@ from pipeline.errors import (
     DriftDetected,
     ErrorRateExceeded,
     NothingConverted,
+    OutputProblems,
     Terminated,
     UsageError,
 )
@@ -173,6 +174,12 @@ def _already_committed(output: str, fingerprint: str, overwrite: bool,
     if existing is None or overwrite:
         return False
     if existing.get("fingerprint") == fingerprint:
+        problems = output_files.listed_size_problems(output, existing)
+        if problems:  # "nothing to do" would leave a scheduler's retry on a damaged output
+            more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+            raise OutputProblems(
+                f"{output} holds this conversion, damaged: {problems[0]}{more}; "
+                f"`tfrecord-pipeline verify {output}` checks it all, --overwrite converts again")
         return True
     raise UsageError(
         f"{output} already holds a committed output of different inputs or options "

@@ -48,6 +48,7 @@ __all__ = [
     "discard_interrupted_runs",
     "foreign_files",
     "listed_paths",
+    "listed_size_problems",
     "owned_paths",
     "read_failed_run",
 ]
@@ -93,6 +94,32 @@ def listed_paths(manifest: Mapping[str, Any] | None) -> set[str]:
     files = manifest.get("files") or {}
     paths.update(name for name in files if is_plain_relative(name))
     return paths
+
+
+def listed_size_problems(output_dir: str, manifest: Mapping[str, Any]) -> list[str]:
+    """What is wrong with the files a committed `manifest` lists, by one listing of
+    `output_dir`: each one missing or of another size than listed (contents are `verify`'s
+    to check)."""
+    expected: dict[str, int | None] = {}
+    for key in ("shards", "dead_letter_files"):
+        for entry in manifest.get(key) or ():
+            expected[entry["path"]] = entry.get("bytes")
+            index = entry.get("index")
+            if isinstance(index, dict) and is_plain_relative(index.get("path")):
+                expected[index["path"]] = index.get("bytes")
+    for name, entry in (manifest.get("files") or {}).items():
+        if is_plain_relative(name):
+            expected[name] = entry.get("bytes") if isinstance(entry, dict) else None
+    prefix = output_dir.rstrip("/") + "/"
+    found = {m.path[len(prefix):]: m.size_in_bytes
+             for m in fs.match([fs.literal(prefix) + "**"])[0].metadata_list}
+    problems = []
+    for path, size in sorted(expected.items()):
+        if path not in found:
+            problems.append(f"{path} is missing")
+        elif size is not None and found[path] != size:
+            problems.append(f"{path} has {found[path]} bytes, not the {size} listed")
+    return problems
 
 
 def _read_json(path: str) -> Any:

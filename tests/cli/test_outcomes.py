@@ -221,3 +221,24 @@ def test_a_folder_input_is_fingerprinted_by_its_files(tmp_path, capsys):
     capsys.readouterr()
     assert run(args) == 2
     assert "already holds a committed output of different inputs" in capsys.readouterr().err
+
+
+def test_a_rerun_on_a_damaged_output_of_the_same_conversion_says_so(tmp_path, capsys):
+    # It said "nothing to do" (exit 0): a scheduler's retry never noticed a lost shard.
+    out = tmp_path / "out"
+    assert run(_convert(out, "--max-shard-records", "50")) == 0
+    manifest = json.loads((out / "manifest.json").read_text())
+    lost = manifest["shards"][1]["path"]
+    (out / lost).unlink()
+    with open(out / "stats.json", "ab") as handle:
+        handle.write(b" ")
+    capsys.readouterr()
+    assert run(_convert(out, "--max-shard-records", "50")) == 4
+    [line] = capsys.readouterr().err.strip().splitlines()
+    size = manifest["files"]["stats.json"]["bytes"]
+    assert (f"holds this conversion, damaged: stats.json has {size + 1} bytes, not the {size} "
+            f"listed (and 1 more)") in line  # the first, by path, of: it and the lost shard
+    assert "--overwrite converts again" in line
+    assert run(_convert(out, "--max-shard-records", "50", "--overwrite")) == 0
+    assert (out / lost).exists()
+    assert run(_convert(out, "--max-shard-records", "50")) == 0  # intact: nothing to do

@@ -227,23 +227,24 @@ def test_a_worker_lists_a_folder_again_once_it_changed(tmp_path, monkeypatch):
 
 
 def test_a_worker_lists_a_remote_folder_once_per_plan(monkeypatch):
-    """An object store has no folder time to check: its listing is kept for the slices of
-    one plan (its token), listed again for another plan, never kept without a token."""
+    """An object store Beam lists whole (not gs://) has no folder time to check: its listing
+    is kept for the slices of one plan (its token), listed again for another plan, never
+    kept without a token."""
     names = [f"{i:03d}.jpg" for i in range(12)]
     listings = []
 
     def match(patterns, limits=None):
         listings.append(patterns[0])
-        return [MatchResult(patterns[0], [FileMetadata(f"gs://b/tree/cat/{n}", 10, 1.0)
+        return [MatchResult(patterns[0], [FileMetadata(f"s3://b/tree/cat/{n}", 10, 1.0)
                                           for n in reversed(names)])]
 
     monkeypatch.setattr(folder_slices.fs, "match", match)
     cuts = [None, "004.jpg", "008.jpg", None]
-    units = [WorkUnit("gs://b/tree/cat", k, extra={"first": cuts[k], "stop": cuts[k + 1]})
+    units = [WorkUnit("s3://b/tree/cat", k, extra={"first": cuts[k], "stop": cuts[k + 1]})
              for k in range(3)]
 
     def read(token):
-        source = folder_slices.FolderSlices("gs://b/tree", ("gs://b/tree",), False, ("cat",),
+        source = folder_slices.FolderSlices("s3://b/tree", ("s3://b/tree",), False, ("cat",),
                                             plan_token=token)
         return [item["filename"] for unit in units for item in source.items(unit)]
 

@@ -1,26 +1,29 @@
 """What a class-folder tree becomes: `FolderSlices`, one definition used twice.
 
-* On the launcher, `survey_folder` walks the tree once, one folder at a time, keeping per
-  folder only its file count, whether it holds an image, and every `step`-th file name (the
-  candidate cuts). A work unit names one folder and a range of file names in it, a slice of
-  its sorted listing: [first, stop), either end open. The plan therefore does not grow with
-  the number of images (about `max_slices` units, plus one per folder), and the launcher
-  holds no listing.
-* In the workers, `FolderSlices.items(unit)` lists that folder again, keeps the names in
-  the unit's range and applies the tree's rules (`entry_rules`) to each file. A worker
-  keeps a folder's sorted listing for its next slice of the same folder: a local folder
-  while its modification time stays the same, a remote one for the same plan. A file that
-  appears between planning and reading falls in exactly one slice (the ranges cover every
-  name), or in none where a worker kept a remote folder's listing from before it; never in
-  two. One that disappears is a `missing_file` dead letter or simply not read.
+* On the launcher, `survey_folder` walks the tree once, keeping per folder only its file
+  count, whether it holds an image, and every `step`-th file name (the candidate cuts). A
+  work unit names one folder and a range of file names in it, a slice of its sorted
+  listing: [first, stop), either end open. The plan therefore does not grow with the
+  number of images (about `max_slices` units, plus one per folder), and the launcher holds
+  no listing: a local tree is walked one folder at a time, a gs:// tree is listed one page
+  at a time (`transforms.object_listing`).
+* In the workers, `FolderSlices.items(unit)` lists the unit's range of that folder and
+  applies the tree's rules (`entry_rules`) to each file. A gs:// slice lists just its range
+  (the store is asked for it). A worker keeps a folder's sorted listing for its next slice
+  of the same folder: a local folder while its modification time stays the same, a folder
+  of another object store for the same plan. A file that appears between planning and
+  reading falls in exactly one slice (the ranges cover every name), or in none where a
+  worker kept an object store's listing from before it; never in two. One that disappears
+  is a `missing_file` dead letter or simply not read.
 
 The rules: ROOT/<label>/**/<file>, or ROOT/<split>/<label>/**/<file> when a top-level folder
 is named train, validation or test; hidden files and folders, files without an image
 extension and files directly in ROOT (or in a split folder) are dead letters; in a tree of
 split folders, those beside them belong to no split (`DEAD_LETTER_SPLIT`). Local trees
 are walked with `os.walk` (a symlinked folder is not followed: it is a `symlinked_folder` dead
-letter; dangling symlinks are kept and reported `missing_file` when read); other filesystems
-are listed by Beam's FileSystems, which returns the whole listing at once.
+letter; dangling symlinks are kept and reported `missing_file` when read); gs:// trees are
+listed page by page; other object stores by Beam's FileSystems, which returns the whole
+listing at once (so there the launcher and each worker hold a folder's listing).
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ import stat
 import time
 from collections.abc import Iterator, Sequence
 
-from transforms import fs
+from transforms import fs, object_listing
 from transforms.images.config import SPLIT_DIRECTORIES, planned_item
 from transforms.images.labels import label_problem, sorted_labels
 from transforms.records import DEFAULT_SPLIT, WorkUnit
@@ -119,7 +122,8 @@ class _SortedListing:
 
 
 class _RemoteListing:
-    """The sorted (name, size, mtime) of one remote folder, kept for the next slice of the
+    """The sorted (name, size, mtime) of one folder of an object store Beam's FileSystems
+    list (not gs://, see `_list_folder`), kept for the next slice of the
     same folder in the same plan. An object store has no folder modification time to check,
     so a listing is kept only under the plan's token (its listing digest): slices of one run
     share it, a later run (another plan) lists again. Listing a 100,000-object folder once
@@ -152,6 +156,8 @@ def _list_folder(folder: str, first: str | None = None, stop: str | None = None,
     folder costs a listing of names (kept for its next slice), not a stat of every file.
     `token`: the plan's, under which a remote folder's listing is kept (empty: not kept).
     A symlink to a folder is listed as an entry of size `_FOLDER_LINK` (its dead letter)."""
+    if object_listing.streams(folder):
+        return list(object_listing.list_objects(folder, recursive=False, first=first, stop=stop))
     if "://" in folder:
         return _RemoteListing.entries(folder, token, first, stop)
     found = []
@@ -180,7 +186,8 @@ def _refuse_unreadable(error: OSError) -> None:
 
 
 def _walk(root: str) -> Iterator[tuple[str, list[tuple[str, int | None, float | None]]]]:
-    """(folder, its files) of every folder under `root` holding files, folders in sorted order."""
+    """(folder, its files) of every folder under `root` holding files, folders in sorted
+    order; not for gs:// (see `_files`)."""
     if "://" in root:
         matched = fs.match([fs.literal(root.rstrip("/")) + "/**"])[0].metadata_list
         folders: dict[str, list] = {}
@@ -199,6 +206,20 @@ def _walk(root: str) -> Iterator[tuple[str, list[tuple[str, int | None, float | 
         files = _list_folder(folder)
         if files:
             yield folder, files
+
+
+def _files(root: str) -> Iterator[tuple[str, str, int | None, float | None]]:
+    """(folder, name, size, mtime) of every file under `root`. The names of one folder come
+    in sorted order; on gs:// the folders interleave (`transforms.object_listing`), which
+    is listed as it streams, elsewhere folder by folder (`_walk`)."""
+    if object_listing.streams(root):
+        for relative, size, mtime in object_listing.list_objects(root, recursive=True):
+            folder, _, name = relative.rpartition("/")
+            yield (f"{root}/{folder}" if folder else root), name, size, mtime
+        return
+    for folder, files in _walk(root):
+        for name, size, mtime in files:
+            yield folder, name, size, mtime
 
 
 @dataclasses.dataclass(frozen=True)
@@ -220,7 +241,8 @@ class FolderSurvey:
       label_folders: the label folders holding at least one visible image, in label order
         (`transforms.images.labels.sorted_labels`).
       splits: the split of every folder holding files (files beside split folders have none).
-      listing_digest: SHA-256 of every file's relative path, size and mtime, in walk order.
+      listing_digest: SHA-256 of every file's relative path, size and mtime, in the order
+        listed (a local walk's; a gs:// listing's, by whole name).
       folders: per folder with files, its candidate cuts (for `slices`).
     """
 
@@ -246,6 +268,22 @@ class FolderSurvey:
         return tuple(units)
 
 
+class _Tally:
+    """What the survey keeps of one folder while its files stream by (in name order)."""
+
+    def __init__(self, parts: tuple[str, ...]):
+        self.parts = parts
+        self.files = 0
+        self.has_image = False  # what entry_rules asks of the name itself
+        self.cuts: list[str] = []
+
+    def add(self, name: str, step: int) -> None:
+        if self.files % step == 0:
+            self.cuts.append(name)
+        self.files += 1
+        self.has_image = self.has_image or (not _hidden(name) and _image_extension(name))
+
+
 def survey_folder(root: str, step: int) -> FolderSurvey:
     """Walks the tree at `root` once (module docstring).
 
@@ -256,15 +294,17 @@ def survey_folder(root: str, step: int) -> FolderSurvey:
     separator = _separator(root)
     prefix = root + separator
     digest = hashlib.sha256()
-    folders = []
-    for path, files in _walk(root):
-        parts = tuple(path[len(prefix):].split(separator)) if path != root else ()
-        for name, size, mtime in files:
-            digest.update(repr(("/".join([*parts, name]), size, mtime)).encode("utf-8"))
-        names = [name for name, _, _ in files]
-        # What entry_rules asks of the file name itself; the folder's part comes below.
-        has_image = any(not _hidden(name) and _image_extension(name) for name in names)
-        folders.append(_Folder(path, parts, len(names), has_image, tuple(names[::step])))
+    tallies: dict[str, _Tally] = {}
+    for path, name, size, mtime in _files(root):
+        tally = tallies.get(path)
+        if tally is None:
+            parts = tuple(path[len(prefix):].split(separator)) if path != root else ()
+            tally = tallies[path] = _Tally(parts)
+        tally.add(name, step)
+        digest.update(repr(("/".join([*tally.parts, name]), size, mtime)).encode("utf-8"))
+    # A local walk visits folders in its own order; an object store's, sorted by path.
+    ordered = sorted(tallies.items()) if "://" in root else tallies.items()
+    folders = [_Folder(path, t.parts, t.files, t.has_image, tuple(t.cuts)) for path, t in ordered]
     if not folders:
         raise FileNotFoundError(f"no files under {root}")
     top = {f.parts[0] for f in folders if f.parts and not f.parts[0].startswith(".")}

@@ -1,0 +1,95 @@
+"""Streaming listings of gs:// folders, optionally of a range of names only.
+
+Beam's `FileSystems.match` returns a listing whole (and Beam's GCS client keeps every name
+it listed, to drop repeats), so a tree of millions of objects costs the process that lists
+it memory in proportion. Here a gs:// folder is listed through the same client Beam's GCS
+filesystem makes (`GcsIO().client`: its credentials, and the emulator set-up of
+`transforms.gcs`), one page at a time, and a range of names is asked of the server
+(`start_offset`/`end_offset`), so a worker reading one slice of a folder lists that slice,
+not the folder.
+
+Object names come in the store's order, UTF-8 byte order, which is Python's `str` order.
+A folder's own objects therefore come sorted, but on a recursive listing they may be
+interleaved with those of its subfolders (`a/b/x` lies between `a/a` and `a/c`). Names
+ending in "/" (folder placeholders some tools create) are not objects of a folder.
+
+Other object stores (s3://, ...) are listed by Beam's FileSystems (`streams` is False).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+from transforms.gcs import EMULATOR_ENV
+
+__all__ = ["ListedObject", "list_objects", "streams"]
+
+#: (name relative to the listed folder, size in bytes, modification time in seconds or None)
+ListedObject = tuple[str, int, float | None]
+
+_FIELDS = "items(name,size,updated),nextPageToken"
+
+
+def streams(uri: str) -> bool:
+    """True where `list_objects` can list `uri` (a gs:// folder)."""
+    return uri.startswith("gs://")
+
+
+def list_objects(folder: str, *, recursive: bool, first: str | None = None,
+                 stop: str | None = None) -> Iterator[ListedObject]:
+    """The objects under the gs:// `folder`, in name order, one page in memory at a time.
+
+    `recursive`: every object beneath `folder` (names relative to it, with "/" inside);
+    else the objects directly in it. `first`/`stop`: only relative names in [first, stop)
+    (None: open). The server is asked for that range; names outside it are dropped here
+    too, for stores (emulators) that ignore the range.
+
+    Raises:
+      FileNotFoundError: the bucket does not exist.
+    """
+    from google.api_core import exceptions
+
+    bucket, prefix = _bucket_and_prefix(folder)
+    query: dict = {"prefix": prefix, "fields": _FIELDS}
+    if not recursive:
+        query["delimiter"] = "/"
+    if first is not None:
+        query["start_offset"] = prefix + first
+    if stop is not None:
+        query["end_offset"] = prefix + stop
+    try:
+        for blob in _client().list_blobs(bucket, **query):
+            name = blob.name[len(prefix):]
+            if not name or name.endswith("/") or (not recursive and "/" in name):
+                continue
+            if (first is not None and name < first) or (stop is not None and name >= stop):
+                continue
+            yield name, int(blob.size or 0), blob.updated.timestamp() if blob.updated else None
+    except exceptions.NotFound as error:
+        raise FileNotFoundError(f"cannot list {folder}: bucket gs://{bucket} does not exist") from error
+
+
+def _bucket_and_prefix(folder: str) -> tuple[str, str]:
+    """("bucket", "path/in/it/") of a gs:// folder; the prefix is empty for a bucket's top."""
+    bucket, _, path = folder[len("gs://"):].partition("/")
+    if not bucket:
+        raise ValueError(f"{folder} names no bucket")
+    path = path.strip("/")
+    return bucket, (path + "/" if path else "")
+
+
+_CLIENTS: dict[tuple, object] = {}
+
+
+def _client():
+    """The GCS client Beam's filesystem would use, one per process and emulator address
+    (`STORAGE_EMULATOR_HOST`, read when a client is made): a client made before a fork keeps
+    connections its children must not share."""
+    key = (os.getpid(), os.environ.get(EMULATOR_ENV))
+    if key not in _CLIENTS:
+        from apache_beam.io.gcp.gcsio import GcsIO
+
+        _CLIENTS.clear()
+        _CLIENTS[key] = GcsIO().client
+    return _CLIENTS[key]

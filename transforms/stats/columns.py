@@ -80,7 +80,7 @@ def feature_partial(name: str, kind: str, values: pa.Array | pa.ChunkedArray) ->
                                   integral=True)
     else:  # float: the float32 values an Example stores
         numbers = np.asarray(flat.to_numpy(zero_copy_only=False), dtype=np.float32)
-        numeric = numeric_partial(numbers.astype(np.float64), integral=False)
+        numeric = numeric_partial(numbers, integral=False)
     return FeaturePartial(name, kind, records, low, high, total, numeric, bytes_part)
 
 

@@ -144,15 +144,15 @@ class BatchStats:
 
 
 def numeric_partial(values: np.ndarray, integral: bool) -> NumericPartial:
-    """The partial of a batch's flat values (int64, or float already rounded to float32)."""
+    """The partial of a batch's flat values (int64, or float32: the floats an Example holds)."""
     ds = _datasketches()
     count = int(values.size)
     # One sorted float64 copy serves everything: sorted, NaN gathers at the end and the
     # infinities at the ends of the numbers, so counts, min and max are binary searches,
     # and the sketch's compactions then sort runs already in order (~3x less work in all;
-    # its error bounds hold for any order of the input).
-    ordered = values.astype(np.float64)
-    ordered.sort()
+    # its error bounds hold for any order of the input). Sorted in the values' own type,
+    # then widened (which keeps the order): float32 sorts in half the time of float64.
+    ordered = np.sort(values).astype(np.float64, copy=False)
     if integral:
         first, last, beyond = 0, count, count
     else:

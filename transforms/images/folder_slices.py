@@ -122,10 +122,10 @@ class _SortedListing:
 
 
 class _RemoteListing:
-    """The sorted (name, size, mtime) of one folder of an object store Beam's FileSystems
-    list (not gs://, see `_list_folder`), kept for the next slice of the
-    same folder in the same plan. An object store has no folder modification time to check,
-    so a listing is kept only under the plan's token (its listing digest): slices of one run
+    """The sorted (name, size, mtime) of one folder of an object store that Beam's
+    FileSystems list (not gs://, see `_list_folder`), kept for the next slice of the same
+    folder in the same plan. An object store has no folder modification time to check, so
+    a listing is kept only under the plan's token (its listing digest): slices of one run
     share it, a later run (another plan) lists again. Listing a 100,000-object folder once
     per slice (about 256 slices) would be 100 list requests per slice."""
 
@@ -209,9 +209,9 @@ def _walk(root: str) -> Iterator[tuple[str, list[tuple[str, int | None, float | 
 
 
 def _files(root: str) -> Iterator[tuple[str, str, int | None, float | None]]:
-    """(folder, name, size, mtime) of every file under `root`. The names of one folder come
-    in sorted order; on gs:// the folders interleave (`transforms.object_listing`), which
-    is listed as it streams, elsewhere folder by folder (`_walk`)."""
+    """(folder, name, size, mtime) of every file under `root`, a folder's names in sorted
+    order: a gs:// tree as its listing streams, its folders interleaved
+    (`transforms.object_listing`); elsewhere folder by folder (`_walk`)."""
     if object_listing.streams(root):
         for relative, size, mtime in object_listing.list_objects(root, recursive=True):
             folder, _, name = relative.rpartition("/")

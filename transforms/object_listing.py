@@ -18,9 +18,11 @@ Other object stores (s3://, ...) are listed by Beam's FileSystems (`streams` is 
 
 from __future__ import annotations
 
+import errno
 import os
 from collections.abc import Iterator
 
+from transforms import fs
 from transforms.gcs import EMULATOR_ENV
 
 __all__ = ["ListedObject", "list_objects", "streams"]
@@ -47,6 +49,7 @@ def list_objects(folder: str, *, recursive: bool, first: str | None = None,
 
     Raises:
       FileNotFoundError: the bucket does not exist.
+      ValueError: the store refuses the listing (as for a local folder that cannot be read).
     """
     from google.api_core import exceptions
 
@@ -68,6 +71,9 @@ def list_objects(folder: str, *, recursive: bool, first: str | None = None,
             yield name, int(blob.size or 0), blob.updated.timestamp() if blob.updated else None
     except exceptions.NotFound as error:
         raise FileNotFoundError(f"cannot list {folder}: bucket gs://{bucket} does not exist") from error
+    except (exceptions.Forbidden, exceptions.Unauthorized) as error:
+        denied = PermissionError(errno.EACCES, f"permission denied ({error.code} {error.message})")
+        raise ValueError(fs.unreadable_folder(folder, denied)) from error
 
 
 def _bucket_and_prefix(folder: str) -> tuple[str, str]:

@@ -118,15 +118,21 @@ def test_a_gcs_slice_lists_its_range_only(fake_store):
     assert store.queries[-1]["end_offset"] is None
 
 
-def test_a_missing_bucket_is_one_clear_error(fake_store):
+def test_a_missing_bucket_or_a_refused_listing_is_one_clear_error(fake_store):
     from google.api_core import exceptions
 
-    def missing():
-        raise exceptions.NotFound("no bucket")
-        yield  # a generator, as the client's listing is
+    def refused(error):
+        def names():
+            raise error
+            yield  # a generator, as the client's listing is
+        return names
 
-    fake_store(missing)
+    fake_store(refused(exceptions.NotFound("no bucket")))
     with pytest.raises(FileNotFoundError, match="bucket gs://b does not exist"):
+        folder_slices.survey_folder("gs://b/tree", 64)
+    fake_store(refused(exceptions.Forbidden("caller lacks storage.objects.list")))
+    with pytest.raises(ValueError, match=r"cannot read the folder gs://b/tree: permission denied "
+                                         r"\(403 caller lacks storage.objects.list\)"):
         folder_slices.survey_folder("gs://b/tree", 64)
 
 

@@ -43,6 +43,8 @@ __all__ = [
     "encode_varint",
     "example_to_jsonable",
     "feature_sort_key",
+    "kind_of_list_field",
+    "parse_message",
 ]
 
 #: Feature kinds, named after the tf.train.Feature list they fill.
@@ -150,17 +152,27 @@ def encode_varint(value: int) -> bytes:
     return bytes(out)
 
 
-def _parse(payload: bytes | bytearray | memoryview) -> example_pb2.Example:
+def parse_message(payload: bytes | bytearray | memoryview, message):
+    """`message`, an empty tf.train.Example or SequenceExample, filled from `payload`.
+
+    Raises:
+      TypeError: `payload` is not bytes-like.
+      ValueError: it is not a serialized message of that type (the error names it).
+    """
     if not isinstance(payload, _BYTES_LIKE):
         raise TypeError(f"payload must be bytes, got {type(payload).__name__}")
-    example = example_pb2.Example()
     try:
-        example.ParseFromString(bytes(payload))
+        message.ParseFromString(bytes(payload))
     except DecodeError as e:
         raise ValueError(
-            f"payload of {len(payload)} bytes is not a serialized tf.train.Example: {e}"
+            f"payload of {len(payload)} bytes is not a serialized tf.train.{type(message).__name__}: {e}"
         ) from None
-    return example
+    return message
+
+
+def kind_of_list_field(field: str) -> str:
+    """The feature kind a tf.train.Feature list field holds ("int64_list" -> "int64")."""
+    return _KIND_OF_FIELD[field]
 
 
 def decode_example(payload: bytes) -> dict[str, tuple[str | None, list]]:
@@ -172,7 +184,7 @@ def decode_example(payload: bytes) -> dict[str, tuple[str | None, list]]:
     Raises:
       ValueError: when the payload does not parse as an Example.
     """
-    example = _parse(payload)
+    example = parse_message(payload, example_pb2.Example())
     decoded: dict[str, tuple[str | None, list]] = {}
     feature_map = example.features.feature
     for name in sorted(feature_map, key=feature_sort_key):

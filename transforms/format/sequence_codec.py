@@ -26,14 +26,14 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from google.protobuf.message import DecodeError
-
 from protos import example_pb2, feature_pb2
 from transforms.format.example_codec import (
     decode_example,
     encode_example,
     encode_varint,
     feature_sort_key,
+    kind_of_list_field,
+    parse_message,
 )
 
 __all__ = [
@@ -41,9 +41,6 @@ __all__ = [
     "encode_sequence_example",
     "is_sequence_example",
 ]
-
-_BYTES_LIKE = (bytes, bytearray, memoryview)
-_KIND_OF_FIELD = {"int64_list": "int64", "float_list": "float", "bytes_list": "bytes"}
 
 
 # --------------------------------------------------------------------------- reference
@@ -89,16 +86,7 @@ def encode_sequence_example(
 
 
 def _parse(payload: bytes | bytearray | memoryview) -> example_pb2.SequenceExample:
-    if not isinstance(payload, _BYTES_LIKE):
-        raise TypeError(f"payload must be bytes, got {type(payload).__name__}")
-    message = example_pb2.SequenceExample()
-    try:
-        message.ParseFromString(bytes(payload))
-    except DecodeError as e:
-        raise ValueError(
-            f"payload of {len(payload)} bytes is not a serialized tf.train.SequenceExample: {e}"
-        ) from None
-    return message
+    return parse_message(payload, example_pb2.SequenceExample())
 
 
 def is_sequence_example(payload: bytes) -> bool:
@@ -130,7 +118,7 @@ def decode_sequence_example(payload: bytes) -> tuple[dict, dict]:
             if field is None:
                 steps.append([])
                 continue
-            kinds.add(_KIND_OF_FIELD[field])
+            kinds.add(kind_of_list_field(field))
             steps.append(list(getattr(feature, field).value))
         if len(kinds) > 1:
             raise ValueError(f"feature list {name!r} mixes kinds {sorted(kinds)}")

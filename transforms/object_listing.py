@@ -77,11 +77,12 @@ def list_objects(folder: str, *, recursive: bool, first: str | None = None,
 
 
 def _bucket_and_prefix(folder: str) -> tuple[str, str]:
-    """("bucket", "path/in/it/") of a gs:// folder; the prefix is empty for a bucket's top."""
+    """("bucket", "path/in/it/") of a gs:// folder; the prefix is empty for a bucket's top.
+    Nothing is stripped: object names may hold empty segments (`a//b`), whose folder
+    `gs://bucket/a/` is another folder than `gs://bucket/a`."""
     bucket, _, path = folder[len("gs://"):].partition("/")
     if not bucket:
         raise ValueError(f"{folder} names no bucket")
-    path = path.strip("/")
     return bucket, (path + "/" if path else "")
 
 

@@ -118,6 +118,18 @@ def test_a_gcs_slice_lists_its_range_only(fake_store):
     assert store.queries[-1]["end_offset"] is None
 
 
+def test_empty_name_segments_make_folders_of_their_own(fake_store):
+    """`cat//x.jpg` lies in the folder `cat/`, which is not `cat`: each file is read once."""
+    names = ["tree/cat//x.jpg", "tree/cat/a.jpg", "tree/cat/b.jpg"]
+    fake_store(lambda: iter(sorted(names)))
+    survey = folder_slices.survey_folder("gs://b/tree", 64)
+    assert {f.path: f.files for f in survey.folders} == {"gs://b/tree/cat": 2, "gs://b/tree/cat/": 1}
+    source = folder_slices.FolderSlices("gs://b/tree", ("gs://b/tree/",), False, ("cat",))
+    read = [(item["uri"], item["text"]) for unit in survey.slices(64, 256) for item in source.items(unit)]
+    assert sorted(read) == [("gs://b/tree/cat//x.jpg", "cat"), ("gs://b/tree/cat/a.jpg", "cat"),
+                            ("gs://b/tree/cat/b.jpg", "cat")]
+
+
 def test_a_missing_bucket_or_a_refused_listing_is_one_clear_error(fake_store):
     from google.api_core import exceptions
 

@@ -29,7 +29,7 @@ from pipeline.errors import (
     Terminated,
     UsageError,
 )
-from pipeline.graph import build_pipeline, in_process_plan
+from pipeline.graph import build_pipeline
 from pipeline.options import (
     IMAGE_FORMATS,
     REQUIRED_FLAGS,
@@ -190,13 +190,13 @@ def _already_committed(output: str, fingerprint: str, overwrite: bool,
 def _beam_workers_pay_off(plan, fmt: str) -> bool:
     """Whether a local run is worth Beam's worker processes (see `pipeline.runners`).
 
-    Not where the converter's forked children write their own shards: measured on 2 cores,
-    50M rows (1.55 GB of CSV, GZIP), one process converting on forked children took 21.8 and
-    22.4 s against 27.0 and 26.5 s for Beam's two worker processes, with half the peak memory
-    (which then stays flat as the input grows). Otherwise only for inputs large enough to pay
-    for starting workers.
+    Not where the in-process runner converts on forked processes (`pipeline.graph`): measured
+    on 2 cores, 50M rows (1.55 GB of CSV, GZIP), one process converting on forked children
+    took 21.8 and 22.4 s against 27.0 and 26.5 s for Beam's two worker processes, with half
+    the peak memory (which then stays flat as the input grows). Otherwise only for inputs
+    large enough to pay for starting workers.
     """
-    if plan.children_write and fork_available():
+    if fork_available():
         return False
     min_bytes = LOCAL_PARALLEL_MIN_IMAGE_BYTES if fmt in IMAGE_FORMATS else LOCAL_PARALLEL_MIN_BYTES
     return len(plan.work_units) > 1 and plan.input_bytes >= min_bytes
@@ -317,8 +317,7 @@ def convert(argv: Sequence[str]) -> None:
     with dask_cluster(options) as cluster:
         threads = cluster_threads(options, cluster)
         plan = plan_conversion(conv, input_path, output,
-                               cut_in_workers=workers_cut_large_files(options),
-                               runner_threads=threads)
+                               cut_in_workers=workers_cut_large_files(options))
         if conv.convert_dry_run:
             print(json.dumps(plan.summary, indent=2, sort_keys=True, default=str))
             return
@@ -363,9 +362,8 @@ def _convert_planned(options: PipelineOptions, argv: list[str], conv: ConvertOpt
     progress = None
     with runner_for(options, argv, _beam_workers_pay_off(plan, conv.format),
                     work_units=len(plan.work_units), threads=threads) as runner:
-        planned = in_process_plan(plan, sink) if runs_in_process(options) else plan
         pipeline = beam.Pipeline(runner=runner, options=options)
-        build_pipeline(pipeline, planned, sink)
+        build_pipeline(pipeline, plan, sink.config, in_process=runs_in_process(options))
         if show_progress:
             progress = Progress(sink.config.temp_dir, len(plan.work_units))
             progress.start()

@@ -1,37 +1,38 @@
 """The conversion pipeline graph.
 
-    PlanWorkUnits (Create) [-> CutByteRanges] -> Convert<Format> (ParDo) -> WriteShards
+    PlanWorkUnits (Create) [-> CutByteRanges] -> Convert<Format> (convert and write) -> Commit
 
-Work units are planned on the launcher and read inside the converter DoFn; records travel
-as batches; dead letters ride in the same elements; the sink is the only terminal step and
-writes the manifest. Where the launcher left large text files to be cut by the workers
-(Dataflow and other distributed runners; a Dask cluster cuts them before the run, see
-`pipeline.planning.cut_before_run`), `CutByteRanges` first finds their record starts there.
+Work units are planned on the launcher. Each is converted and written by one call of the
+sink's one write path (`transforms.sink.ConvertAndWrite`), which hands the commit a typed
+`UnitResult`; no record travels between steps. Sequences read rows per unit, shuffle them by
+bucket (`GroupRows`) and convert and write each bucket. Where the launcher left large text
+files to be cut by the workers (Dataflow and other distributed runners), `CutByteRanges`
+first finds their record starts there.
 
-This shape is what Beam 2.77's DaskRunner can run correctly, and it
-keeps memory bounded on the local runner (no shuffle of the data in the default sharding).
-
-On the local in-process runner the work units travel as one `WorkUnitGroup`, converted on
-forked processes (`in_process_plan`); where the converter can, each child also writes what it
-converts to temporary shards, and the sink only passes the file names on to the commit.
+Local parallelism has one place: on the local in-process runner the plan's work units travel
+as one element into `ConvertOnForkedProcesses`, which runs the same per-unit step on forked
+processes (`transforms.forked_pool`), in unit order. The output depends on the work units
+alone, so it is the same bytes whatever the processes, workers or bundles.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import apache_beam as beam
 
-from transforms.forked_pool import fork_available
-from transforms.records import WorkUnit, WorkUnitGroup
-from transforms.sink import WriteToShardedTFRecord
+from transforms.forked_pool import fork_available, forked_map
+from transforms.records import WorkUnit
+from transforms.shard_writers import SinkConfig
+from transforms.sink import Commit, ConvertAndWrite
 
 if TYPE_CHECKING:  # the tabular planner builds it, only for text inputs
     from transforms.tabular.range_cuts import CutRangesInWorkers
 
-__all__ = ["ConversionPlan", "build_pipeline", "in_process_plan"]
+__all__ = ["ConversionPlan", "ConvertOnForkedProcesses", "build_pipeline", "local_processes"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,58 +42,75 @@ class ConversionPlan:
     Attributes:
       converter_label: the stable step label, e.g. "ConvertCsv".
       work_units: the input, split into independently readable pieces.
-      converter: the DoFn turning a WorkUnit into RecordBatches, or a PTransform from
-        work units to RecordBatches (the sequence conversion, which shuffles rows by group).
+      converter: the DoFn turning one WorkUnit into its RecordBatches, in key order; with
+        `assemble`, into the keyed rows `assemble` takes after a GroupByKey (sequences).
+      assemble: for sequences, the DoFn turning one shuffled bucket into RecordBatches.
       splits: declared split names (empty shards are written for those without records).
       extra_files: files committed beside the shards ({relative path: bytes}).
       manifest_metadata: extra manifest keys ("options", "fingerprint", "labels", ...).
       summary: human-readable facts for --dry-run and logs.
-      input_bytes: total size of the input files, when known (sizes the local runner).
-      local_processes: processes the converter may fork to convert the work units at once
-        on the local in-process runner (its DoFn then takes a `WorkUnitGroup`); 1: never.
-      children_write: the converter's forked children can write their batches to temporary
-        shards themselves (`WorkUnitGroup.writer`).
+      input_bytes: total size of the input files, when known.
+      local_processes: processes the local in-process runner may fork to convert the work
+        units at once; 1: never.
       cut_units: a step from the planned work units to the ones the converter reads (the
         workers find the record starts of byte ranges); None: they are read as planned.
     """
 
     converter_label: str
-    work_units: Sequence[WorkUnit | WorkUnitGroup]
-    converter: beam.DoFn | beam.PTransform
+    work_units: Sequence[WorkUnit]
+    converter: beam.DoFn
+    assemble: beam.DoFn | None = None
     splits: Sequence[str] = ()
     extra_files: Mapping[str, bytes] = dataclasses.field(default_factory=dict)
     manifest_metadata: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     summary: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     input_bytes: int = 0
     local_processes: int = 1
-    children_write: bool = False
     cut_units: CutRangesInWorkers | None = None
 
 
-def in_process_plan(plan: ConversionPlan, sink: WriteToShardedTFRecord | None = None) -> ConversionPlan:
-    """`plan` for the local in-process runner: its work units as one `WorkUnitGroup`,
-    converted on `plan.local_processes` forked processes, when there are several of both.
-
-    With `sink`, children that can (`plan.children_write`) write their own temporary shards
-    when the sink rolls shards (not with `num_shards`, which deals records after a shuffle):
-    the parent then never receives the converted bytes, a serial path it would otherwise be.
-    """
-    processes = min(plan.local_processes, len(plan.work_units))
-    if processes <= 1 or not fork_available() or plan.cut_units is not None:
-        return plan
-    writes = sink is not None and plan.children_write and not sink.config.sharding.num_shards
-    group = WorkUnitGroup(tuple(plan.work_units), processes, sink.config if writes else None)
-    return dataclasses.replace(plan, work_units=[group])
+def local_processes(plan: ConversionPlan) -> int:
+    """How many forked processes the local in-process runner converts `plan` on (1: none)."""
+    if not fork_available() or plan.cut_units is not None:
+        return 1
+    return max(1, min(plan.local_processes, len(plan.work_units)))
 
 
-def build_pipeline(pipeline: beam.Pipeline, plan: ConversionPlan, sink: WriteToShardedTFRecord):
-    """Adds the conversion to `pipeline`; returns the PCollection of the manifest path."""
-    units = pipeline | "PlanWorkUnits" >> beam.Create(list(plan.work_units))
-    if plan.cut_units is not None:
-        units = units | "CutByteRanges" >> plan.cut_units
-    return (
-        units
-        | plan.converter_label >> (plan.converter if isinstance(plan.converter, beam.PTransform)
-                                   else beam.ParDo(plan.converter))
-        | "WriteShards" >> sink
-    )
+class ConvertOnForkedProcesses(beam.DoFn):
+    """Every work unit (the one element, a tuple) through `step` on `processes` forked
+    processes; yields what `step` yields for each unit, in unit order."""
+
+    def __init__(self, step: beam.DoFn, processes: int):
+        self._step = step
+        self._processes = processes
+
+    def setup(self):
+        self._step.setup()  # before the fork: the children inherit it
+
+    def process(self, units: tuple[WorkUnit, ...]):
+        results = forked_map(self._step.process, units, self._processes)
+        with contextlib.closing(results):  # a failure downstream stops the forked workers
+            yield from results
+
+
+def build_pipeline(pipeline: beam.Pipeline, plan: ConversionPlan, config: SinkConfig,
+                   in_process: bool = False):
+    """Adds the conversion to `pipeline`; returns the PCollection of the manifest path.
+    `in_process`: the pipeline runs on the local in-process runner, which then converts on
+    forked processes (`local_processes`)."""
+    step = plan.converter if plan.assemble is not None else ConvertAndWrite(plan.converter, config)
+    processes = local_processes(plan) if in_process else 1
+    if processes > 1:
+        converted = (pipeline
+                     | "PlanWorkUnits" >> beam.Create([tuple(plan.work_units)])
+                     | plan.converter_label >> beam.ParDo(ConvertOnForkedProcesses(step, processes)))
+    else:
+        units = pipeline | "PlanWorkUnits" >> beam.Create(list(plan.work_units))
+        if plan.cut_units is not None:
+            units = units | "CutByteRanges" >> plan.cut_units
+        converted = units | plan.converter_label >> beam.ParDo(step)
+    if plan.assemble is not None:
+        converted = (converted
+                     | "GroupRows" >> beam.GroupByKey()
+                     | "AssembleSequences" >> beam.ParDo(ConvertAndWrite(plan.assemble, config)))
+    return converted | "Commit" >> Commit(config)

@@ -79,6 +79,11 @@ def _given_spec(conv: ConvertOptions) -> ConversionSpec | None:
 #: How many input files `_check_input_formats` sniffs (the first ones, in plan order).
 _SNIFFED_FILES = 8
 
+#: Work units a large text input is cut into at least (each at least the splitter's
+#: `MIN_RANGE_BYTES`): a constant, so that the plan, and so the output, is the same on any
+#: number of processes or workers.
+MIN_WORK_UNITS = 16
+
 
 def _check_input_formats(units, fmt: str, spec: ConversionSpec | None) -> None:
     """Refuses input whose first bytes show it is not `fmt` (see `transforms.tabular.sniff`)."""
@@ -104,7 +109,7 @@ def _refuse_inputs_in_output(paths, output: str) -> None:
 
 
 def _plan_tabular(conv: ConvertOptions, input_path: str, output: str,
-                  cut_in_workers: bool, runner_threads: int | None) -> ConversionPlan:
+                  cut_in_workers: bool) -> ConversionPlan:
     from transforms.tabular.infer import estimate_output, resolve_spec
     from transforms.tabular.plan import plan_tabular
     from transforms.tabular.range_cuts import CutRangesInWorkers
@@ -118,13 +123,12 @@ def _plan_tabular(conv: ConvertOptions, input_path: str, output: str,
     _check_input_formats(units, conv.format, given)
     spec = resolve_spec(units, conv.format, given, sample_rows=conv.sample_rows)
     # After inference, which samples whole files from their start; the cut needs the CSV dialect.
-    # Four work units per process (or Dask worker thread) at least, so that none idles at
-    # the end of the run.
+    # A fixed number of work units at least, whatever the processes or workers, so that the
+    # output (which follows the work units) is the same bytes on any of them, and none idles
+    # at the end of a run on a few dozen.
     processes = conv.converter_processes or default_threads()
-    slots = runner_threads or processes
     splitting = split_text_units(units, conv.format, spec.csv, conv.work_unit_bytes,
-                                 min_units=4 * slots if slots > 1 else 1,
-                                 cut_in_workers=cut_in_workers)
+                                 min_units=MIN_WORK_UNITS, cut_in_workers=cut_in_workers)
     units = list(splitting.units)
     config = TabularConfig(spec=spec, fmt=conv.format, batch_rows=conv.batch_rows,
                            threads=conv.converter_threads)
@@ -150,20 +154,21 @@ def _plan_tabular(conv: ConvertOptions, input_path: str, output: str,
                 max_shard_bytes=sharding_of(conv).byte_cap or estimate.output_bytes or 1,
                 num_shards=conv.num_shards, compression_ratio=estimate.compression_ratio).to_dict()
         summary["spec_yaml"] = spec_yaml
-    converter = ConvertTabular(config)
+    converter, assemble = ConvertTabular(config), None
     if spec.sequence is not None:
         from transforms.sequence.buckets import bucket_count
-        from transforms.sequence.transform import ConvertToSequences
+        from transforms.sequence.transform import AssembleSequences, ReadSequenceRows
 
         # Work units are read as for Examples (on forked processes on the local runner), then
         # rows are shuffled by buckets of group keys, as many as the input's size asks for.
         size = sum(unit.size for unit in units)
         summary["sequence_buckets"] = buckets = bucket_count(size, spec.sequence)
-        converter = ConvertToSequences(config, buckets)
+        converter, assemble = ReadSequenceRows(config, buckets), AssembleSequences(config)
     return ConversionPlan(
         converter_label=f"Convert{conv.format.capitalize()}",
         work_units=units,
         converter=converter,
+        assemble=assemble,
         splits=spec.split_names or (DEFAULT_SPLIT,),
         extra_files={"spec.yaml": spec_yaml.encode("utf-8"),
                      FEATURE_SPEC_NAME: spec.feature_spec_json()},
@@ -175,7 +180,6 @@ def _plan_tabular(conv: ConvertOptions, input_path: str, output: str,
         summary=summary,
         input_bytes=sum(unit.size for unit in units),
         local_processes=processes,
-        children_write=spec.sequence is None,  # sequences shuffle their rows before writing
         cut_units=CutRangesInWorkers(splitting.dialect) if splitting.cut_in_workers else None,
     )
 
@@ -275,24 +279,19 @@ def _plan_images(conv: ConvertOptions, input_path: str, output: str) -> Conversi
             for unit in plan.work_units for item in (unit.extra or {}).get("items", ())
         ),
         local_processes=conv.converter_processes or default_threads(),
-        children_write=True,
     )
 
 
 def plan_conversion(conv: ConvertOptions, input_path: str, output: str,
-                    cut_in_workers: bool = False, runner_threads: int | None = None
-                    ) -> ConversionPlan:
+                    cut_in_workers: bool = False) -> ConversionPlan:
     """Plans the conversion `conv` of `input_path` into `output`. `cut_in_workers`: large
     text files are cut at record starts by the workers, not read on the launcher (for
     runners whose workers are elsewhere: a Dask cluster, Dataflow; see `cut_before_run`).
-    `runner_threads`: how many work units the runner converts at once, when known (a Dask
-    cluster's threads; else the converter's local processes), for the plan to give each at
-    least four.
 
     Raises ValueError (SpecError included) or FileNotFoundError with a clear message.
     """
     if conv.format in TABULAR_FORMATS:
-        return _plan_tabular(conv, input_path, output, cut_in_workers, runner_threads)
+        return _plan_tabular(conv, input_path, output, cut_in_workers)
     if conv.format in IMAGE_FORMATS:
         return _plan_images(conv, input_path, output)
     raise ValueError(f"unknown --format {conv.format!r}")

@@ -1,11 +1,12 @@
 """Committing a run's temporary shards as one complete output: `finalize_output` and its DoFn.
 
 Finalize runs once, on one key, downstream of everything (it is the graph's single terminal
-step, which is all DaskRunner computes). It reconciles the converters' counts with the
-records physically in the temporary files (input = rows written + dead letters, per split),
-renames them (with their `.tfindex` sidecars, if any) to their final names
-(`<split>-SSSSS-of-NNNNN.tfrecord[.gz|.zz]`, ordered by
-the first batch key each holds, so naming does not depend on bundles or workers), writes one
+step, which is all DaskRunner computes), over every unit's `transforms.unit_result.UnitResult`.
+It reconciles the converters' counts with the records in the written files (input = rows
+written + dead letters, per split), with `num_shards` deals the records into that many shards
+(`transforms.shard_writers.reshard`), renames the files (with their `.tfindex` sidecars, if
+any) to their final names (`<split>-SSSSS-of-NNNNN.tfrecord[.gz|.zz]`, ordered by the first
+batch key each holds, so naming does not depend on processes, bundles or workers), writes one
 empty shard for every declared split without records (unless `skip_if_empty`), writes the
 extra files and stats.json (every batch's statistics merged; with `compare_to` also drift.json,
 see `transforms.stats`), writes `manifest.json` last as the commit marker, and deletes the
@@ -15,6 +16,7 @@ letters are committed."""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import hashlib
 import json
@@ -31,21 +33,13 @@ from transforms import fs, output_files
 from transforms import manifest as manifest_lib
 from transforms.format.manifest_format import FEATURE_SPEC_NAME, FORMAT_VERSION, MANIFEST_NAME
 from transforms.format.tfrecord_index import INDEX_SUFFIX
-from transforms.shard_writers import (
-    COUNT_RESULT,
-    DEAD_LETTER_DIR,
-    DEAD_LETTER_KIND,
-    FILE_RESULT,
-    TFRECORD_KIND,
-    SinkConfig,
-    TempShard,
-)
+from transforms.shard_writers import DEAD_LETTER_DIR, SinkConfig, TempShard, reshard
 from transforms.splits import DEAD_LETTER_SPLIT
-from transforms.stats.document import STATS_NAME, declared_kinds, merge_batches, stats_document
+from transforms.stats.document import STATS_NAME, declared_kinds, merge_units, stats_document
 from transforms.stats.drift import DRIFT_NAME, compare, drift_failure
 from transforms.stats.presence import add_presence, with_presence
-from transforms.stats.unit_counts import DEFERRED
 from transforms.tfds_metadata import tfds_side_files
+from transforms.unit_result import DEAD_LETTER_KIND, TFRECORD_KIND, ShardFile, UnitResult, count_by_split
 
 __all__ = [
     "AccountingError",
@@ -82,13 +76,7 @@ class Finalize(beam.DoFn):
 
     def process(self, keyed):
         _, items = keyed
-        temp_paths, counts = [], []
-        for kind, value in items:
-            if kind == FILE_RESULT:
-                temp_paths.append(value)
-            elif kind == COUNT_RESULT:
-                counts.append(tuple(value))
-        yield finalize_output(self._config, temp_paths, counts)
+        yield finalize_output(self._config, [item for item in items if item is not None])
 
 
 def _read_json(path: str) -> Any:
@@ -102,44 +90,37 @@ def _delete_quietly(paths: Iterable[str]) -> None:
         fs.delete(paths)
 
 
-def _reconcile(sidecars: Sequence[Mapping[str, Any]], counts: Sequence[tuple]) -> dict[str, Any]:
+def _reconcile(results: Sequence[UnitResult]) -> dict[str, Any]:
     """Checks the converters' counts against the files; returns the manifest `counts`.
 
     Input is counted in rows: input == rows written + dead letters. A record holds one row,
-    except a SequenceExample (`RecordBatch.record_rows`); the manifest then also counts
+    except a SequenceExample (`SplitResult.rows`); the manifest then also counts
     `written_rows` beside `written` (records). Dead letters of no split (`DEAD_LETTER_SPLIT`)
     are reconciled like a split's and counted in the totals, but listed under no split.
     """
-    seen = set()
+    owners = [result.owner for result in results if result.owner]
+    if len(owners) != len(set(owners)):
+        twice = sorted(owner for owner in set(owners) if owners.count(owner) > 1)
+        raise AccountingError(f"unit {twice[0]!r} reached the commit twice")
     per_split: dict[str, dict[str, int]] = defaultdict(
         lambda: {"input": 0, "written": 0, "dead_letter": 0}
     )
     rows_per_split: dict[str, int] = defaultdict(int)
     holds_sequences = False
-    for key, split, input_count, written, dead, record_rows, *_ in counts:
-        if (key, split) in seen:
-            raise AccountingError(f"batch {key!r} of split {split!r} reached the sink twice")
-        seen.add((key, split))
-        entry = per_split[split]
-        entry["input"] += input_count
-        entry["written"] += written
-        entry["dead_letter"] += dead
-        rows_per_split[split] += written if record_rows is None else record_rows
-        holds_sequences |= record_rows is not None
+    reasons: Counter = Counter()
+    for result in results:
+        reasons.update(dict(result.dead_letter_reasons))
+        for part in result.splits:
+            entry = per_split[part.split]
+            entry["input"] += part.input
+            entry["written"] += part.written
+            entry["dead_letter"] += part.dead_letters
+            rows_per_split[part.split] += part.rows_written
+            holds_sequences |= part.rows is not None
     if holds_sequences:
         for split, entry in per_split.items():
             entry["written_rows"] = rows_per_split[split]
-    in_files: dict[str, int] = defaultdict(int)
-    dead_in_files: dict[str, int] = defaultdict(int)
-    reasons: dict[str, int] = defaultdict(int)
-    for sidecar in sidecars:
-        if sidecar["kind"] == TFRECORD_KIND:
-            in_files[sidecar["split"]] += sidecar["records"]
-        else:
-            for split, number in sidecar["dead_letters_by_split"].items():
-                dead_in_files[split] += number
-            for reason, number in sidecar.get("dead_letters_by_reason", {}).items():
-                reasons[reason] += number
+    in_files, dead_in_files = count_by_split(file for result in results for file in result.files)
     problems = []
     for split in sorted(set(per_split) | set(in_files) | set(dead_in_files)):
         entry = per_split[split]
@@ -149,15 +130,15 @@ def _reconcile(sidecars: Sequence[Mapping[str, Any]], counts: Sequence[tuple]) -
                 f"split {split!r}: {entry['input']} input records but {written_rows} "
                 f"written + {entry['dead_letter']} dead-lettered"
             )
-        if in_files[split] != entry["written"]:
+        if in_files.get(split, 0) != entry["written"]:
             problems.append(
                 f"split {split!r}: {entry['written']} records converted but "
-                f"{in_files[split]} found in the written files"
+                f"{in_files.get(split, 0)} found in the written files"
             )
-        if dead_in_files[split] != entry["dead_letter"]:
+        if dead_in_files.get(split, 0) != entry["dead_letter"]:
             problems.append(
                 f"split {split!r}: {entry['dead_letter']} dead letters produced but "
-                f"{dead_in_files[split]} found in the dead-letter files"
+                f"{dead_in_files.get(split, 0)} found in the dead-letter files"
             )
         if split == DEAD_LETTER_SPLIT and entry["written"]:
             problems.append(f"{entry['written']} records written under no split")
@@ -167,47 +148,49 @@ def _reconcile(sidecars: Sequence[Mapping[str, Any]], counts: Sequence[tuple]) -
         name: sum(entry[name] for entry in per_split.values())
         for name in ("input", "written", "dead_letter")
     }
-    if any("written_rows" in entry for entry in per_split.values()):
+    if holds_sequences:
         totals["written_rows"] = sum(entry["written_rows"] for entry in per_split.values())
     totals["dead_letter_reasons"] = dict(sorted(reasons.items()))
     return {**totals, "splits": {split: dict(per_split[split]) for split in sorted(per_split)
                                  if split != DEAD_LETTER_SPLIT}}
 
 
-def _final_names(config: SinkConfig, sidecars: Sequence[Mapping[str, Any]]) -> list[dict]:
+@dataclasses.dataclass(frozen=True)
+class _Planned:
+    """A file to commit: the temporary file and its final path, relative to the output."""
+
+    file: ShardFile
+    path: str
+
+
+def _final_names(config: SinkConfig, files: Sequence[ShardFile]) -> list[_Planned]:
     """Assigns final names: per split, ordered by the first batch key each file holds."""
-    by_split: dict[tuple[str, str], list] = defaultdict(list)
-    for sidecar in sidecars:
-        by_split[(sidecar["kind"], sidecar["split"])].append(sidecar)
+    by_split: dict[tuple[str, str], list[ShardFile]] = defaultdict(list)
+    for file in files:
+        by_split[(file.kind, file.split)].append(file)
     planned = []
     for (kind, split), group in sorted(by_split.items()):
-        group.sort(key=lambda sidecar: (sidecar["first_key"], sidecar["temp_path"]))
-        for index, sidecar in enumerate(group):
+        group.sort(key=lambda file: (file.first_key, file.temp_path))
+        for index, file in enumerate(group):
             if kind == TFRECORD_KIND:
                 relative = f"{split}-{index:05d}-of-{len(group):05d}{config.suffix}"
             else:
                 relative = f"{DEAD_LETTER_DIR}/dead_letter-{index:05d}-of-{len(group):05d}.jsonl"
-            planned.append({**sidecar, "path": relative})
+            planned.append(_Planned(file, relative))
     return planned
 
 
-def _empty_shards(config: SinkConfig, sidecars: Sequence[Mapping[str, Any]]) -> list[dict]:
-    """Creates the empty temp shards the sharding policy asks for: per declared split, as
-    many as make `num_shards` (a split may get fewer records than that), else one for a split
-    without records; none for a split without records with `skip_if_empty`."""
-    present = Counter(s["split"] for s in sidecars if s["kind"] == TFRECORD_KIND)
+def _empty_shards(config: SinkConfig, files: Sequence[ShardFile]) -> list[ShardFile]:
+    """Creates the empty temp shards the sharding policy asks for: one for a declared split
+    without records, none with `skip_if_empty`."""
+    present = Counter(file.split for file in files if file.kind == TFRECORD_KIND)
     created = []
     for split in config.splits:
-        if config.sharding.skip_if_empty and not present[split]:
+        if present[split] or config.sharding.skip_if_empty:
             continue
-        for index in range(present[split], config.sharding.num_shards or 1):
-            path = fs.join_path(config.temp_dir, split, f"empty-{split}-{index:05d}{config.suffix}")
-            sidecar_path = path + ".json"
-            if FileSystems.exists(sidecar_path):  # a retried finalize made it already
-                created.append(_read_json(sidecar_path))
-                continue
-            # A stable name, so that a retried finalize finds it instead of making another.
-            created.append(TempShard(config, TFRECORD_KIND, split, "", path=path).close())
+        # A stable name: a retried finalize writes the same (empty) file again.
+        path = fs.join_path(config.temp_dir, split, f"empty-{split}{config.suffix}")
+        created.append(TempShard(config, TFRECORD_KIND, split, "", path=path).close())
     return created
 
 
@@ -230,38 +213,34 @@ def _write_journal(config: SinkConfig, writes: set[str], replaces: set[str]) -> 
                               json.dumps(journal, sort_keys=True).encode("utf-8"))
 
 
-def _presence(counts: Sequence[tuple]) -> dict[str, list[int]] | None:
-    """Every batch's feature presence added up ({feature: [records, min, max]}), or None
-    when some batch with records did not count it (see `transforms.stats.presence`)."""
+def _presence(results: Sequence[UnitResult]) -> dict[str, list[int]] | None:
+    """Every unit's feature presence added up ({feature: [records, min, max]}), or None
+    when some records were written without it being counted (`transforms.stats.presence`)."""
     total: dict[str, list[int]] = {}
-    for entry in counts:
-        presence = entry[6] if len(entry) > 6 else None
-        if presence == DEFERRED:
-            continue  # counted in a later batch of its work unit
-        if presence is None:
-            if entry[3]:  # records written without a count of their features
+    for result in results:
+        for part in result.splits:
+            if part.presence is None:
                 return None
-            continue
-        add_presence(total, presence)
+            add_presence(total, part.presence)
     return total
 
 
-def _extra_files(config: SinkConfig, counts: Sequence[tuple],
+def _extra_files(config: SinkConfig, results: Sequence[UnitResult],
                  written: int) -> list[tuple[str, bytes]]:
     """The configured extra files, `feature_spec.json` with each feature's presence where
-    every batch counted it."""
-    presence = _presence(counts)
+    every unit counted it."""
+    presence = _presence(results)
     if presence is None:
         return list(config.extra_files)
     return [(name, with_presence(data, presence, written) if name == FEATURE_SPEC_NAME else data)
             for name, data in config.extra_files]
 
 
-def _statistics(config: SinkConfig, counts: Sequence[tuple], totals: Mapping[str, Any]
+def _statistics(config: SinkConfig, results: Sequence[UnitResult], totals: Mapping[str, Any]
                 ) -> tuple[list[tuple[str, bytes]], dict[str, Any] | None]:
-    """stats.json (every batch's statistics merged, see `transforms.stats.document`) and,
+    """stats.json (every unit's statistics merged, see `transforms.stats.document`) and,
     with `compare_to`, drift.json (see `transforms.stats.drift`): the files and the drift."""
-    merged, examples = merge_batches(counts)
+    merged, examples = merge_units(results)
     feature_spec = dict(config.extra_files).get(FEATURE_SPEC_NAME)
     document = stats_document(merged, totals, config.splits, declared_kinds(feature_spec), examples)
     files = [(STATS_NAME, _json_bytes(document))]
@@ -301,36 +280,47 @@ def _side_files(config: SinkConfig, extra_files: Sequence[tuple[str, bytes]],
     return list(extra_files) + sorted(tfds_files.items())
 
 
-def _commit_file(config: SinkConfig, planned: Mapping[str, Any]) -> None:
-    """Moves one temp file to its final name; a no-op if a retry already did."""
-    final = fs.join_path(config.output_dir, planned["path"])
-    source = planned["temp_path"]
-    if FileSystems.exists(source):
+def _commit_file(config: SinkConfig, temp_path: str, path: str, size: int) -> None:
+    """Moves one temp file to its final name `path`; a no-op if a retry already did."""
+    final = fs.join_path(config.output_dir, path)
+    if FileSystems.exists(temp_path):
         if FileSystems.exists(final):
             fs.delete([final])
         fs.ensure_parent(final)
-        FileSystems.rename([source], [final])
+        FileSystems.rename([temp_path], [final])
         return
     if not FileSystems.exists(final):
-        raise AccountingError(f"temporary file {source} vanished before it was committed")
-    size = fs.match([fs.literal(final)])[0].metadata_list[0].size_in_bytes
-    if size != planned["bytes"]:
+        raise AccountingError(f"temporary file {temp_path} vanished before it was committed")
+    found = fs.match([fs.literal(final)])[0].metadata_list[0].size_in_bytes
+    if found != size:
         raise AccountingError(
-            f"{final} has {size} bytes, expected {planned['bytes']}: it is not the file "
-            f"this run wrote"
-        )
+            f"{final} has {found} bytes, expected {size}: it is not the file this run wrote")
 
 
-def _index_files(shard_files: Sequence[Mapping[str, Any]]) -> list[dict]:
-    """The `.tfindex` sidecars written with the shards (`SinkConfig.index`), planned like
-    files of their own: each is renamed with its shard, to the shard's name + suffix."""
-    return [{**entry["index"], "path": entry["path"] + INDEX_SUFFIX}
-            for entry in shard_files if entry.get("index")]
+def _moves(planned: Sequence[_Planned]) -> list[tuple[str, str, int]]:
+    """(temp path, final path, bytes) of every file to commit: the files and their indexes."""
+    moves = []
+    for entry in planned:
+        moves.append((entry.file.temp_path, entry.path, entry.file.bytes))
+        if entry.file.index is not None:
+            index = entry.file.index
+            moves.append((index.temp_path, entry.path + INDEX_SUFFIX, index.bytes))
+    return moves
 
 
-def finalize_output(
-    config: SinkConfig, temp_paths: Iterable[str], counts: Iterable[tuple]
-) -> str:
+def _describe(entry: _Planned) -> dict[str, Any]:
+    """A file's manifest entry."""
+    described: dict[str, Any] = {"path": entry.path}
+    if entry.file.kind == TFRECORD_KIND:
+        described["split"] = entry.file.split
+    described.update(records=entry.file.records, bytes=entry.file.bytes, sha256=entry.file.sha256)
+    if entry.file.index is not None:
+        described["index"] = {"path": entry.path + INDEX_SUFFIX, "bytes": entry.file.index.bytes,
+                              "sha256": entry.file.index.sha256}
+    return described
+
+
+def finalize_output(config: SinkConfig, results: Iterable[UnitResult]) -> str:
     """Commits a run: reconcile, rename temp files, write extras and the manifest last.
 
     Idempotent: calling it again with the same arguments after a failure at any point, or
@@ -343,61 +333,49 @@ def finalize_output(
     if existing is not None and existing.get("run_id") == config.run_id:
         return manifest_path  # this run was committed by an earlier attempt
 
-    temp_paths = sorted(set(temp_paths))
-    missing = [path for path in temp_paths if not FileSystems.exists(path + ".json")]
-    if missing:
-        raise AccountingError(f"temporary shards were never closed: {missing[:5]}")
-    sidecars = [_read_json(path + ".json") for path in temp_paths]
-    counts = list(counts)
-    totals = _reconcile(sidecars, counts)
-    sidecars += _empty_shards(config, sidecars)
-    planned = _final_names(config, sidecars)
-    dead_files = [entry for entry in planned if entry["kind"] == DEAD_LETTER_KIND]
-    shard_files = [entry for entry in planned if entry["kind"] == TFRECORD_KIND]
-    index_files = _index_files(shard_files)
+    # In owner order: what is merged below does not depend on which process wrote a unit.
+    results = sorted(results, key=lambda result: result.owner)
+    totals = _reconcile(results)
+    files = [file for result in results for file in result.files]
+    shards = [file for file in files if file.kind == TFRECORD_KIND]
+    if config.sharding.num_shards and shards:
+        shards = reshard(config, shards)
+    shards += _empty_shards(config, shards)
+    dead = [file for file in files if file.kind == DEAD_LETTER_KIND]
+    planned = _final_names(config, shards + dead)
+    dead_files = [entry for entry in planned if entry.file.kind == DEAD_LETTER_KIND]
+    shard_files = [entry for entry in planned if entry.file.kind == TFRECORD_KIND]
 
     # Only files a record of this tool names are ever replaced or deleted (the CLI refuses
     # to start over foreign ones); the journal names them before anything changes.
     owned = output_files.owned_paths(config.output_dir, existing)
-    stats_files, drift = _statistics(config, counts, totals)
+    stats_files, drift = _statistics(config, results, totals)
     failure = _failure(config, totals, drift)
     if failure is not None:
         # Only the dead letters are committed; what an earlier output of this folder left
         # goes (--overwrite asked to replace it), or the folder would hold unlisted files.
-        writes = {entry["path"] for entry in dead_files} | {output_files.FAILED_RUN_NAME}
+        writes = {entry.path for entry in dead_files} | {output_files.FAILED_RUN_NAME}
         _clear_earlier_output(config, writes, owned)
         outcome, message, error = failure
         _commit_dead_letters_only(config, dead_files, totals, outcome, message,
                                   drift=drift if error is DriftDetectedError else None)
         raise error(message)
-    writes = {entry["path"] for entry in planned + index_files}
-    side_files = _side_files(config, _extra_files(config, counts, totals["written"]) + stats_files,
-                             shard_files, owned)
-    writes |= {name for name, _ in side_files}
+    moves = _moves(planned)
+    described = [_describe(entry) for entry in shard_files]
+    side_files = _side_files(config, _extra_files(config, results, totals["written"]) + stats_files,
+                             described, owned)
+    writes = {path for _, path, _ in moves} | {name for name, _ in side_files}
     writes |= {MANIFEST_NAME, output_files.FAILED_RUN_NAME}
     _clear_earlier_output(config, writes, owned,
                           also=[fs.join_path(config.output_dir, output_files.FAILED_RUN_NAME)])
 
-    for entry in planned + index_files:
-        _commit_file(config, entry)
+    for temp_path, path, size in moves:
+        _commit_file(config, temp_path, path, size)
     extra = {}
     for relative, data in side_files:
         target = fs.join_path(config.output_dir, relative)
         fs.write_bytes_atomically(target, data)
         extra[relative] = {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
-
-    def describe(entry, with_split=True):
-        described = {"path": entry["path"]}
-        if with_split:
-            described["split"] = entry["split"]
-        described.update(
-            records=entry["records"], bytes=entry["bytes"], sha256=entry["sha256"]
-        )
-        if entry.get("index"):
-            described["index"] = {"path": entry["path"] + INDEX_SUFFIX,
-                                  "bytes": entry["index"]["bytes"],
-                                  "sha256": entry["index"]["sha256"]}
-        return described
 
     manifest = {
         "format_version": FORMAT_VERSION,
@@ -405,9 +383,9 @@ def finalize_output(
         "created_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "run_id": config.run_id,
         "compression": config.compression.value,
-        "splits": sorted({entry["split"] for entry in shard_files} | set(config.splits)),
-        "shards": [describe(entry) for entry in shard_files],
-        "dead_letter_files": [describe(entry, with_split=False) for entry in dead_files],
+        "splits": sorted({entry.file.split for entry in shard_files} | set(config.splits)),
+        "shards": described,
+        "dead_letter_files": [_describe(entry) for entry in dead_files],
         "counts": totals,
         "files": extra,
         "sharding": config.sharding.to_manifest(),
@@ -416,7 +394,7 @@ def finalize_output(
     manifest.update(dict(config.manifest_metadata))
     # Durable before it is visible: every file the manifest names, and the folder entries
     # of their new names, reach the disk before the manifest is renamed into place.
-    fs.sync_files([fs.join_path(config.output_dir, entry["path"]) for entry in planned + index_files]
+    fs.sync_files([fs.join_path(config.output_dir, path) for _, path, _ in moves]
                   + [fs.join_path(config.output_dir, name) for name in extra])
     fs.write_bytes_atomically(
         manifest_path, json.dumps(manifest, indent=2, sort_keys=True).encode("utf-8") + b"\n"
@@ -467,21 +445,21 @@ def _failure(config: SinkConfig, totals: Mapping[str, Any], drift: Mapping[str, 
     return None
 
 
-def _commit_dead_letters_only(config: SinkConfig, dead_files: Sequence[Mapping[str, Any]],
+def _commit_dead_letters_only(config: SinkConfig, dead_files: Sequence[_Planned],
                               totals: Mapping[str, Any], outcome: str, message: str,
                               drift: Mapping[str, Any] | None = None) -> None:
     """A failed run's outcome: its dead letters committed for diagnosis, with a record of
     the run beside them (`output_files.FAILED_RUN_NAME`), and nothing else."""
     for entry in dead_files:
-        _commit_file(config, entry)
-    paths = [fs.join_path(config.output_dir, entry["path"]) for entry in dead_files]
+        _commit_file(config, entry.file.temp_path, entry.path, entry.file.bytes)
+    paths = [fs.join_path(config.output_dir, entry.path) for entry in dead_files]
     fs.sync_files(paths)
     record = {
         "run_id": config.run_id,
         "outcome": outcome,
         "message": message,
         "counts": dict(totals),
-        "files": [entry["path"] for entry in dead_files],
+        "files": [entry.path for entry in dead_files],
         "created_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     }
     if drift is not None:

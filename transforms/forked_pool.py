@@ -2,8 +2,8 @@
 
 The local runner runs every DoFn in one Python process, so a converter uses one core plus
 what Arrow and the codecs do with the GIL released. A fork costs milliseconds and the child
-has every module imported already, so a converter given a `WorkUnitGroup` (see
-`transforms.records`) converts its work units in forked children with `forked_map`.
+has every module imported already, so the local runner converts its work units in forked
+children with `forked_map` (`pipeline.graph.ConvertOnForkedProcesses`).
 
 `forked_map(fn, items, processes)` yields what `fn(items[0])` yields, then what
 `fn(items[1])` yields, and so on, exactly as `for item in items: yield from fn(item)`

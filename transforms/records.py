@@ -23,22 +23,13 @@ __all__ = [
     "DeadLetterError",
     "RecordBatch",
     "WorkUnit",
-    "WorkUnitGroup",
     "batch_key",
     "dead_letter",
     "raw_text",
-    "with_batches",
 ]
 
 #: The split name used when a conversion declares no splits.
 DEFAULT_SPLIT = "data"
-
-
-def with_batches(result, batches: list):
-    """A converter's result (a named tuple or dataclass with a `batches` field: its
-    RecordBatches for one chunk, with counts for metrics) holding `batches` instead."""
-    return (result._replace(batches=batches) if hasattr(result, "_replace")
-            else dataclasses.replace(result, batches=batches))
 
 
 def batch_key(source_index: int, chunk_index: int) -> str:
@@ -73,28 +64,6 @@ class WorkUnit:
     def size(self) -> int:
         """The bytes the unit reads, as planned (`extra["size"]`); 0 when not known."""
         return int((self.extra or {}).get("size") or 0)
-
-
-@dataclasses.dataclass(frozen=True)
-class WorkUnitGroup:
-    """Work units one converter call converts at once, on forked processes, in order.
-
-    The local in-process runner hands the converter all the work units as one group, so
-    it can use every core (see `transforms.forked_pool`); the output is what converting
-    the units one by one, in this order, would give. Other runners get one element per
-    unit and spread them over their own workers.
-
-    Attributes:
-      units: the work units, in plan order.
-      processes: how many forked processes convert them at once.
-      writer: the sink's configuration (`transforms.shard_writers.SinkConfig`) when each
-        child writes what it converts to temporary shards itself, so that no converted byte
-        goes through the parent; None: the children send their batches to the parent.
-    """
-
-    units: tuple[WorkUnit, ...]
-    processes: int
-    writer: Any = None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,22 +1,22 @@
-"""Writing a conversion's RecordBatches into temporary shards: the sink's configuration
-(`SinkConfig`), the writer DoFns and the files they leave for the commit step.
+"""Writing a unit's RecordBatches into temporary shards: the sink's configuration
+(`SinkConfig`), the one write path (`write_unit`) and the commit's resharding (`reshard`).
 
-* Records are written to uniquely named temporary files under `DIR/.tmp-<run id>/`. Each
-  temporary file gets a JSON sidecar (records, bytes, sha256, ...) when it is closed. A
-  writer emits the temporary path from `process()` when it opens the file; it never emits
-  from `finish_bundle`, whose outputs Beam 2.77's DaskRunner drops. Batches arrive framed
-  (`FramedRecords`) from our converters, or as payload lists which are framed here; the
-  framed bytes are compressed, hashed and written on a background thread per open file
-  (`_BackgroundIO`), and closing a file waits for them, so a sidecar only ever describes
-  bytes that reached storage.
-* A failed and retried bundle leaves orphaned temporary files, but its outputs are
-  discarded by the runner, so the commit never sees them; they vanish with the temp folder.
-* Default sharding: roll to a new shard when the next record would push the shard past
-  `max_shard_bytes` (framed, uncompressed bytes) or `max_shard_records`. No shuffle: every
-  bundle writes its own shards, so memory does not grow with the data. A record larger than
-  the cap is written alone in its own shard. `num_shards=N`: records are dealt round-robin
-  (from a start derived from the batch key) into N groups and shuffled by shard
-  (`WriteGroupedShard`), which needs a GroupByKey of the data.
+* Every writer owns one unit of work (a work unit, or a bucket of sequences) and writes its
+  batches, in order, to its own temporary files under `DIR/.tmp-<run id>/`, rolling to a new
+  shard when the next record would push the shard past `max_shard_bytes` (framed,
+  uncompressed bytes) or `max_shard_records`. A shard's place in the output follows from
+  the first batch key it holds, so shard boundaries and names depend on the plan alone, not
+  on processes, workers or bundles. A record larger than the cap is written alone.
+* `write_unit` returns the unit's `transforms.unit_result.UnitResult` only once every file is
+  closed and synced: a result never describes bytes that did not reach storage. A retried
+  unit writes new, uniquely named files; the runner discards the failed attempt's result,
+  so the commit never sees its files, which vanish with the temp folder.
+* Batches arrive framed (`FramedRecords`) from our converters, or as payload lists which are
+  framed here; the framed bytes are compressed, hashed and written on a background thread
+  per open file (`_BackgroundIO`).
+* `num_shards=N`: units write as above without caps; the commit then deals every record, in
+  output order, round-robin into exactly N shards per split (`reshard`), a second pass over
+  the records in one process.
 * With `report_progress`, writers leave a small heartbeat file under the temp folder every
   few seconds, which the CLI reads to show progress."""
 
@@ -29,16 +29,13 @@ import os
 import time
 import uuid
 from collections import defaultdict, deque
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, TypeVar
+from typing import Any
 
-import apache_beam as beam
-import crc32c
 import numpy as np
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
-from apache_beam.metrics import Metrics
 
 from transforms import fs
 from transforms.format.compression import Compression, shard_suffix
@@ -49,63 +46,39 @@ from transforms.format.tfrecord_format import (
     framed_size,
 )
 from transforms.format.tfrecord_index import INDEX_SUFFIX, IndexWriter
-from transforms.records import RecordBatch, with_batches
-from transforms.stats.dead_letters import batch_examples
-from transforms.stats.unit_counts import fold_counts
-from transforms.worker import prepare_worker
+from transforms.format.tfrecord_reader import iter_records
+from transforms.records import RecordBatch
+from transforms.stats.dead_letters import batch_examples, first_examples
+from transforms.stats.presence import add_presence, as_presence
+from transforms.stats.sketches import BatchStats, StatsTotal
+from transforms.unit_result import (
+    DEAD_LETTER_KIND,
+    TFRECORD_KIND,
+    IndexFile,
+    ShardFile,
+    SplitResult,
+    UnitResult,
+)
 
 __all__ = [
-    "ShardingConfig",
-    "COUNTERS",
-    "COUNT_RESULT",
     "DEAD_LETTER_DIR",
-    "DEAD_LETTER_KIND",
     "DEFAULT_MAX_SHARD_BYTES",
-    "FILE_RESULT",
-    "SinkConfig",
-    "TFRECORD_KIND",
-    "TEMP_PREFIX",
-    "TRIGGER_RESULT",
-    "TempShard",
-    "WriteGroupedShard",
     "RollingShardWriter",
-    "WriteRollingShards",
-    "WrittenBatch",
-    "batch_counts",
-    "deal_to_shards",
-    "write_results",
+    "ShardingConfig",
+    "SinkConfig",
+    "TEMP_PREFIX",
+    "TempShard",
+    "reshard",
+    "write_unit",
 ]
-
-
-R = TypeVar("R")
 
 #: TensorFlow's performance guide recommends 100-200 MB per TFRecord file.
 DEFAULT_MAX_SHARD_BYTES = 200 * 1024 * 1024
 
-
 DEAD_LETTER_DIR = "dead_letter"
-
 
 #: A run's temporary files live under `DIR/.tmp-<run id>/`.
 TEMP_PREFIX = ".tmp-"
-
-
-DEAD_LETTER_KIND = "dead_letter"
-
-
-TFRECORD_KIND = "tfrecord"
-
-
-FILE_RESULT = "file"
-
-
-COUNT_RESULT = "count"
-
-
-TRIGGER_RESULT = "trigger"
-
-
-COUNTERS = "tfrecord_pipeline"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -277,7 +250,6 @@ class TempShard:
         self.records = 0
         self.logical_bytes = 0
         self.dead_letters_by_split: dict[str, int] = defaultdict(int)
-        self.dead_letters_by_reason: dict[str, int] = defaultdict(int)
         self._io = _BackgroundIO() if self._writer is not None else None
         self._index_file = self._index = None
         if self._writer is not None and config.index:
@@ -296,15 +268,13 @@ class TempShard:
         else:
             self._hashing.write(b"".join(doc + b"\n" for doc in payloads))
             self.dead_letters_by_split[split] += len(payloads)
-            for doc in payloads:
-                self.dead_letters_by_reason[_reason_of(doc)] += 1
         self.records += len(payloads)
         self.logical_bytes += logical_bytes
 
-    def close(self) -> dict[str, Any]:
-        """Closes the file, writes and returns its sidecar metadata. A local file is synced
-        first: the commit syncs every file it publishes, and a file synced here (by each
-        writer, in parallel, while others convert) costs it nothing then."""
+    def close(self) -> ShardFile:
+        """Closes the file and describes it. A local file is synced first: the commit syncs
+        every file it publishes, and a file synced here (by each writer, in parallel, while
+        others convert) costs it nothing then."""
         if self._writer is not None:
             try:
                 self._io.drain()
@@ -318,25 +288,24 @@ class TempShard:
         index = None
         if self._index_file is not None:
             self._index_file.close()
-            index = {"temp_path": self.path + INDEX_SUFFIX, "bytes": self._index_file.bytes,
-                     "sha256": self._index_file.sha256.hexdigest()}
-        sidecar = {
-            "temp_path": self.path,
-            "kind": self.kind,
-            "split": self.split,
-            "first_key": self.first_key,
-            "records": self.records,
-            "bytes": self._hashing.bytes,
-            "logical_bytes": self.logical_bytes,
-            "sha256": self._hashing.sha256.hexdigest(),
-            "dead_letters_by_split": dict(self.dead_letters_by_split),
-            "dead_letters_by_reason": dict(self.dead_letters_by_reason),
-        }
-        if index is not None:
-            sidecar["index"] = index
-        with FileSystems.create(self.path + ".json") as handle:
-            handle.write(json.dumps(sidecar, sort_keys=True).encode("utf-8"))
-        return sidecar
+            index = IndexFile(self.path + INDEX_SUFFIX, self._index_file.bytes,
+                              self._index_file.sha256.hexdigest())
+        return ShardFile(
+            temp_path=self.path, kind=self.kind, split=self.split, first_key=self.first_key,
+            records=self.records, bytes=self._hashing.bytes,
+            sha256=self._hashing.sha256.hexdigest(), index=index,
+            dead_letters=tuple(sorted(self.dead_letters_by_split.items())))
+
+    def abandon(self) -> None:
+        """Closes the file after a failure; it is never committed."""
+        if self._io is not None:
+            self._io.shutdown()
+        for handle in (self._raw, self._index_file):
+            try:
+                if handle is not None:
+                    handle.close()
+            except Exception:  # noqa: BLE001 - the unit fails with its own error
+                pass
 
 
 def _reason_of(doc: bytes) -> str:
@@ -364,60 +333,39 @@ def _cumulative_sizes(kind: str, payloads: Sequence[bytes]) -> np.ndarray:
     return totals
 
 
-@dataclasses.dataclass(frozen=True)
-class WrittenBatch:
-    """Batches a converter wrote to temporary shards itself (`RollingShardWriter` in a forked
-    child): what the writer would have emitted for them, file results and counts, which the
-    sink passes on to the commit unchanged."""
-
-    results: tuple[tuple[str, Any], ...]
-
-
 class RollingShardWriter:
-    """Writes RecordBatches to temporary shards, rolling at the byte/record caps; returns,
-    per batch, the writer's results for the commit: `(FILE_RESULT, temp path)` for every
-    shard it opens, then the batch's counts (`batch_counts`).
+    """Writes one unit's RecordBatches to temporary shards, rolling at the byte/record caps.
 
-    The writing half of the sink in plain Python: `WriteRollingShards` runs one per bundle,
-    and a forked converter runs one per work unit, so that every process writes what it
-    converts. `close()` closes the open shards (writing their sidecars); until then the
-    commit must not run.
+    `close()` closes the open shards and returns every file written, in the order opened;
+    until then no file may be committed.
     """
 
     def __init__(self, config: SinkConfig):
         self._config = config
         self._open: dict[tuple[str, str], TempShard] = {}
+        self._closed: list[ShardFile] = []
         self._heartbeat = _Heartbeat(config) if config.report_progress else None
-        self.shards_opened = 0
 
-    def write(self, batch: RecordBatch) -> list[tuple[str, Any]]:
-        results: list[tuple[str, Any]] = []
+    def write(self, batch: RecordBatch) -> None:
         if batch.records:
-            self._write(TFRECORD_KIND, batch.split, batch.key, batch.records, results)
+            self._write(TFRECORD_KIND, batch.split, batch.key, batch.records)
         if batch.dead_letters:
-            self._write(DEAD_LETTER_KIND, batch.split, batch.key, batch.dead_letters, results)
+            self._write(DEAD_LETTER_KIND, batch.split, batch.key, batch.dead_letters)
         if self._heartbeat is not None:
             self._heartbeat.add(batch.key, len(batch.records), len(batch.dead_letters))
-        results.append(batch_counts(batch))
-        return results
 
-    def _write(self, kind: str, split: str, key: str, payloads: Sequence[bytes],
-               results: list[tuple[str, Any]]) -> None:
+    def _write(self, kind: str, split: str, key: str, payloads: Sequence[bytes]) -> None:
         slot = (kind, split if kind == TFRECORD_KIND else DEAD_LETTER_DIR)
         totals = _cumulative_sizes(kind, payloads)
         start = 0
         while start < len(payloads):
             shard = self._open.get(slot)
             if shard is None:
-                # Ordered by (batch, offset in batch): deterministic however bundles fall.
-                shard = TempShard(self._config, kind, slot[1], f"{key}#{start:010d}")
-                self._open[slot] = shard
-                self.shards_opened += 1
-                results.append((FILE_RESULT, shard.path))
+                # Ordered by (batch, offset in batch): deterministic however units fall.
+                shard = self._open[slot] = TempShard(self._config, kind, slot[1], f"{key}#{start:010d}")
             take = self._how_many_fit(shard, totals, start)
             if take == 0:
-                shard.close()
-                del self._open[slot]
+                self._closed.append(self._open.pop(slot).close())
                 continue
             end = start + take
             shard.write(payloads[start:end], int(totals[end] - totals[start]), split)
@@ -426,8 +374,9 @@ class RollingShardWriter:
     def _how_many_fit(self, shard: TempShard, totals: np.ndarray, start: int) -> int:
         """How many items from `start` fit in `shard` under the record and byte caps."""
         remaining = len(totals) - 1 - start
-        config = self._config
-        record_cap, byte_cap = config.sharding.record_cap, config.sharding.byte_cap
+        if shard.kind != TFRECORD_KIND:
+            return remaining  # a unit's dead letters go to one file
+        record_cap, byte_cap = self._config.sharding.record_cap, self._config.sharding.byte_cap
         if record_cap is not None:
             remaining = min(remaining, record_cap - shard.records)
         if byte_cap is not None and remaining > 0:
@@ -441,77 +390,126 @@ class RollingShardWriter:
             return 1 if shard.records == 0 else 0
         return remaining
 
-    def close(self) -> None:
+    def close(self) -> tuple[ShardFile, ...]:
         for shard in self._open.values():
-            shard.close()
+            self._closed.append(shard.close())
         self._open = {}
         if self._heartbeat is not None:
             # A work unit often converts within one heartbeat interval: without this its
             # file would keep the count of its first batch only.
             self._heartbeat.flush()
+        return tuple(self._closed)
+
+    def abandon(self) -> None:
+        """Closes the open files after a failure, without describing them."""
+        for shard in self._open.values():
+            shard.abandon()
+        self._open = {}
 
 
-def write_results(config: SinkConfig, results: Iterable[R]) -> Iterator[R]:
-    """A work unit's results, each with its `batches` written to temporary shards here and
-    replaced by one `WrittenBatch` of what the writer reports (run in a forked converter:
-    the parent then receives file names and counts, never records). `results` are
-    dataclasses or named tuples with a `batches` field.
+class _SplitTotals:
+    """One split's counts, presence and statistics so far in a unit (None: unknown)."""
 
-    The batches' counts are folded into one per split (`fold_counts`) and sent with the
-    unit's last result, so what reaches the commit grows with the work units, not with
-    the chunks (at 50M rows, 3,000 chunks' statistics held ~170 MB in the launcher)."""
+    def __init__(self):
+        self.input = self.written = self.rows = self.dead = 0
+        self.grouped = False
+        self.presence: dict[str, list[int]] | None = {}
+        self.stats: StatsTotal | None = StatsTotal()
+
+    def add(self, batch: RecordBatch) -> None:
+        self.input += batch.input_count
+        self.written += len(batch.records)
+        self.rows += batch.rows_written
+        self.dead += len(batch.dead_letters)
+        self.grouped |= batch.record_rows is not None
+        if batch.feature_presence is not None and self.presence is not None:
+            add_presence(self.presence, batch.feature_presence)
+        elif batch.records:
+            self.presence = None  # records whose features were not counted
+        if isinstance(batch.feature_stats, BatchStats) and self.stats is not None:
+            self.stats.add(batch.feature_stats)
+        elif batch.records:
+            self.stats = None
+
+    def result(self, split: str) -> SplitResult:
+        return SplitResult(
+            split=split, input=self.input, written=self.written,
+            rows=self.rows if self.grouped else None, dead_letters=self.dead,
+            presence=as_presence(self.presence) if self.presence is not None else None,
+            stats=self.stats.partial() if self.stats is not None else None)
+
+
+def write_unit(config: SinkConfig, batches: Iterable[RecordBatch]) -> UnitResult:
+    """Writes one unit's batches (in batch-key order) to its own temporary shards and
+    returns what the commit needs of them: the sink's one write path."""
     writer = RollingShardWriter(config)
-    counts: list[tuple] = []
-    held = None
+    splits: dict[str, _SplitTotals] = {}
+    reasons: dict[str, int] = defaultdict(int)
+    examples = []
+    owner = ""
     try:
-        for result in results:
-            written = []
-            for batch in result.batches:
-                for kind, value in writer.write(batch):
-                    if kind == COUNT_RESULT:
-                        counts.append(value)
-                    else:
-                        written.append((kind, value))
-            if held is not None:
-                yield with_batches(held[0], [WrittenBatch(tuple(held[1]))])
-            held = (result, written)
-        if held is not None:
-            result, written = held
-            written += [(COUNT_RESULT, c) for c in fold_counts(counts)]
-            yield with_batches(result, [WrittenBatch(tuple(written))])
-    finally:
-        writer.close()
+        for batch in batches:
+            owner = owner or batch.key
+            writer.write(batch)
+            splits.setdefault(batch.split, _SplitTotals()).add(batch)
+            if batch.dead_letters:
+                for document in batch.dead_letters:
+                    reasons[_reason_of(document)] += 1
+                examples.append(batch_examples(batch.dead_letters))
+    except BaseException:
+        writer.abandon()
+        raise
+    files = writer.close()
+    return UnitResult(
+        owner=owner,
+        splits=tuple(totals.result(split) for split, totals in sorted(splits.items())),
+        files=files,
+        dead_letter_reasons=tuple(sorted(reasons.items())),
+        examples=first_examples(examples),
+    )
 
 
-class WriteRollingShards(beam.DoFn):
-    """Writes each bundle's records to temp shards, rolling at the byte/record caps; passes
-    on what converters wrote themselves (`WrittenBatch`)."""
+_RESHARD_BATCH = 1024  # records written to a resharded shard at once
 
-    def __init__(self, config: SinkConfig):
-        self._config = config
-        self._writer: RollingShardWriter | None = None
 
-    def setup(self):
-        prepare_worker()
-        self._records_written = Metrics.counter(COUNTERS, "records_written")
-        self._dead_lettered = Metrics.counter(COUNTERS, "records_dead_lettered")
-        self._shards_opened = Metrics.counter(COUNTERS, "temp_shards_opened")
+def reshard(config: SinkConfig, files: Sequence[ShardFile]) -> list[ShardFile]:
+    """`num_shards`: every record of a split's temporary shards (in output order) dealt
+    round-robin into exactly `num_shards` new temporary shards, which replace them. Shards
+    without a record are empty files, so each split has exactly N."""
+    by_split: dict[str, list[ShardFile]] = defaultdict(list)
+    for file in files:
+        by_split[file.split].append(file)
+    out = []
+    for split, group in sorted(by_split.items()):
+        group.sort(key=lambda file: (file.first_key, file.temp_path))
+        out += _deal(config, split, group)
+        fs.delete([file.temp_path for file in group])
+    return out
 
-    def start_bundle(self):
-        self._writer = RollingShardWriter(self._config)
 
-    def process(self, batch: RecordBatch | WrittenBatch):
-        if isinstance(batch, WrittenBatch):
-            yield from batch.results
-            return
-        opened = self._writer.shards_opened
-        yield from self._writer.write(batch)
-        self._records_written.inc(len(batch.records))
-        self._dead_lettered.inc(len(batch.dead_letters))
-        self._shards_opened.inc(self._writer.shards_opened - opened)
+def _deal(config: SinkConfig, split: str, group: Sequence[ShardFile]) -> list[ShardFile]:
+    count = config.sharding.num_shards
+    targets = [TempShard(config, TFRECORD_KIND, split, f"{index:05d}") for index in range(count)]
+    pending: list[list[bytes]] = [[] for _ in range(count)]
+    position = 0
+    for file in group:
+        with FileSystems.open(file.temp_path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
+            for record in iter_records(handle, config.compression, path=file.temp_path):
+                target = position % count
+                pending[target].append(record.payload)
+                position += 1
+                if len(pending[target]) >= _RESHARD_BATCH:
+                    _write_payloads(targets[target], pending[target])
+    for target, payloads in zip(targets, pending, strict=True):
+        _write_payloads(target, payloads)
+    return [target.close() for target in targets]
 
-    def finish_bundle(self):
-        self._writer.close()
+
+def _write_payloads(shard: TempShard, payloads: list[bytes]) -> None:
+    """Writes `payloads` to `shard` and empties the list."""
+    if payloads:
+        shard.write(list(payloads), sum(framed_size(len(p)) for p in payloads), shard.split)
+        payloads.clear()
 
 
 class _Heartbeat:
@@ -545,46 +543,3 @@ class _Heartbeat:
                 "units": sorted(self._units)}
         with FileSystems.create(self._path) as handle:
             handle.write(json.dumps(beat).encode("utf-8"))
-
-
-def deal_to_shards(batch: RecordBatch, num_shards: int):
-    """Deals a batch's records round-robin over `num_shards` shard keys (fixed-count mode)."""
-    if batch.records:
-        start = crc32c.crc32c(batch.key.encode("utf-8")) % num_shards
-        for offset in range(min(num_shards, len(batch.records))):
-            shard = (start + offset) % num_shards
-            records = list(batch.records[offset::num_shards])
-            yield (TFRECORD_KIND, batch.split, shard), (batch.key, batch.split, records)
-    if batch.dead_letters:
-        dead_letters = list(batch.dead_letters)
-        yield (DEAD_LETTER_KIND, DEAD_LETTER_DIR, 0), (batch.key, batch.split, dead_letters)
-
-
-class WriteGroupedShard(beam.DoFn):
-    """Writes one whole shard (fixed-count mode) from its grouped record lists."""
-
-    def __init__(self, config: SinkConfig):
-        self._config = config
-
-    def setup(self):
-        prepare_worker()
-
-    def process(self, keyed):
-        (kind, split, shard_index), groups = keyed
-        groups = sorted(groups, key=lambda group: group[0])  # deterministic record order
-        shard = TempShard(self._config, kind, split, f"shard-{shard_index:05d}")
-        yield (FILE_RESULT, shard.path)
-        for _, record_split, payloads in groups:
-            shard.write(payloads, int(_cumulative_sizes(kind, payloads)[-1]), record_split)
-        shard.close()
-
-
-def batch_counts(batch: RecordBatch):
-    """What the commit learns of a batch: its counts, its feature presence and statistics,
-    and a few of its dead letters per reason (see `transforms.stats`)."""
-    examples = batch_examples(batch.dead_letters) if batch.dead_letters else ()
-    return (
-        COUNT_RESULT,
-        (batch.key, batch.split, batch.input_count, len(batch.records), len(batch.dead_letters),
-         batch.record_rows, batch.feature_presence, batch.feature_stats, examples),
-    )

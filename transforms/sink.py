@@ -8,8 +8,13 @@ It consumes `RecordBatch` elements (serialized Examples plus dead letters, see
     DIR/<extra files: spec.yaml, feature_spec.json, labels.txt ...>
     DIR/manifest.json                      <- written last: the commit marker
 
-Writing temporary shards (and the sharding policy) is `transforms.shard_writers`; the commit
-protocol (reconcile, rename, side files, manifest last) is `transforms.commit`.
+There is one write path: the batches of one work unit are written, in key order, by one
+`transforms.shard_writers.write_unit` call, which returns the unit's `UnitResult`; the commit
+(`transforms.commit`, reconcile, rename, side files, manifest last) takes every result. So
+the output depends on the work units alone, not on processes, workers or bundles.
+`WriteToShardedTFRecord` groups a PCollection of batches by work unit first;
+`ConvertAndWrite` writes what a converter makes of each element (a work unit, a bucket of
+sequences) without that shuffle, and `Commit` commits the results.
 `skip_if_empty=False` (default) writes one empty shard for every declared split that
 received no records, so consumers globbing a split always find a file; True writes none.
 Dead letters are written only when there are some.
@@ -25,17 +30,10 @@ import apache_beam as beam
 
 from transforms.commit import Finalize
 from transforms.format.compression import Compression, parse_compression
-from transforms.shard_writers import (
-    TRIGGER_RESULT,
-    ShardingConfig,
-    SinkConfig,
-    WriteGroupedShard,
-    WriteRollingShards,
-    batch_counts,
-    deal_to_shards,
-)
+from transforms.shard_writers import ShardingConfig, SinkConfig, write_unit
+from transforms.worker import prepare_worker
 
-__all__ = ["WriteToShardedTFRecord"]
+__all__ = ["Commit", "ConvertAndWrite", "WriteToShardedTFRecord", "unit_of"]
 
 
 class WriteToShardedTFRecord(beam.PTransform):
@@ -111,25 +109,55 @@ class WriteToShardedTFRecord(beam.PTransform):
         return self._config
 
     def expand(self, batches):
-        config = self._config
-        if config.sharding.num_shards:
-            temp_files = (
-                batches
-                | "DealRecordsToShards" >> beam.FlatMap(deal_to_shards, config.sharding.num_shards)
-                | "GroupByShard" >> beam.GroupByKey()
-                | "WriteFixedShards" >> beam.ParDo(WriteGroupedShard(config))
-            )
-            results = [temp_files, batches | "CountBatches" >> beam.Map(batch_counts)]
-        else:
-            # The writer reports each batch's counts itself: with a single consumer the
-            # converter's batches stay in the fused stage and are never serialized.
-            results = [batches | "WriteRollingShards" >> beam.ParDo(WriteRollingShards(config))]
-        # Guarantees finalize runs (and writes a manifest) even when there is no input.
-        trigger = batches.pipeline | "FinalizeTrigger" >> beam.Create([(TRIGGER_RESULT, None)])
         return (
-            (*results, trigger)
-            | "CollectWriteResults" >> beam.Flatten()
-            | "KeyForFinalize" >> beam.Map(lambda item: (None, item))
-            | "GroupForFinalize" >> beam.GroupByKey()
-            | "Finalize" >> beam.ParDo(Finalize(config))
+            batches
+            | "KeyByWorkUnit" >> beam.Map(lambda batch: (unit_of(batch.key), batch))
+            | "GroupByWorkUnit" >> beam.GroupByKey()
+            | "WriteWorkUnits" >> beam.Map(_write_group, self._config)
+            | "Commit" >> Commit(self._config)
+        )
+
+
+def unit_of(key: str) -> str:
+    """The work unit part of a batch key (`transforms.records.batch_key`)."""
+    return key.split(":", 1)[0]
+
+
+def _write_group(keyed, config: SinkConfig):
+    _, batches = keyed
+    return write_unit(config, sorted(batches, key=lambda batch: (batch.key, batch.split)))
+
+
+class ConvertAndWrite(beam.DoFn):
+    """Each element through `converter` (a DoFn yielding one unit's RecordBatches in key
+    order) and `write_unit`: yields one `UnitResult` per element, and no batch leaves it."""
+
+    def __init__(self, converter: beam.DoFn, config: SinkConfig):
+        self._converter = converter
+        self._config = config
+
+    def setup(self):
+        prepare_worker()
+        self._converter.setup()
+
+    def process(self, element):
+        yield write_unit(self._config, self._converter.process(element))
+
+
+class Commit(beam.PTransform):
+    """Every `UnitResult` to one committed output; returns a PCollection of the manifest path."""
+
+    def __init__(self, config: SinkConfig):
+        super().__init__()
+        self._config = config
+
+    def expand(self, results):
+        # The trigger makes the commit run (and write a manifest) even when there is no input.
+        trigger = results.pipeline | "CommitTrigger" >> beam.Create([None])
+        return (
+            (results, trigger)
+            | "CollectResults" >> beam.Flatten()
+            | "KeyForCommit" >> beam.Map(lambda item: (None, item))
+            | "GroupForCommit" >> beam.GroupByKey()
+            | "Finalize" >> beam.ParDo(Finalize(self._config))
         )

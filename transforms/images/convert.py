@@ -21,7 +21,6 @@ Output features (the TF object-detection / TFDS convention, `IMAGE_FEATURES`):
 from __future__ import annotations
 
 import collections
-import contextlib
 import functools
 import hashlib
 import io
@@ -37,7 +36,6 @@ from apache_beam.metrics import Metrics
 from PIL import Image
 
 from transforms.coders import RecordBatchCoder  # noqa: F401 - registers the coder
-from transforms.forked_pool import forked_map
 from transforms.format.example_codec import encode_example_parts
 from transforms.format.tfrecord_format import FramedRecords, frame_parts
 from transforms.images.config import ImageConfig
@@ -45,12 +43,10 @@ from transforms.images.headers import HeaderError, ImageInfo, parse_header, snif
 from transforms.images.paths import is_real_path_within_roots, is_remote, is_within_roots, opened_real_path
 from transforms.images.processing import decode_fully, exif_orientation, needs_render, render
 from transforms.ordered_pool import default_threads, ordered_map
-from transforms.records import DeadLetterError, RecordBatch, WorkUnit, WorkUnitGroup, batch_key, dead_letter
-from transforms.shard_writers import write_results
+from transforms.records import DeadLetterError, RecordBatch, WorkUnit, batch_key, dead_letter
 from transforms.splits import DEAD_LETTER_SPLIT
 from transforms.stats.images import ENCODED, image_batch_stats
 from transforms.stats.sketches import stats_enabled
-from transforms.stats.unit_counts import defer_statistics
 from transforms.worker import prepare_worker
 
 __all__ = ["ConvertImages"]
@@ -115,7 +111,7 @@ class _Chunk:
 class _ChunkResult(NamedTuple):
     """A chunk's batches and what the runner's process counts in Beam metrics."""
 
-    batches: list  # RecordBatches, or one WrittenBatch once a forked child wrote them
+    batches: list  # RecordBatches
     written: int
     reencoded: int
     dead: Mapping[str, int]  # dead letters by reason
@@ -133,10 +129,7 @@ class ConvertImages(beam.DoFn):
     """Reads and converts the images of a `WorkUnit`; yields one RecordBatch per split.
 
     Records are serialized tf.train.Examples (see the module docstring for features);
-    every image that cannot be stored becomes one dead letter with its reason code. A
-    `WorkUnitGroup` (the local in-process runner's element) is converted on forked
-    processes (`transforms.forked_pool.forked_map`) that write their own temporary shards
-    when the group says so; metrics are counted here, in the runner's process.
+    every image that cannot be stored becomes one dead letter with its reason code.
     """
 
     def __init__(self, config: ImageConfig | None = None, source: Any = None):
@@ -164,24 +157,15 @@ class ConvertImages(beam.DoFn):
         self._dead = Metrics.counter(_COUNTERS, "images_dead_lettered")
         self._reasons = {}
 
-    def process(self, element: WorkUnit | WorkUnitGroup) -> Iterator[RecordBatch]:
+    def process(self, unit: WorkUnit) -> Iterator[RecordBatch]:
         if not hasattr(self, "_written"):
             self.setup()
-        if isinstance(element, WorkUnitGroup):
-            # The local in-process runner's element: units converted on forked children,
-            # each writing its own temporary shards when the sink allows it.
-            convert = (functools.partial(self._convert_and_write, element.writer)
-                       if element.writer is not None else self._convert_unit)
-            results = forked_map(convert, element.units, element.processes)
-        else:
-            results = self._convert_unit(element)
-        with contextlib.closing(results):  # a failure downstream stops the forked workers
-            for result in results:
-                self._count(result)
-                yield from result.batches
+        for result in self._chunks(unit):
+            self._count(result)
+            yield from result.batches
 
     def _count(self, result: _ChunkResult) -> None:
-        """Beam metrics, counted in the runner's process (a forked child's would be lost)."""
+        """Beam metrics (lost in a forked process, which has no metrics context)."""
         self._written.inc(result.written)
         self._converted.inc(result.reencoded)
         for reason, count in result.dead.items():
@@ -191,16 +175,6 @@ class ConvertImages(beam.DoFn):
                 counter = self._reasons[reason] = Metrics.counter(
                     _COUNTERS, f"image_dead_letter_{reason}")
             counter.inc(count)
-
-    def _convert_and_write(self, writer_config, unit: WorkUnit) -> Iterator[_ChunkResult]:
-        """`_convert_unit`, its batches written to temporary shards in the forked child
-        (`transforms.shard_writers.write_results`)."""
-        return write_results(writer_config, self._convert_unit(unit))
-
-    def _convert_unit(self, unit: WorkUnit) -> Iterator[_ChunkResult]:
-        """`_chunks` of the unit, its statistics travelling once per split
-        (`transforms.stats.unit_counts.defer_statistics`)."""
-        return defer_statistics(self._chunks(unit))
 
     def _chunks(self, unit: WorkUnit) -> Iterator[_ChunkResult]:
         """The images of one work unit, in chunks of at most ~`_MAX_CHUNK_BYTES`."""

@@ -6,9 +6,9 @@ same readers, same value rules, same dead letters). Then every good row gets its
 group key, so a sequence never straddles splits) and its bucket (a hash of the group key
 modulo the planned bucket count, so a group is in exactly one bucket), and the chunk yields:
 
-* `(READ_COUNTS + batch key + split, RecordBatch)`: per split, the chunk's dead letters (bad
+* `(READ_COUNTS + work unit, RecordBatch)`: per split, the chunk's dead letters (bad
   values, rows without a group key or order value, rows the reader rejected) and its input
-  row count: the sink's accounting of every row read;
+  row count: the sink's accounting of every row read, written per work unit;
 * `(bucket_key(b), SequenceRows)`: per bucket, the chunk's good rows of that bucket as
   Arrow columns (group key, row number, split, converted values), to be grouped, ordered
   and encoded once the bucket is complete (`transforms.sequence.buckets`).
@@ -210,9 +210,14 @@ def read_sequence_rows(unit: WorkUnit, spec: ConversionSpec, fmt: str, batch_row
         for item in chunks_then_failure(chunks):
             if isinstance(item, ReadFailure):
                 batch = file_failure_batch(unit, item.error, assigner, item.chunks, item.rows)[0]
-                yield READ_COUNTS + f"{batch.key}:{batch.split}".encode(), batch
+                yield READ_COUNTS + _unit_part(batch.key), batch
                 return
             yield from _chunk_outputs(item, spec, assigner, unit, buckets)
+
+
+def _unit_part(key: str) -> bytes:
+    """The work unit part of a batch key, as a shuffle key's tail."""
+    return key.split(":", 1)[0].encode()
 
 
 def _bad_rows(chunk: Chunk, spec: ConversionSpec, features, missing_key: np.ndarray,
@@ -260,7 +265,7 @@ def _chunk_outputs(chunk: Chunk, spec: ConversionSpec, assigner: SplitAssigner,
             source=unit.path, reason=failure.reason, message=failure.message, split=name,
             row=failure.row, raw=failure.raw, **failure.details))
     for split in np.flatnonzero(counts).tolist():
-        yield READ_COUNTS + f"{key}:{names[split]}".encode(), RecordBatch(
+        yield READ_COUNTS + _unit_part(key), RecordBatch(
             key=key, split=names[split], dead_letters=dead.get(split, []),
             input_count=int(counts[split]))
     good = np.ones(n, bool)

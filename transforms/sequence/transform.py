@@ -18,7 +18,6 @@ Metrics (namespace "tfrecord_pipeline", as the Example conversion): `rows_read`,
 
 from __future__ import annotations
 
-import contextlib
 import pickle
 from collections.abc import Iterable, Iterator
 
@@ -26,8 +25,7 @@ import apache_beam as beam
 from apache_beam.metrics import Metrics
 
 from transforms.coders import RecordBatchCoder  # noqa: F401 - registers the coder
-from transforms.forked_pool import forked_map
-from transforms.records import RecordBatch, WorkUnit, WorkUnitGroup
+from transforms.records import RecordBatch, WorkUnit
 from transforms.sequence.buckets import assemble_bucket
 from transforms.sequence.rows import GROUP, READ_COUNTS, SequenceRows, read_sequence_rows, sequence_assigner
 from transforms.tabular.transform import METRICS_NAMESPACE, TabularConfig
@@ -64,18 +62,13 @@ class ReadSequenceRows(beam.DoFn):
         prepare_worker()
         self._assigner = sequence_assigner(self.config.spec)
 
-    def process(self, element: WorkUnit | WorkUnitGroup):
+    def process(self, unit: WorkUnit):
         if self._assigner is None:
             self.setup()
-        if isinstance(element, WorkUnitGroup):  # the local runner: units read on forked processes
-            results = forked_map(self._read, element.units, element.processes)
-        else:
-            results = self._read(element)
-        with contextlib.closing(results):  # a failure downstream stops the forked workers
-            for key, payload, rows in results:
-                if rows:
-                    Metrics.counter(METRICS_NAMESPACE, "rows_read").inc(rows)
-                yield key, payload
+        for key, payload, rows in self._read(unit):
+            if rows:
+                Metrics.counter(METRICS_NAMESPACE, "rows_read").inc(rows)
+            yield key, payload
 
     def _read(self, unit: WorkUnit) -> Iterator[tuple[bytes, bytes, int]]:
         """(shuffle key, pickled value, input rows it counts) of each output of `unit`."""
@@ -103,8 +96,8 @@ class AssembleSequences(beam.DoFn):
         if self._split_names is None:
             self.setup()
         key, values = element
-        if key.startswith(READ_COUNTS):
-            batches = map(pickle.loads, values)
+        if key.startswith(READ_COUNTS):  # a work unit's counts, in batch-key order
+            batches = sorted(map(pickle.loads, values), key=lambda batch: (batch.key, batch.split))
         else:
             bucket = int.from_bytes(key[len(GROUP):], "big")
             batches = assemble_bucket(bucket, _Unpickled(values), self.config.spec,

@@ -1,7 +1,7 @@
 """stats.json: every batch's statistics merged per split, as one JSON document (Beam-free).
 
-The commit hands `merge_batches` the sink's count entries (see
-`transforms.shard_writers.batch_counts`); `stats_document` renders the result:
+The commit hands `merge_units` every unit's result (`transforms.unit_result.UnitResult`);
+`stats_document` renders the result:
 
     {"schema_version": 1,
      "splits": {SPLIT: {"records": N,
@@ -38,7 +38,6 @@ from transforms.stats.sketches import (
     NumericTotal,
     StatsTotal,
 )
-from transforms.stats.unit_counts import DEFERRED
 
 __all__ = [
     "HISTOGRAM_BINS",
@@ -47,7 +46,7 @@ __all__ = [
     "STATS_NAME",
     "SplitStats",
     "declared_kinds",
-    "merge_batches",
+    "merge_units",
     "numeric_summary",
     "stats_document",
 ]
@@ -68,27 +67,23 @@ class SplitStats(StatsTotal):
         self.known = True
 
 
-def merge_batches(counts: Sequence[tuple]) -> tuple[dict[str, SplitStats], dict[str, list[dict]]]:
-    """Each split's statistics and the dead-letter examples, from the sink's count entries
-    (key, split, input, written, dead, record_rows, presence, stats, examples), merged in
-    batch-key order. Dead letters of no split (`DEAD_LETTER_SPLIT`) give examples, no split."""
+def merge_units(results: Sequence[Any]) -> tuple[dict[str, SplitStats], dict[str, list[dict]]]:
+    """Each split's statistics and the dead-letter examples, from the units' results
+    (`transforms.unit_result.UnitResult`), merged in owner order. Dead letters of no split
+    (`DEAD_LETTER_SPLIT`) give examples, no split."""
     merged: dict[str, SplitStats] = {}
     examples = []
-    for entry in sorted(counts, key=lambda entry: (entry[0], entry[1])):
-        key, split, written = entry[0], entry[1], entry[3]
-        stats = entry[7] if len(entry) > 7 else None
-        if len(entry) > 8 and entry[8]:
-            examples.append((key, entry[8]))
-        if split == DEAD_LETTER_SPLIT:
-            continue
-        target = merged.setdefault(split, SplitStats())
-        if stats == DEFERRED:
-            continue  # counted in a later batch of its work unit
-        if not isinstance(stats, BatchStats):
-            if written:
+    for result in sorted(results, key=lambda result: result.owner):
+        if result.examples:
+            examples.append((result.owner, result.examples))
+        for part in result.splits:
+            if part.split == DEAD_LETTER_SPLIT:
+                continue
+            target = merged.setdefault(part.split, SplitStats())
+            if isinstance(part.stats, BatchStats):
+                target.add(part.stats)
+            elif part.written:
                 target.known = False
-            continue
-        target.add(stats)
     return merged, merge_examples(examples)
 
 

@@ -20,20 +20,15 @@ and `dead_letter_<reason>` per reason code.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import functools
 
 import apache_beam as beam
 from apache_beam.metrics import Metrics
 
 from transforms.coders import RecordBatchCoder  # noqa: F401 - registers the coder
-from transforms.forked_pool import forked_map
 from transforms.input_formats import check_tabular_format
 from transforms.ordered_pool import check_threads, default_threads
-from transforms.records import RecordBatch, WorkUnit, WorkUnitGroup
-from transforms.shard_writers import write_results
-from transforms.stats.unit_counts import defer_statistics
+from transforms.records import RecordBatch, WorkUnit
 from transforms.tabular.convert import convert_unit, split_assigner
 from transforms.tabular.spec import ConversionSpec
 from transforms.worker import prepare_worker
@@ -80,12 +75,8 @@ class TabularConfig:
 
 @beam.typehints.with_output_types(RecordBatch)  # encoded by RecordBatchCoder
 class ConvertTabular(beam.DoFn):
-    """Reads a tabular WorkUnit and yields RecordBatches (one per chunk and split).
-
-    A `WorkUnitGroup` (the local in-process runner's element) is converted on forked
-    processes (`transforms.forked_pool.forked_map`); metrics are counted here, in the
-    runner's process.
-    """
+    """Reads a tabular WorkUnit and yields RecordBatches (one per chunk and split), in key
+    order."""
 
     def __init__(self, config: TabularConfig):
         super().__init__()
@@ -98,34 +89,17 @@ class ConvertTabular(beam.DoFn):
         self._assigner = split_assigner(self.config.spec)
         self._threads = self.config.threads or default_threads()
 
-    def process(self, element: WorkUnit | WorkUnitGroup):
+    def process(self, unit: WorkUnit):
         if self._assigner is None:
             self.setup()
-        if isinstance(element, WorkUnitGroup) and element.writer is not None:
-            results = forked_map(functools.partial(self._convert_and_write, element.writer),
-                                 element.units, element.processes)
-        elif isinstance(element, WorkUnitGroup):
-            results = forked_map(self._convert, element.units, element.processes)
-        else:
-            results = self._convert(element)
-        with contextlib.closing(results):  # a failure downstream stops the forked workers
-            for result in results:
-                Metrics.counter(METRICS_NAMESPACE, "rows_read").inc(result.rows)
-                Metrics.counter(METRICS_NAMESPACE, "records_written").inc(result.written)
-                if result.dead_letters:
-                    Metrics.counter(METRICS_NAMESPACE, "dead_letter").inc(
-                        sum(result.dead_letters.values()))
-                    for reason, count in result.dead_letters.items():
-                        Metrics.counter(METRICS_NAMESPACE, f"dead_letter_{reason}").inc(count)
-                yield from result.batches
-
-    def _convert(self, unit: WorkUnit):
         config = self.config
-        # Statistics travel once per unit and split (transforms.stats.unit_counts).
-        return defer_statistics(convert_unit(unit, config.spec, config.fmt, config.batch_rows,
-                                             self._assigner, self._threads))
-
-    def _convert_and_write(self, writer_config, unit: WorkUnit):
-        """`_convert`, each result's batches written to temporary shards in the forked child
-        (`transforms.shard_writers.write_results`)."""
-        return write_results(writer_config, self._convert(unit))
+        for result in convert_unit(unit, config.spec, config.fmt, config.batch_rows,
+                                   self._assigner, self._threads):
+            Metrics.counter(METRICS_NAMESPACE, "rows_read").inc(result.rows)
+            Metrics.counter(METRICS_NAMESPACE, "records_written").inc(result.written)
+            if result.dead_letters:
+                Metrics.counter(METRICS_NAMESPACE, "dead_letter").inc(
+                    sum(result.dead_letters.values()))
+                for reason, count in result.dead_letters.items():
+                    Metrics.counter(METRICS_NAMESPACE, f"dead_letter_{reason}").inc(count)
+            yield from result.batches

@@ -181,16 +181,17 @@ def _final_names(config: SinkConfig, files: Sequence[ShardFile]) -> list[_Planne
 
 
 def _empty_shards(config: SinkConfig, files: Sequence[ShardFile]) -> list[ShardFile]:
-    """Creates the empty temp shards the sharding policy asks for: one for a declared split
-    without records, none with `skip_if_empty`."""
+    """Creates the empty temp shards the sharding policy asks for: for a declared split
+    without records, one (`num_shards` of them with that option); none with `skip_if_empty`."""
     present = Counter(file.split for file in files if file.kind == TFRECORD_KIND)
     created = []
     for split in config.splits:
         if present[split] or config.sharding.skip_if_empty:
             continue
-        # A stable name: a retried finalize writes the same (empty) file again.
-        path = fs.join_path(config.temp_dir, split, f"empty-{split}{config.suffix}")
-        created.append(TempShard(config, TFRECORD_KIND, split, "", path=path).close())
+        for index in range(config.sharding.num_shards or 1):
+            # A stable name: a retried finalize writes the same (empty) file again.
+            path = fs.join_path(config.temp_dir, split, f"empty-{index:05d}{config.suffix}")
+            created.append(TempShard(config, TFRECORD_KIND, split, f"{index:05d}", path=path).close())
     return created
 
 

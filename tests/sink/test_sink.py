@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 
@@ -13,13 +14,7 @@ from transforms.commit import AccountingError, ErrorRateExceededError, finalize_
 from transforms.format.compression import Compression
 from transforms.format.example_codec import decode_example, encode_example
 from transforms.records import RecordBatch, batch_key, dead_letter
-from transforms.shard_writers import (
-    DEFAULT_MAX_SHARD_BYTES,
-    ShardingConfig,
-    SinkConfig,
-    WriteRollingShards,
-    batch_counts,
-)
+from transforms.shard_writers import DEFAULT_MAX_SHARD_BYTES, ShardingConfig, SinkConfig, write_unit
 from transforms.sink import WriteToShardedTFRecord
 from transforms.tfrecord_io import read_tfrecord_file
 
@@ -223,32 +218,19 @@ def test_failed_job_leaves_no_file_under_a_final_name(tmp_path):
 # --- Direct tests of the write and finalize steps (retries) -----------------------------
 
 
-def _write_bundle(config, batches):
-    """Runs the rolling writer over one bundle; returns the temp paths it emitted."""
-    writer = WriteRollingShards(config)
-    writer.setup()
-    writer.start_bundle()
-    emitted = [item for batch in batches for item in writer.process(batch)]
-    writer.finish_bundle()
-    assert [value for kind, value in emitted if kind == "count"] == \
-           [batch_counts(batch)[1] for batch in batches]  # one count per batch, in order
-    return [value for kind, value in emitted if kind == "file"]
-
-
-def test_retried_bundle_and_retried_finalize_neither_lose_nor_duplicate(tmp_path):
+def test_retried_unit_and_retried_finalize_neither_lose_nor_duplicate(tmp_path):
     config = SinkConfig(output_dir=str(tmp_path), compression=Compression.GZIP,
                         sharding=ShardingConfig(max_shard_bytes=2000), run_id="retry")
     batches = _batches(num_batches=4, per_batch=20)
-    counts = [batch_counts(batch)[1] for batch in batches]
-    # First attempt of the bundle "fails" after writing: the runner discards its outputs.
-    _write_bundle(config, batches)
-    # The retry's outputs are the ones the runner passes on.
-    temp_paths = _write_bundle(config, batches)
+    # A first attempt of the unit "fails" after writing: the runner discards its result.
+    write_unit(config, batches)
+    # The retry's result is the one the runner passes on.
+    results = [write_unit(config, batches)]
     # A retried finalize (the first succeeded, its acknowledgement was lost) is a no-op.
-    first = finalize_output(config, temp_paths, counts)
+    first = finalize_output(config, results)
     listing = sorted(os.listdir(tmp_path))
     manifest_before = (tmp_path / "manifest.json").read_bytes()
-    second = finalize_output(config, temp_paths, counts)
+    second = finalize_output(config, results)
     assert first == second
     assert sorted(os.listdir(tmp_path)) == listing
     assert (tmp_path / "manifest.json").read_bytes() == manifest_before
@@ -259,29 +241,22 @@ def test_retried_bundle_and_retried_finalize_neither_lose_nor_duplicate(tmp_path
     assert not [p for p in listing if p.startswith(".tmp-")]
 
 
-def test_finalize_interrupted_after_some_renames_completes_on_retry(tmp_path, monkeypatch):
-    from transforms import commit as commit_module
-
+def test_finalize_interrupted_after_some_renames_completes_on_retry(tmp_path):
     config = SinkConfig(output_dir=str(tmp_path), sharding=ShardingConfig(max_shard_bytes=1500),
                         run_id="crash")
-    batches = _batches(num_batches=3, per_batch=20)
-    counts = [batch_counts(batch)[1] for batch in batches]
-    temp_paths = _write_bundle(config, batches)
-    real_commit = commit_module._commit_file
-    calls = {"n": 0}
-
-    def crashing_commit(cfg, planned):
-        calls["n"] += 1
-        if calls["n"] == 3:
-            raise OSError("worker lost")
-        real_commit(cfg, planned)
-
-    monkeypatch.setattr(commit_module, "_commit_file", crashing_commit)
-    with pytest.raises(OSError, match="worker lost"):
-        finalize_output(config, temp_paths, counts)
+    batches = _batches(num_batches=3, per_batch=20, splits=("data",))
+    results = [write_unit(config, batches)]
+    files = sorted(results[0].files, key=lambda file: file.first_key)
+    assert len(files) > 3
+    # The third shard's temporary file is out of reach: the commit stops after two renames.
+    third = files[2].temp_path
+    os.rename(third, third + ".away")
+    with pytest.raises(AccountingError, match="vanished"):
+        finalize_output(config, results)
     assert not (tmp_path / "manifest.json").exists()  # nothing is committed yet
-    monkeypatch.setattr(commit_module, "_commit_file", real_commit)
-    finalize_output(config, temp_paths, counts)
+    assert (tmp_path / f"data-00001-of-{len(files):05d}.tfrecord").exists()
+    os.rename(third + ".away", third)
+    finalize_output(config, results)
     manifest = json.loads((tmp_path / "manifest.json").read_text())
     ids = [i for shard in manifest["shards"] for i in _ids(tmp_path / shard["path"])]
     assert sorted(ids) == sorted(decode_example(r)["id"][1][0] for b in batches for r in b.records)
@@ -292,20 +267,19 @@ def test_finalize_interrupted_after_some_renames_completes_on_retry(tmp_path, mo
 def test_finalize_detects_records_missing_from_files(tmp_path):
     config = SinkConfig(output_dir=str(tmp_path), run_id="acct")
     batches = _batches(num_batches=2, per_batch=5, splits=("data",))
-    temp_paths = _write_bundle(config, batches[:1])  # the second batch never got written
-    counts = [batch_counts(batch)[1] for batch in batches]
+    written = write_unit(config, batches[:1])  # the second batch never got written
+    counted = write_unit(config, batches)
+    forged = dataclasses.replace(written, splits=counted.splits)
     with pytest.raises(AccountingError, match="found in the written files"):
-        finalize_output(config, temp_paths, counts)
+        finalize_output(config, [forged])
     assert not (tmp_path / "manifest.json").exists()
 
 
-def test_finalize_detects_a_batch_counted_twice(tmp_path):
+def test_finalize_detects_a_unit_counted_twice(tmp_path):
     config = SinkConfig(output_dir=str(tmp_path), run_id="dup")
     batches = _batches(num_batches=1, per_batch=5, splits=("data",))
-    temp_paths = _write_bundle(config, batches + batches)
-    counts = [batch_counts(batch)[1] for batch in batches + batches]
     with pytest.raises(AccountingError, match="twice"):
-        finalize_output(config, temp_paths, counts)
+        finalize_output(config, [write_unit(config, batches), write_unit(config, batches)])
 
 
 def test_error_rate_exceeded_commits_dead_letters_only(tmp_path):

@@ -1,4 +1,4 @@
-"""Forked converter processes: `transforms.forked_pool` and the local runner's WorkUnitGroup.
+"""Forked converter processes: `transforms.forked_pool` and the local runner's `ConvertOnForkedProcesses`.
 
 The forked path must give exactly what converting the items one by one gives (same
 results, same order), raise failures where they happened, stop its children however the
@@ -12,12 +12,13 @@ import os
 import signal
 import time
 
+import apache_beam as beam
 import numpy as np
 import psutil
 import pytest
 
 from pipeline import cli
-from pipeline.graph import ConversionPlan, in_process_plan
+from pipeline.graph import ConversionPlan, ConvertOnForkedProcesses, local_processes
 from transforms import forked_pool
 from transforms.forked_pool import (
     WorkerDiedError,
@@ -25,11 +26,13 @@ from transforms.forked_pool import (
     forked_map,
 )
 from transforms.format.tfrecord_format import FramedRecords
-from transforms.records import WorkUnit, WorkUnitGroup
-from transforms.tabular import transform as tabular
+from transforms.records import WorkUnit
+from transforms.shard_writers import SinkConfig
+from transforms.sink import ConvertAndWrite
 from transforms.tabular.plan import plan_tabular
 from transforms.tabular.spec import ConversionSpec, FeatureSpec
 from transforms.tabular.transform import ConvertTabular, TabularConfig
+from transforms.unit_result import UnitResult
 
 pytestmark = pytest.mark.skipif(not fork_available(), reason="forked_map forks on Linux only")
 
@@ -264,31 +267,42 @@ def _batches(element, fn):
             for b in fn.process(element)]
 
 
-def test_a_work_unit_group_gives_the_batches_of_its_units_one_by_one(tmp_path):
-    _write_parts(tmp_path / "in")
-    units = plan_tabular(str(tmp_path / "in" / "*.csv"), "csv")
-    # A unit whose file vanished after planning: one dead letter, in its place.
-    units.insert(2, WorkUnit(path=str(tmp_path / "in" / "gone.csv"), index=99))
-    fn = ConvertTabular(TabularConfig(spec=SPEC, fmt="csv", batch_rows=500))
-    fn.setup()
-    one_by_one = [batch for unit in units for batch in _batches(unit, fn)]
-    grouped = _batches(WorkUnitGroup(tuple(units), processes=3), fn)
-    assert grouped == one_by_one
-    letters = [json.loads(d) for b in grouped for d in b[3]]
-    assert {d["reason"] for d in letters} == {"invalid_int", "missing_file"}
-    assert sum(b[4] for b in grouped) == 5 * 3000 + 1
+class _Pids(beam.DoFn):
+    def process(self, unit):
+        yield unit.index, os.getpid()
 
 
-def test_in_process_plan_groups_the_units_only_when_several_processes_can_help():
+def test_the_local_runner_converts_its_units_on_forked_processes_in_unit_order():
+    units = tuple(WorkUnit(path=f"f{i}.csv", index=i) for i in range(6))
+    step = ConvertOnForkedProcesses(_Pids(), processes=2)
+    step.setup()
+    seen = list(step.process(units))
+    assert [index for index, _ in seen] == list(range(6))
+    pids = {pid for _, pid in seen}
+    assert os.getpid() not in pids and len(pids) == 2
+
+
+def test_local_processes_fork_only_when_several_processes_and_units_can_help():
     units = [WorkUnit(path=f"f{i}.csv", index=i) for i in range(3)]
-    plan = ConversionPlan(converter_label="ConvertCsv", work_units=units, converter=None,
-                          local_processes=8)
-    grouped = in_process_plan(plan)
-    [group] = grouped.work_units
-    assert group == WorkUnitGroup(tuple(units), processes=3)
-    for single in (ConversionPlan("ConvertCsv", units, None, local_processes=1),
-                   ConversionPlan("ConvertCsv", units[:1], None, local_processes=8)):
-        assert in_process_plan(single) is single
+    assert local_processes(ConversionPlan("ConvertCsv", units, None, local_processes=8)) == 3
+    assert local_processes(ConversionPlan("ConvertCsv", units, None, local_processes=1)) == 1
+    assert local_processes(ConversionPlan("ConvertCsv", units[:1], None, local_processes=8)) == 1
+
+
+def test_forked_children_write_their_own_shards_and_send_only_unit_results(tmp_path):
+    """No converted byte passes through the parent: it receives one UnitResult per unit."""
+    _write_parts(tmp_path / "in")
+    units = tuple(plan_tabular(str(tmp_path / "in" / "*.csv"), "csv"))
+    config = SinkConfig(output_dir=str(tmp_path / "out"), run_id="forked")
+    step = ConvertOnForkedProcesses(
+        ConvertAndWrite(ConvertTabular(TabularConfig(spec=SPEC, fmt="csv", batch_rows=500)), config),
+        processes=2)
+    step.setup()
+    results = list(step.process(units))
+    assert all(isinstance(result, UnitResult) for result in results)
+    assert [result.owner for result in results] == sorted(result.owner for result in results)
+    assert sum(part.input for result in results for part in result.splits) == 5 * 3000
+    assert all(os.path.exists(file.temp_path) for result in results for file in result.files)
 
 
 def _convert_argv(tmp_path, name: str, *extra: str) -> list[str]:
@@ -322,49 +336,16 @@ def _dead_letters(output) -> list[str]:
                   for line in path.read_text().splitlines())
 
 
-def test_the_cli_converts_on_forked_processes_with_the_same_records(tmp_path, monkeypatch):
+def test_the_cli_gives_the_same_bytes_on_one_or_two_processes(tmp_path):
     _write_parts(tmp_path / "in")
-    calls = []
-    real = tabular.forked_map
-
-    def spy(fn, items, processes, *args, **kwargs):
-        calls.append((len(items), processes))
-        return real(fn, items, processes, *args, **kwargs)
-
-    monkeypatch.setattr(tabular, "forked_map", spy)
     serial = _convert(tmp_path, "serial", "--converter-processes", "1")
-    assert calls == []
     forked = _convert(tmp_path, "forked", "--converter-processes", "2")
-    assert calls == [(5, 2)]
     assert forked["counts"] == serial["counts"]
     assert forked["counts"]["dead_letter"] == sum(1 for i in range(15000) if i % 499 == 7)
-    # Each child writes its own shards (one set per work unit: 5 files): the shards differ
-    # from the serial run's, the records (in shard-name order) and dead letters do not.
-    assert len(forked["shards"]) == 5 * len(serial["shards"])
+    assert forked["shards"] == serial["shards"]
+    assert forked["dead_letter_files"] == serial["dead_letter_files"]
     assert _split_records(tmp_path / "forked", forked) == _split_records(tmp_path / "serial", serial)
     assert _dead_letters(tmp_path / "forked") == _dead_letters(tmp_path / "serial")
-
-
-def test_forked_children_write_their_own_shards(tmp_path, monkeypatch):
-    """No converted byte passes through the parent: the sink receives file names only."""
-    from transforms import shard_writers
-
-    _write_parts(tmp_path / "in")
-    written_in_parent = []
-    real_write = shard_writers.RollingShardWriter.write
-    parent = os.getpid()
-
-    def watch(self, batch):
-        if os.getpid() == parent:
-            written_in_parent.append(len(batch.records))
-        return real_write(self, batch)
-
-    monkeypatch.setattr(shard_writers.RollingShardWriter, "write", watch)
-    manifest = _convert(tmp_path, "forked", "--converter-processes", "2")
-    assert manifest["counts"]["written"] > 0
-    assert written_in_parent == []
-    serial = _convert(tmp_path, "serial", "--converter-processes", "1")
-    assert sum(written_in_parent) == serial["counts"]["written"]  # the parent writes then
 
 
 def test_beams_worker_processes_give_the_same_records_without_noise(tmp_path):

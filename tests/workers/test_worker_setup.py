@@ -11,7 +11,8 @@ import pytest
 from transforms import allocator, worker
 from transforms.images.config import ImageConfig
 from transforms.images.convert import ConvertImages
-from transforms.shard_writers import SinkConfig, WriteGroupedShard, WriteRollingShards
+from transforms.shard_writers import SinkConfig
+from transforms.sink import ConvertAndWrite
 from transforms.tabular.spec import ConversionSpec, FeatureSpec
 from transforms.tabular.transform import ConvertTabular, TabularConfig
 
@@ -27,8 +28,9 @@ def test_retain_freed_memory_is_applied_once_and_by_every_worker_setup(monkeypat
     monkeypatch.setattr(worker, "retain_freed_memory", lambda: calls.append(1) or True)
     ConvertTabular(TabularConfig(spec=SPEC, fmt="csv")).setup()
     ConvertImages(ImageConfig()).setup()
-    WriteRollingShards(SinkConfig(output_dir="/tmp/unused")).setup()
-    WriteGroupedShard(SinkConfig(output_dir="/tmp/unused")).setup()
+    assert len(calls) == 2
+    ConvertAndWrite(ConvertTabular(TabularConfig(spec=SPEC, fmt="csv")),
+                    SinkConfig(output_dir="/tmp/unused")).setup()  # its own and its converter's
     assert len(calls) == 4
 
 

@@ -1,0 +1,95 @@
+"""Same input, same bytes: the output depends on the input and the options, never on how many
+processes, Dask workers or partitions converted it, nor on the run.
+
+Every file is compared byte for byte, the run's id, time and output folder aside (the report
+shows them); the manifest is compared without the keys that name the run (`run_id`,
+`created_at`) or record the command line (`options`, `fingerprint`, which hold the output
+path and the process count).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+
+from pipeline.cli import run
+
+_RUN_KEYS = ("run_id", "created_at", "options", "fingerprint")
+
+
+def _write_inputs(folder) -> None:
+    """Three CSV files, one large enough to be cut into byte ranges, with a few bad values,
+    missing cells and quoted newlines."""
+    folder.mkdir()
+    rng = random.Random(7)
+    for part, rows in enumerate((30000, 4000, 4000)):
+        lines = ["id,x,name,note"]
+        for i in range(rows):
+            x = "" if rng.random() < 0.02 else f"{rng.random():.5f}"
+            if rng.random() < 0.002:
+                x = "oops"
+            note = '"two\nlines"' if i % 1000 == 3 else f"n{rng.randint(0, 40)}"
+            lines.append(f"{i},{x},c{rng.randint(0, 9)},{note}")
+        (folder / f"part-{part}.csv").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    (folder / "spec.yaml").write_text(
+        "features:\n  - {name: id, type: int64}\n  - {name: x, type: float}\n"
+        "  - {name: name, type: string}\n  - {name: note, type: string}\n"
+        "splits: {train: 8, eval: 2}\nsplit_key: id\n", encoding="utf-8")
+
+
+def _files(output) -> dict[str, bytes]:
+    """Every file of a committed output: relative path -> bytes, with the run's id, time and
+    output path (which the report shows) replaced by placeholders, and the manifest without
+    the run's own keys."""
+    manifest = json.loads((output / "manifest.json").read_bytes())
+    run_specific = {manifest["run_id"]: "RUN", manifest["created_at"]: "TIME", str(output): "OUT"}
+    files = {}
+    for path in sorted(output.rglob("*")):
+        if path.is_file():
+            relative = str(path.relative_to(output))
+            data = path.read_bytes()
+            if relative == "manifest.json":
+                data = json.dumps({k: v for k, v in manifest.items() if k not in _RUN_KEYS},
+                                  sort_keys=True).encode()
+            for value, placeholder in run_specific.items():
+                data = data.replace(value.encode(), placeholder.encode())
+            files[relative] = data
+    return files
+
+
+def _convert(tmp_path, name: str, *extra: str) -> dict[str, bytes]:
+    output = tmp_path / name / "out"  # one folder name: TFDS metadata names the data set by it
+    argv = ["convert", "--input", str(tmp_path / "in" / "*.csv"), "--format", "csv",
+            "--spec", str(tmp_path / "in" / "spec.yaml"), "--output", str(output), "--work-unit-bytes", "64KB", "--max-shard-bytes", "100KB",
+            "--max-error-rate", "1", "--quiet", *extra]
+    assert run(argv) == 0
+    return _files(output)
+
+
+@pytest.mark.slow
+def test_the_output_is_the_same_bytes_whatever_the_parallelism(tmp_path):
+    from dask.distributed import LocalCluster
+
+    _write_inputs(tmp_path / "in")
+    reference = _convert(tmp_path, "one", "--converter-processes", "1")
+    assert len([name for name in reference if name.endswith(".tfrecord")]) > 4
+    assert any(name.startswith("dead_letter/") for name in reference)
+    for processes in ("2", "4"):
+        assert _convert(tmp_path, f"p{processes}", "--converter-processes", processes) == reference
+    for workers, partitions in ((1, "3"), (2, "7")):
+        with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
+                          host="127.0.0.1", dashboard_address=None) as cluster:
+            dask = _convert(tmp_path, f"dask{workers}", "--runner", "dask",
+                            "--dask_client_address", cluster.scheduler_address,
+                            "--dask_npartitions", partitions)
+        assert dask == reference, f"Dask with {workers} workers"
+
+
+def test_two_identical_runs_write_identical_statistics(tmp_path):
+    _write_inputs(tmp_path / "in")
+    first = _convert(tmp_path, "first")
+    second = _convert(tmp_path, "second")
+    assert first["stats.json"] == second["stats.json"]
+    assert first == second

@@ -12,7 +12,7 @@ Where each concern lives (each module's docstring states its one job):
       output_lock.py; progress.py; verify.py; inspection.py; indexing.py; export.py;
       report.py; quiet_logs.py
   transforms/ (Beam transforms): records.py (RecordBatch, WorkUnit, dead letters),
-      splits.py, input_formats.py, coders.py, manifest.py, fs.py, worker.py,
+      splits.py, input_formats.py, manifest.py, fs.py, worker.py,
       forked_pool.py, ordered_pool.py, tfrecord_io.py, sink.py + shard_writers.py +
       commit.py, output_files.py (what the tool wrote), tfds_metadata.py
   transforms/stats/: presence, sketches, columns, images, dead_letters, document (stats.json),

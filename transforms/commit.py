@@ -31,7 +31,7 @@ from apache_beam.io.filesystems import FileSystems
 
 from transforms import fs, output_files
 from transforms import manifest as manifest_lib
-from transforms.format.manifest_format import FEATURE_SPEC_NAME, FORMAT_VERSION, MANIFEST_NAME
+from transforms.format.manifest_format import FEATURE_SPEC_NAME, FORMAT_VERSION, MANIFEST_NAME, shard_name
 from transforms.format.tfrecord_index import INDEX_SUFFIX
 from transforms.shard_writers import DEAD_LETTER_DIR, SinkConfig, TempShard, reshard
 from transforms.splits import DEAD_LETTER_SPLIT
@@ -173,9 +173,9 @@ def _final_names(config: SinkConfig, files: Sequence[ShardFile]) -> list[_Planne
         group.sort(key=lambda file: (file.first_key, file.temp_path))
         for index, file in enumerate(group):
             if kind == TFRECORD_KIND:
-                relative = f"{split}-{index:05d}-of-{len(group):05d}{config.suffix}"
+                relative = shard_name(split, index, len(group), config.suffix)
             else:
-                relative = f"{DEAD_LETTER_DIR}/dead_letter-{index:05d}-of-{len(group):05d}.jsonl"
+                relative = shard_name(f"{DEAD_LETTER_DIR}/dead_letter", index, len(group), ".jsonl")
             planned.append(_Planned(file, relative))
     return planned
 

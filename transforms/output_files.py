@@ -32,7 +32,7 @@ from typing import Any
 from apache_beam.io.filesystems import FileSystems
 
 from transforms import fs
-from transforms.format.manifest_format import MANIFEST_NAME, is_plain_relative
+from transforms.format.manifest_format import MANIFEST_NAME, SHARD_GLOB, is_plain_relative
 from transforms.format.tfrecord_index import INDEX_SUFFIX
 from transforms.manifest import read_manifest
 from transforms.shard_writers import DEAD_LETTER_DIR, TEMP_PREFIX
@@ -67,8 +67,6 @@ ERROR_RATE_EXCEEDED = "max_error_rate_exceeded"
 DRIFT_DETECTED = "drift_detected"
 #: Inside a run's temp folder: the final files its commit may create or replace.
 JOURNAL_NAME = "commit-journal.json"
-#: Names the tool writes shards under, at the output root (any suffix: .tfrecord, .gz, .tfindex).
-_SHARD_GLOB = "*-[0-9][0-9][0-9][0-9][0-9]-of-[0-9][0-9][0-9][0-9][0-9]*"
 
 
 def committed_manifest(output_dir: str) -> dict[str, Any] | None:
@@ -222,7 +220,7 @@ def owned_paths(output_dir: str, manifest: Mapping[str, Any] | None = None) -> s
 def _candidates(output_dir: str, side_files: Iterable[str]) -> set[str]:
     """Relative paths in `output_dir` under names this tool writes."""
     folder = fs.literal(output_dir)
-    patterns = [fs.join_path(folder, _SHARD_GLOB), fs.join_path(folder, DEAD_LETTER_DIR, "*")]
+    patterns = [fs.join_path(folder, SHARD_GLOB), fs.join_path(folder, DEAD_LETTER_DIR, "*")]
     patterns += [fs.join_path(folder, fs.literal(name)) for name in side_files]
     patterns.append(fs.join_path(folder, MANIFEST_NAME))
     found = set()

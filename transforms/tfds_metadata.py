@@ -44,7 +44,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from transforms.format.manifest_format import FEATURE_SPEC_NAME
+from transforms.format.manifest_format import FEATURE_SPEC_NAME, SHARD_NAME, shard_name
 from transforms.reading.features import feature_layout
 
 __all__ = [
@@ -76,11 +76,8 @@ _FEATURE_CLASSES = "tensorflow_datasets.core.features."
 _FEATURES_DICT = _FEATURE_CLASSES + "features_dict.FeaturesDict"
 _TENSOR = _FEATURE_CLASSES + "tensor_feature.Tensor"
 _CLASS_LABEL = _FEATURE_CLASSES + "class_label_feature.ClassLabel"
-# TFDS pads shard numbers to 5 digits, or more when the shard count needs more (naming.py).
-_MIN_SHARD_DIGITS = 5
 # What TFDS's split instructions accept as a split name (`splits._SUB_SPEC_RE`).
 _TFDS_SPLIT_NAME = re.compile(r"^[\w-]+$", re.ASCII)
-_SHARD_PATH = re.compile(r"^(?P<split>.+)-(?P<index>\d+)-of-(?P<total>\d+)\.tfrecord$")
 
 
 def dataset_name_for(output_dir: str) -> str:
@@ -94,18 +91,14 @@ def dataset_name_for(output_dir: str) -> str:
     return name if name[0].isalpha() else f"ds_{name}"
 
 
-def _shard_digits(total: int) -> int:
-    return max(len(str(total)), _MIN_SHARD_DIGITS)
-
-
 def _split_infos(shards: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """One TFDS SplitInfo per split with records (see the module docstring: TFDS cannot
     read an empty split), checking TFDS finds each shard under its name by `SHARD_TEMPLATE`."""
     by_split: dict[str, list[tuple[int, Mapping[str, Any]]]] = defaultdict(list)
     for shard in shards:
         split, path = shard["split"], shard["path"]
-        match = _SHARD_PATH.match(path)
-        if match is None or match["split"] != split:
+        match = SHARD_NAME.match(path)
+        if match is None or match["prefix"] != split or match["suffix"] != ".tfrecord":
             raise ValueError(f"shard {path!r} is not named <split>-NNNNN-of-NNNNN.tfrecord: "
                              f"TFDS reads only uncompressed shards named so")
         by_split[split].append((int(match["index"]), shard))
@@ -118,9 +111,8 @@ def _split_infos(shards: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
                              f"digits, '_' and '-'")
         ordered = sorted(by_split[split], key=lambda pair: pair[0])
         total = len(ordered)
-        digits = _shard_digits(total)
         for index, (_, shard) in enumerate(ordered):
-            expected = f"{split}-{index:0{digits}d}-of-{total:0{digits}d}.tfrecord"
+            expected = shard_name(split, index, total, ".tfrecord")
             if shard["path"] != expected:
                 raise ValueError(f"shard {shard['path']!r}: TFDS would look for {expected!r}")
         infos.append({

@@ -1,4 +1,4 @@
-"""Background shard writes (`transforms.shard_writers._BackgroundIO`) and the RecordBatch coder.
+"""Background shard writes (`transforms.shard_writers._BackgroundIO`).
 
 The rest of this file moved to the tests of each part (tests/workers/test_ordered_pool.py,
 test_worker_setup.py, tests/tabular/test_threads.py, tests/images/test_threads.py,
@@ -7,14 +7,10 @@ tests/format/test_framed_records.py); these tests go to tests/sink/ with the sin
 
 from __future__ import annotations
 
-import pickle
 import time
 
 import pytest
 
-from transforms.coders import RecordBatchCoder
-from transforms.format.tfrecord_format import FramedRecords
-from transforms.records import RecordBatch
 from transforms.shard_writers import _BackgroundIO
 
 # ------------------------------------------------------------- background shard writes
@@ -37,18 +33,3 @@ def test_background_io_raises_a_failed_write():
     with pytest.raises(OSError, match="no space"):
         io.drain()
     io.shutdown()
-
-
-# ---------------------------------------------------------------------------- coder
-
-
-def test_record_batch_coder_round_trips_and_estimates_without_encoding(monkeypatch):
-    batch = RecordBatch(key="00000001:00000000", split="train",
-                        records=FramedRecords.frame([b"x" * 100, b"y" * 50]),
-                        dead_letters=[b'{"reason": "bad"}'], input_count=3)
-    coder = RecordBatchCoder()
-    decoded = coder.decode(coder.encode(batch))
-    assert decoded == batch
-    monkeypatch.setattr(pickle, "dumps", lambda *a, **k: pytest.fail("estimate_size encoded"))
-    estimate = coder.estimate_size(batch)
-    assert 100 + 16 + 50 + 16 + 17 <= estimate < 400

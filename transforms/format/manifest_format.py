@@ -1,5 +1,6 @@
 """The shape of `manifest.json`, Beam-free: its name, format version, size cap, the one
-definition of what a sound manifest holds, and parsing its bytes.
+definition of what a sound manifest holds, parsing its bytes, and the one template of the
+names of the files it lists (`shard_name`, with `SHARD_GLOB` and `SHARD_NAME` derived from it).
 
 `transforms.manifest` reads it from any Beam filesystem; the Beam-free readers
 (`transforms.reading`) and `verify` use the same rules.
@@ -8,6 +9,7 @@ definition of what a sound manifest holds, and parsing its bytes.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 __all__ = [
@@ -18,6 +20,9 @@ __all__ = [
     "is_plain_relative",
     "manifest_problems",
     "parse_manifest",
+    "SHARD_GLOB",
+    "SHARD_NAME",
+    "shard_name",
 ]
 
 MANIFEST_NAME = "manifest.json"
@@ -26,6 +31,20 @@ FEATURE_SPEC_NAME = "feature_spec.json"
 #: A manifest lists one entry per shard: even a million shards stay far below this.
 MAX_MANIFEST_BYTES = 256 * 1024 * 1024
 FORMAT_VERSION = 1
+
+#: Shard numbers are padded to this many digits, or more when the count needs more (as
+#: Beam's `-SSSSS-of-NNNNN` and TFDS's `SHARD_X_OF_Y` pad them).
+SHARD_DIGITS = 5
+#: Every name `shard_name` makes (any prefix and suffix), as a glob and as a pattern.
+SHARD_GLOB = "*-" + "[0-9]" * SHARD_DIGITS + "*-of-" + "[0-9]" * SHARD_DIGITS + "*"
+_DIGITS = rf"\d{{{SHARD_DIGITS},}}"
+SHARD_NAME = re.compile(rf"^(?P<prefix>.+)-(?P<index>{_DIGITS})-of-(?P<count>{_DIGITS})(?P<suffix>\.[^/]*)?$")
+
+
+def shard_name(prefix: str, index: int, count: int, suffix: str = "") -> str:
+    """`<prefix>-SSSSS-of-NNNNN<suffix>`: the name of file `index` of `count`."""
+    digits = max(SHARD_DIGITS, len(str(count)))
+    return f"{prefix}-{index:0{digits}d}-of-{count:0{digits}d}{suffix}"
 
 
 def parse_manifest(raw: bytes, path: str) -> dict[str, Any]:

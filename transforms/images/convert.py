@@ -35,7 +35,6 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 from PIL import Image
 
-from transforms.coders import RecordBatchCoder  # noqa: F401 - registers the coder
 from transforms.format.example_codec import encode_example_parts
 from transforms.format.tfrecord_format import FramedRecords, frame_parts
 from transforms.images.config import ImageConfig
@@ -124,7 +123,7 @@ class _Converted(NamedTuple):
     encoded_length: int  # the length of image/encoded
 
 
-@beam.typehints.with_output_types(RecordBatch)  # encoded by RecordBatchCoder
+@beam.typehints.with_output_types(RecordBatch)
 class ConvertImages(beam.DoFn):
     """Reads and converts the images of a `WorkUnit`; yields one RecordBatch per split.
 

@@ -24,7 +24,6 @@ from collections.abc import Iterable, Iterator
 import apache_beam as beam
 from apache_beam.metrics import Metrics
 
-from transforms.coders import RecordBatchCoder  # noqa: F401 - registers the coder
 from transforms.records import RecordBatch, WorkUnit
 from transforms.sequence.buckets import assemble_bucket
 from transforms.sequence.rows import GROUP, READ_COUNTS, SequenceRows, read_sequence_rows, sequence_assigner
@@ -79,7 +78,7 @@ class ReadSequenceRows(beam.DoFn):
             yield key, pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL), rows
 
 
-@beam.typehints.with_output_types(RecordBatch)  # encoded by RecordBatchCoder
+@beam.typehints.with_output_types(RecordBatch)
 class AssembleSequences(beam.DoFn):
     """One shuffled key -> RecordBatches: count batches pass, buckets are assembled."""
 

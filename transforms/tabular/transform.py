@@ -25,7 +25,6 @@ import dataclasses
 import apache_beam as beam
 from apache_beam.metrics import Metrics
 
-from transforms.coders import RecordBatchCoder  # noqa: F401 - registers the coder
 from transforms.input_formats import check_tabular_format
 from transforms.ordered_pool import check_threads, default_threads
 from transforms.records import RecordBatch, WorkUnit
@@ -73,7 +72,7 @@ class TabularConfig:
                                      f"{self.fmt.upper()} need a 'separator'")
 
 
-@beam.typehints.with_output_types(RecordBatch)  # encoded by RecordBatchCoder
+@beam.typehints.with_output_types(RecordBatch)
 class ConvertTabular(beam.DoFn):
     """Reads a tabular WorkUnit and yields RecordBatches (one per chunk and split), in key
     order."""

@@ -21,6 +21,10 @@ from typing import Any
 __all__ = [
     "DEFAULT_SPLIT",
     "DeadLetterError",
+    "IMAGE_REASONS",
+    "REASONS",
+    "SEQUENCE_REASONS",
+    "TABULAR_REASONS",
     "RecordBatch",
     "WorkUnit",
     "batch_key",
@@ -30,6 +34,63 @@ __all__ = [
 
 #: The split name used when a conversion declares no splits.
 DEFAULT_SPLIT = "data"
+
+#: Dead-letter reason codes of the tabular conversion (also image manifests' unparsable rows).
+TABULAR_REASONS = {
+    "invalid_int": "text in an int64 column is not an integer",
+    "invalid_float": "text in a float column is not a number",
+    "int_out_of_range": "an integer outside the int64 range",
+    "float_out_of_range": "a finite number outside the float32 range",
+    "nan_rejected": "NaN or an infinity in a float column with nan: reject",
+    "value_too_long": "a bytes/string value longer than max_bytes_length",
+    "missing_required": "a required feature's value is missing",
+    "wrong_type": "a JSON/Parquet value of a type the feature cannot take",
+    "invalid_encoding": "bytes that are not valid in the input's encoding",
+    "ragged_row": "a CSV row with more or fewer fields than the header",
+    "invalid_json": "a JSON Lines line that is not a JSON object",
+    "unterminated_quote": "a CSV quoted field that never closes: each line it swallows",
+    "unreadable_file": "a file that cannot be opened or parsed (one dead letter per file)",
+    "missing_file": "a planned input file (or a manifest's image) that no longer exists",
+}
+
+#: Dead-letter reason codes of the image conversions, beyond the tabular ones.
+IMAGE_REASONS = {
+    "empty_file": "the file has zero bytes",
+    "truncated_image": "the image data ends early (no JPEG EOI, PNG IEND, short GIF/BMP/WebP)",
+    "not_an_image": "the bytes are not an image (e.g. a text or HTML file named .jpg)",
+    "unsupported_format": "an image format or variant that cannot be stored decodably",
+    "corrupt_image": "the image structure is invalid or its data does not decode",
+    "decompression_bomb": "more pixels (over all frames) than --max-pixels",
+    "image_too_large": "the file is larger than --max-image-bytes (not read)",
+    "unreadable_uri": "the path exists but cannot be read (permissions, I/O, bad URI)",
+    "unknown_label": "the label (or label folder) is not in the given label list",
+    "missing_label": "the manifest row has no label although --label-column is given",
+    "invalid_label": "a label (manifest cell or folder name) labels.txt cannot hold: a line "
+                     "break, white space at either end, or bytes invalid in UTF-8",
+    "outside_allowed_roots": "the path (after .. and symlinks) is outside --allowed-roots",
+    "hidden_file": "a hidden file or a file inside a hidden folder of the image tree",
+    "not_an_image_extension": "a file in the image tree without an image extension",
+    "no_label": "a file directly in the image-folder root, not in a label folder",
+    "symlinked_folder": "a symlink to a folder in the image tree (not followed)",
+    "missing_image_path": "the manifest row's image column is empty",
+    "invalid_split": "the manifest row's split column is empty or not a valid split name",
+    "unknown_split": "the manifest row's split is not a declared split (the spec's splits, "
+                     "else train, validation, test)",
+}
+
+#: Dead-letter reason codes of the sequence conversion, beyond the tabular ones.
+SEQUENCE_REASONS = {
+    "missing_group_key": "a row whose group_by column is missing",
+    "missing_order_value": "a row whose order_by feature is missing or NaN",
+    "context_mismatch": "a group whose context feature varies between rows",
+    "sequence_truncated": "a row beyond max_length of its group with overflow: truncate",
+    "group_too_large": "a row of a group with more rows than max_group_rows",
+}
+
+#: Every dead-letter reason code: the one registry (stable; the README lists exactly these,
+#: which a test checks, as it checks that the code writes no other).
+REASONS = {**TABULAR_REASONS, **IMAGE_REASONS, **SEQUENCE_REASONS}
+
 
 
 def batch_key(source_index: int, chunk_index: int) -> str:

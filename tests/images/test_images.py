@@ -29,9 +29,10 @@ import pipeline as pipeline_package
 from tests.images import image_samples as samples
 from transforms.format.example_codec import decode_example, encode_example, encode_example_parts
 from transforms.images import convert as images_module
-from transforms.images.config import REASONS, ImageConfig, RenderOptions
+from transforms.images.config import ImageConfig, RenderOptions
 from transforms.images.convert import ConvertImages
 from transforms.images.plan import plan_image_folder, plan_image_manifest
+from transforms.records import REASONS
 from transforms.splits import DEAD_LETTER_SPLIT
 from transforms.tabular.spec import parse_spec
 

@@ -1,7 +1,7 @@
 """What an image conversion is told and what it promises: the converter's `ImageConfig` with
 its pixel transforms `RenderOptions` (and every option's choices and defaults, which the
 command line uses too), the planner's `ImagePlan` (with the side files it commits), the
-output features `IMAGE_FEATURES` and the dead-letter reason codes `REASONS`.
+output features `IMAGE_FEATURES` (its dead-letter reason codes are `transforms.records.IMAGE_REASONS`).
 
 Beam-free.
 """
@@ -28,7 +28,6 @@ __all__ = [
     "DEFAULT_MAX_IMAGE_BYTES",
     "DEFAULT_MAX_PIXELS",
     "IMAGE_FEATURES",
-    "REASONS",
     "VALIDATE_MODES",
     "ImageConfig",
     "ImagePlan",
@@ -41,36 +40,6 @@ VALIDATE_MODES = ("header", "full")
 DEFAULT_MAX_IMAGE_BYTES = 64 * 1024 * 1024
 #: Pillow's own default limit (MAX_IMAGE_PIXELS), so both guards agree out of the box.
 DEFAULT_MAX_PIXELS = 89_478_485
-
-#: Dead-letter reason codes of the image converters (stable; documented in the README).
-REASONS = {
-    "empty_file": "the file has zero bytes",
-    "truncated_image": "the image data ends early (no JPEG EOI, PNG IEND, short GIF/BMP/WebP)",
-    "not_an_image": "the bytes are not an image (e.g. a text or HTML file named .jpg)",
-    "unsupported_format": "an image format or variant that cannot be stored decodably",
-    "corrupt_image": "the image structure is invalid or its data does not decode",
-    "decompression_bomb": "more pixels (over all frames) than --max-pixels",
-    "image_too_large": "the file is larger than --max-image-bytes (not read)",
-    "unreadable_uri": "the path exists but cannot be read (permissions, I/O, bad URI)",
-    "missing_file": "the path does not exist",
-    "unknown_label": "the label (or label folder) is not in the given label list",
-    "missing_label": "the manifest row has no label although --label-column is given",
-    "invalid_label": "a label (manifest cell or folder name) labels.txt cannot hold: a line "
-                     "break, white space at either end, or bytes invalid in UTF-8",
-    "outside_allowed_roots": "the path (after .. and symlinks) is outside --allowed-roots",
-    "hidden_file": "a hidden file or a file inside a hidden folder of the image tree",
-    "not_an_image_extension": "a file in the image tree without an image extension",
-    "no_label": "a file directly in the image-folder root, not in a label folder",
-    "symlinked_folder": "a symlink to a folder in the image tree (not followed)",
-    "missing_image_path": "the manifest row's image column is empty",
-    "invalid_split": "the manifest row's split column is empty or not a valid split name",
-    "unknown_split": "the manifest row's split is not a declared split (the spec's splits, "
-                     "else train, validation, test)",
-    # Manifest rows that cannot be parsed (the tabular conversion's codes):
-    "ragged_row": "a CSV/TSV manifest row with the wrong number of fields",
-    "invalid_json": "a JSONL manifest line that is not a JSON object",
-    "invalid_encoding": "a manifest row with bytes invalid in its encoding",
-}
 
 #: Top-level folder names that make ROOT/<split>/<label>/<file> trees, and the split names a
 #: manifest's split column may use when the spec declares none.

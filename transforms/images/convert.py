@@ -3,7 +3,7 @@ tf.train.Examples, framed, in one `RecordBatch` per split, or a dead letter per 
 
 Images are read inside the DoFn through Beam's FileSystems (so gs:// works exactly like a
 local path). Every planned item ends up either as a record or as a dead letter with a
-stable reason code (`transforms.images.config.REASONS`), including items the planner
+stable reason code (`transforms.records.REASONS`), including items the planner
 already knows are bad (they ride in the work units so that the sink counts them and
 input == written + dead-lettered holds).
 

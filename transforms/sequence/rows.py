@@ -44,22 +44,13 @@ from transforms.tabular.read import read_chunks
 from transforms.tabular.spec import ConversionSpec, FeatureSpec
 from transforms.tabular.values import canonical_text
 
-__all__ = ["GROUP", "READ_COUNTS", "SEQUENCE_REASONS", "SequenceRows", "bucket_key",
+__all__ = ["GROUP", "READ_COUNTS", "SequenceRows", "bucket_key",
            "read_sequence_rows", "sequence_assigner", "shipped_features"]
 
 #: First byte of the shuffle key of a read chunk's counts and dead letters (passed through).
 READ_COUNTS = b"\x00"
 #: First byte of the shuffle key of a bucket's rows.
 GROUP = b"\x01"
-
-#: Dead-letter reason codes of the sequence conversion, beyond the tabular ones.
-SEQUENCE_REASONS = {
-    "missing_group_key": "a row whose group_by column is missing",
-    "missing_order_value": "a row whose order_by feature is missing or NaN",
-    "context_mismatch": "a group whose context feature varies between rows",
-    "sequence_truncated": "a row beyond max_length of its group with overflow: truncate",
-    "group_too_large": "a row of a group with more rows than max_group_rows",
-}
 
 # Columns of a `SequenceRows` batch beside the features (a feature cannot be named so:
 # feature names do not start with a NUL byte).

@@ -40,7 +40,6 @@ from transforms.tabular.spec import ConversionSpec, FeatureSpec
 from transforms.tabular.temporal import TemporalText
 
 __all__ = [
-    "REASONS",
     "RowConverter",
     "RowError",
     "canonical_text",
@@ -48,23 +47,6 @@ __all__ = [
     "has_escapes",
     "unescape",
 ]
-
-#: Dead-letter reason codes of the tabular conversion (stable; documented in the README).
-REASONS = {
-    "invalid_int": "text in an int64 column is not an integer",
-    "invalid_float": "text in a float column is not a number",
-    "int_out_of_range": "an integer outside the int64 range",
-    "float_out_of_range": "a finite number outside the float32 range",
-    "nan_rejected": "NaN or an infinity in a float column with nan: reject",
-    "value_too_long": "a bytes/string value longer than max_bytes_length",
-    "missing_required": "a required feature's value is missing",
-    "wrong_type": "a JSON/Parquet value of a type the feature cannot take",
-    "invalid_encoding": "bytes that are not valid in the input's encoding",
-    "ragged_row": "a CSV row with more or fewer fields than the header",
-    "invalid_json": "a JSON Lines line that is not a JSON object",
-    "unreadable_file": "a file that cannot be opened or parsed (one dead letter per file)",
-    "missing_file": "a planned input file that no longer exists",
-}
 
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
 #: ASCII whitespace ignored around numbers (the same set as the vectorised path).

@@ -18,6 +18,8 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+from transforms.splits import check_split_name
+
 __all__ = [
     "DEFAULT_SPLIT",
     "DeadLetterError",
@@ -167,8 +169,7 @@ class RecordBatch:
     feature_stats: Any = None
 
     def __post_init__(self):
-        if not self.split or "/" in self.split or self.split.startswith("."):
-            raise ValueError(f"invalid split name {self.split!r}")
+        check_split_name(self.split, dead_letters=True)
 
     @property
     def rows_written(self) -> int:

@@ -32,14 +32,17 @@ __all__ = ["DEAD_LETTER_SPLIT", "SplitAssigner", "check_split_name"]
 DEAD_LETTER_SPLIT = "dead_letter"
 
 
-def check_split_name(name: object) -> str:
-    """Returns `name` when it can name a split; raises ValueError saying why not.
+def check_split_name(name: object, dead_letters: bool = False) -> str:
+    """Returns `name` when it can name a split; raises ValueError saying why not: the one
+    rule of split names.
 
     A split name becomes a file name prefix (`<split>-00000-of-00001.tfrecord`), so it is a
-    non-empty string without "/", not hidden (leading "."), and not the dead letters' folder.
+    non-empty string without "/", not hidden (leading "."), without surrounding spaces, and
+    not the dead letters' folder (`dead_letters`: a batch of dead letters may carry it, as
+    their split of no split).
     """
     if not isinstance(name, str) or not name or "/" in name or name.startswith(".") \
-            or name == DEAD_LETTER_SPLIT or name.strip() != name:
+            or (name == DEAD_LETTER_SPLIT and not dead_letters) or name.strip() != name:
         raise ValueError(f"invalid split name {name!r}: use a non-empty name without '/', "
                          f"leading '.', surrounding spaces, or the reserved {DEAD_LETTER_SPLIT!r}")
     return name

@@ -39,17 +39,21 @@ def _entry(index: int, split: str, rng: np.random.Generator) -> tuple:
 
 
 def _exact(merged) -> dict:
-    """Every exact figure of merged statistics."""
+    """Every figure of merged statistics: all exact with so few distinct values, whatever the
+    batches (quantiles, means, distinct counts and top values too)."""
     out = {}
     for split, stats in merged.items():
         for name, total in stats.features.items():
             figures = [total.records, total.values_total, total.values_min, total.values_max]
             if total.numeric is not None:
                 n = total.numeric
-                figures += [n.count, n.nan, n.inf, n.zeros, n.finite, n.min, n.max]
+                figures += [n.count, n.nan, n.inf, n.zeros, n.finite, n.min, n.max, n.mean, n.std]
+                if n.finite:
+                    figures += [n.summary.quantiles([0.1, 0.5, 0.9]), n.summary.error]
             if total.bytes is not None:
                 b = total.bytes
-                figures += [b.count, b.length_min, b.length_max, b.length_total, round(b.distinct)]
+                figures += [b.count, b.length_min, b.length_max, b.length_total, b.distinct, b.exact,
+                            b.top(10)]
             out[(split, name)] = figures
     return out
 

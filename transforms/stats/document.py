@@ -164,12 +164,11 @@ def _feature(total: FeatureTotal) -> dict[str, Any]:
         out["numeric"] = numeric_summary(total.numeric)
     if total.bytes is not None:
         b = total.bytes
-        distinct, low, high = b.distinct_range()
         out["bytes"] = {
             "count": b.count,
             "length": {"min": b.length_min or 0, "max": b.length_max or 0,
                        "mean": b.length_total / b.count if b.count else 0.0},
-            "distinct": distinct, "distinct_exact": b.exact, "distinct_range": [low, high],
+            "distinct": b.distinct, "distinct_exact": b.exact, "distinct_range": list(b.distinct_range),
             "top": [{"value": value, "count": count} for value, count in b.top(TOP_VALUES)],
             "top_exact": b.exact, "top_error": b.error,
         }

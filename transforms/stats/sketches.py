@@ -441,14 +441,21 @@ class BytesTotal:
         """Whether `counts` holds every value, with its exact count."""
         return self._hll is None
 
-    def distinct_range(self) -> tuple[int, int, int]:
-        """The distinct values: (estimate, low, high), low and high at two standard deviations
-        of the HLL sketch (all three exact while `exact`). The sketch skips the empty string."""
+    @property
+    def distinct(self) -> int:
+        """The distinct values (the HLL sketch's estimate, plus the empty string it skips,
+        once not `exact`)."""
         if self._hll is None:
-            return len(self.counts), len(self.counts), len(self.counts)
+            return len(self.counts)
+        return round(self._hll.get_result().get_estimate()) + self.has_empty
+
+    @property
+    def distinct_range(self) -> tuple[int, int]:
+        """The distinct values at two standard deviations of the HLL sketch (exact: twice `distinct`)."""
+        if self._hll is None:
+            return len(self.counts), len(self.counts)
         sketch = self._hll.get_result()
-        return (round(sketch.get_estimate()) + self.has_empty,
-                math.floor(sketch.get_lower_bound(2)) + self.has_empty,
+        return (math.floor(sketch.get_lower_bound(2)) + self.has_empty,
                 math.ceil(sketch.get_upper_bound(2)) + self.has_empty)
 
     def partial(self) -> BytesPartial:

@@ -105,87 +105,75 @@ class QuantileSummary:
     parity: int = 0
 
 
-def _merged(ordered: np.ndarray | None, more: np.ndarray) -> np.ndarray:
-    return more if ordered is None or not ordered.size else np.sort(np.concatenate([ordered, more]))
-
-
 class _Quantiles:
-    """A `QuantileSummary` as numpy arrays, merged and queried: `values` with their exact
-    `counts`, or once `compacted` the sorted values of weight 2**level in `levels`."""
+    """A `QuantileSummary` as numpy arrays, merged and queried."""
 
     def __init__(self, summary: QuantileSummary = QuantileSummary()):
-        values, weights = np.frombuffer(summary.values, np.float64), np.frombuffer(summary.weights, np.int64)
+        self.values = np.frombuffer(summary.values, np.float64)
+        self.weights = np.frombuffer(summary.weights, np.int64)
         self.compacted, self.error, self.parity = summary.compacted, summary.error, summary.parity
-        self.values, self.counts = (values, weights) if not self.compacted else (None, None)
-        self.levels = {int(w).bit_length() - 1: values[weights == w] for w in np.unique(weights)} \
-            if self.compacted else {}
 
     @classmethod
-    def of_sorted(cls, ordered: np.ndarray) -> _Quantiles:
+    def of(cls, ordered: np.ndarray) -> _Quantiles:
+        """The summary of sorted values (past `EXACT_VALUES` distinct ones, level 0 as is)."""
         summary = cls()
-        starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]]) if ordered.size else []
-        if len(starts) > EXACT_VALUES:  # each value of weight 1, sorted: level 0
-            summary.compacted, summary.levels = True, {0: ordered}
-            summary._compact()
-        else:
-            summary.values = ordered[starts]
-            summary.counts = np.diff(np.r_[starts, ordered.size]).astype(np.int64)
+        summary.values, summary.weights = ordered, np.ones(ordered.size, np.int64)
+        summary.compacted = np.count_nonzero(ordered[1:] != ordered[:-1]) >= EXACT_VALUES
+        summary._settle(ordered=True)
         return summary
 
     def dump(self) -> QuantileSummary:
-        values, weights = self._items()
-        return QuantileSummary(values.tobytes(), weights.tobytes(), self.compacted, self.error, self.parity)
-
-    def _items(self) -> tuple[np.ndarray, np.ndarray]:
-        if not self.compacted:
-            return self.values, self.counts
-        levels = sorted(self.levels)
-        return (np.concatenate([self.levels[level] for level in levels]),
-                np.concatenate([np.full(self.levels[level].size, 1 << level, np.int64) for level in levels]))
+        return QuantileSummary(self.values.tobytes(), self.weights.tobytes(), self.compacted, self.error,
+                               self.parity)
 
     def merge(self, other: _Quantiles) -> None:
+        self.values = np.concatenate([self.values, other.values])
+        self.weights = np.concatenate([self.weights, other.weights])
         self.error += other.error
         self.parity ^= other.parity
-        if not (self.compacted or other.compacted):  # distinct values with their counts added up
-            values = np.concatenate([self.values, other.values])
-            counts = np.concatenate([self.counts, other.counts])
-            order = np.argsort(values, kind="stable")
-            values, counts = values[order], counts[order]
+        self.compacted |= other.compacted
+        self._settle()
+
+    def _settle(self, ordered: bool = False) -> None:
+        """Equal values added up while exact; else (or once past `EXACT_VALUES` of them) the
+        levels compacted."""
+        if not self.values.size:
+            return
+        if not self.compacted:
+            order = slice(None) if ordered else np.argsort(self.values, kind="stable")
+            values, weights = self.values[order], self.weights[order]
             starts = np.flatnonzero(np.r_[True, values[1:] != values[:-1]])
-            self.values, self.counts = values[starts], np.add.reduceat(counts, starts)
+            self.values, self.weights = values[starts], np.add.reduceat(weights, starts)
             if self.values.size <= EXACT_VALUES:
                 return
-        levels = self._as_levels()
-        for level, values in other._as_levels().items():
-            levels[level] = _merged(levels.get(level), values)
-        self.levels, self.compacted, self.values, self.counts = levels, True, None, None
-        self._compact()
-
-    def _as_levels(self) -> dict[int, np.ndarray]:
-        if self.compacted:
-            return dict(self.levels)
-        # A count is a sum of powers of two: the same values, exactly, as values of weight 2**bit.
-        bits = range(int(self.counts.max(initial=0)).bit_length())
-        levels = {bit: self.values[(self.counts >> bit) & 1 == 1] for bit in bits}
-        return {level: values for level, values in levels.items() if values.size}
-
-    def _compact(self) -> None:
+            self.compacted = True
+            # A count is a sum of powers of two: the same values, exactly, of weight 2**bit.
+            levels = {bit: self.values[(self.weights >> bit) & 1 == 1]
+                      for bit in range(int(self.weights.max()).bit_length())}
+        elif ordered:  # weight 1 each
+            levels = {0: self.values}
+        else:
+            levels = {level: np.sort(self.values[self.weights == 1 << level])
+                      for level in range(int(self.weights.max()).bit_length())}
         level = 0
-        while level <= max(self.levels):
-            values = self.levels.get(level)
-            if values is not None and values.size > COMPACTOR_K:
+        while level <= max(levels):
+            values = levels.get(level, self.values[:0])
+            if values.size > COMPACTOR_K:
                 even = values.size - values.size % 2
                 promoted = values[(self.parity >> level) & 1:even:2]
-                self.levels[level + 1] = _merged(self.levels.get(level + 1), promoted)
-                self.levels[level] = values[even:]
+                above = levels.get(level + 1, promoted[:0])
+                levels[level + 1] = np.sort(np.concatenate([above, promoted])) if above.size else promoted
+                levels[level] = values[even:]
                 self.parity ^= 1 << level
                 self.error += 1 << level
             level += 1
+        self.values = np.concatenate(list(levels.values()))
+        self.weights = np.concatenate([np.full(values.size, 1 << level, np.int64)
+                                       for level, values in levels.items()])
 
     def _cumulative(self) -> tuple[np.ndarray, np.ndarray]:
-        values, weights = self._items()
-        order = np.argsort(values, kind="stable")
-        return values[order], np.cumsum(weights[order])
+        order = np.argsort(self.values, kind="stable")
+        return self.values[order], np.cumsum(self.weights[order])
 
     def quantiles(self, ranks: Sequence[float]) -> list[float]:
         """The smallest value whose share of values at or below it reaches each rank."""
@@ -201,10 +189,9 @@ class _Quantiles:
     def moments(self) -> tuple[float, float]:
         """Mean and sum of squared deviations as exact sums (correctly rounded) of the
         distinct values: the same whatever the order of the input (not `compacted` only)."""
-        total = int(self.counts.sum())
-        mean = math.fsum((self.values * self.counts).tolist()) / total
+        mean = math.fsum((self.values * self.weights).tolist()) / int(self.weights.sum())
         deviations = self.values - mean
-        return mean, math.fsum((deviations * deviations * self.counts).tolist())
+        return mean, math.fsum((deviations * deviations * self.weights).tolist())
 
 
 def _hll_of(keys: Iterable[str]):
@@ -334,7 +321,7 @@ def numeric_partial(values: np.ndarray, integral: bool) -> NumericPartial:
         low = high = None
         mean = m2 = 0.0
     return NumericPartial(count, count - beyond, first + beyond - last, zeros, int(finite.size),
-                          low, high, mean, m2, _Quantiles.of_sorted(finite).dump())
+                          low, high, mean, m2, _Quantiles.of(finite).dump())
 
 
 def bytes_partial(lengths: np.ndarray, texts: Sequence[str], counts: np.ndarray,

@@ -19,15 +19,15 @@ partials merged in the same order give the same figures, to the bit.
 * beyond that bound, estimates, flagged as such in stats.json with their error:
   - top values: a Misra-Gries summary of `EXACT_VALUES` counters (mergeable, Agarwal et
     al. 2012). A count shown is never above the truth and at most `top_error` below it
-    (the thresholds subtracted, <= values / 4,097); a value seen once is never shown.
+    (the thresholds subtracted, <= values / 4,097); a value seen once never shows more than 1.
   - distinct count: an HLL sketch (Apache DataSketches, lg_k=12: ~1.6 % relative standard
     error; stats.json gives its range at two standard deviations). The sketch ignores the
     empty string, whose presence is kept apart, exactly.
   - quantiles and histogram: a deterministic compactor: values of weight 2**i at level i;
     a level holding more than `COMPACTOR_K` (1,024) is sorted and every other value moves
     up a level (alternately the even and the odd ones), which moves any value's rank by at
-    most 2**i. Those moves are added up (`rank_error`, <= levels / 1,024 of the values,
-    ~1.2 % at 5M values, typically far less).
+    most 2**i. Those moves are added up (`rank_error`, <= levels / 1,024 of the values;
+    0.46 % for 5M normal values in batches of 16,384, whose true error was 0.14 %).
 
 Bytes values are counted by their first `BYTES_DISPLAY_CHARS` characters (longer ones with a
 digest of the whole, so that distinct long values stay distinct). The numeric moments and
@@ -412,9 +412,10 @@ class BytesTotal:
         if self._hll is not None:
             self._hll.update(_datasketches().hll_sketch.deserialize(part.hll) if part.hll is not None
                              else _hll_of(part.values))
-        counts = self.counts
-        for key, number in zip(part.values, np.frombuffer(part.counts, np.int64).tolist(), strict=True):
-            counts[key] = counts.get(key, 0) + number
+        numbers = np.frombuffer(part.counts, np.int64).tolist()
+        counts, get = self.counts, self.counts.get
+        for key, number in zip(part.values, numbers, strict=True):
+            counts[key] = get(key, 0) + number
         self.error += part.error
         if len(counts) > EXACT_VALUES:
             if self._hll is None:

@@ -68,16 +68,23 @@ def _short(text: str) -> str:
 
 def _bytes_cell(summary: dict[str, Any]) -> str:
     length = _dict(summary.get("length"))
-    lines = [
-        f"distinct \u2248{fmt_number(summary.get('distinct'))} \u00b7 length "
-        f"{fmt_number(length.get('min'))}\u2013{fmt_number(length.get('max'))} "
-        f"(mean {fmt_number(length.get('mean'))})",
-    ]
+    # Estimates say so: "~" with their range or error (older stats.json: no flags, estimates).
+    distinct = fmt_number(summary.get("distinct"))
+    if summary.get("distinct_exact") is not True:
+        low, high = (_list(summary.get("distinct_range")) + [None, None])[:2]
+        distinct = f"\u2248{distinct}" + (f" ({fmt_number(low)}\u2013{fmt_number(high)})" if low else "")
+    lines = [f"distinct {distinct} \u00b7 length {fmt_number(length.get('min'))}\u2013"
+             f"{fmt_number(length.get('max'))} (mean {fmt_number(length.get('mean'))})"]
     top = [entry for entry in _list(summary.get("top")) if isinstance(entry, dict)]
     if top:
         shown = ", ".join(f"<code>{esc(_short(str(entry.get('value'))))}</code> "
                           f"({fmt_number(entry.get('count'))})" for entry in top[:_TOP_VALUES_SHOWN])
-        lines.append(f"top: {shown}")
+        if summary.get("top_exact") is True:
+            lines.append(f"top: {shown}")
+        else:
+            error = summary.get("top_error")
+            bound = f", each up to {fmt_number(error)} more" if isinstance(error, int) else ""
+            lines.append(f"top \u2248 (lower bounds{bound}): {shown}")
     return "<br>".join(lines)
 
 

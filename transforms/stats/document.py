@@ -8,8 +8,11 @@ The commit hands `merge_units` every unit's result (`transforms.unit_result.Unit
         "features": {NAME: {"kind": "int64"|"float"|"bytes", "records": R,
             "values_per_record": {"min", "max", "mean"},
             "numeric": {"count", "min", "max", "mean", "std", "zeros", "nan", "inf",
-                        "quantiles": [[rank, value], ...], "histogram": {"edges", "counts"}},
-            "bytes": {"count", "length": {"min", "max", "mean"}, "distinct", "top": [...]}}},
+                        "quantiles_exact", "rank_error", "quantiles": [[rank, value], ...],
+                        "histogram": {"edges", "counts"}},
+            "bytes": {"count", "length": {"min", "max", "mean"}, "distinct", "distinct_exact",
+                      "distinct_range": [low, high], "top": [{"value", "count"}, ...],
+                      "top_exact", "top_error"}}},
         "images": {"formats", "width", "height", "channels", "labels"}}},
      "dead_letters": {"total", "by_reason", "examples"}}
 
@@ -17,8 +20,11 @@ A split whose records some converter did not describe (SequenceExample outputs; 
 statistics switched off) has `"features": {}`. Features the feature spec declares but no
 record carries are listed with 0 records. Quantiles 0.0 and 1.0 are the exact min and max;
 the others and the histogram (10 equal-width bins over [min, max], each holding the values
->= its left edge and < its right edge, the last also its right edge) come from the KLL
-sketch (see `transforms.stats.sketches` for the error bounds).
+>= its left edge and < its right edge, the last also its right edge) are exact while
+"quantiles_exact", else any value's rank in them is off by at most "rank_error" (a share of
+the count). Distinct counts and top values are exact while "distinct_exact"/"top_exact",
+else a top count is at most "top_error" below the truth, never above, and the distinct count
+lies in "distinct_range" at two standard deviations (see `transforms.stats.sketches`).
 """
 
 from __future__ import annotations
@@ -116,14 +122,17 @@ def numeric_summary(total: NumericTotal) -> dict[str, Any]:
         "std": total.std if total.finite else None,
         "zeros": total.zeros, "nan": total.nan, "inf": total.inf,
     }
-    if total.kll is None or not total.finite:
+    summary = total.summary
+    out["quantiles_exact"] = not summary.error
+    out["rank_error"] = summary.error / total.finite if total.finite else 0.0
+    if not total.finite:
         out["quantiles"] = [[rank, None] for rank in QUANTILE_RANKS]
         out["histogram"] = {"edges": [], "counts": []}
         return out
-    values = total.kll.get_quantiles(list(QUANTILE_RANKS), True)
-    if isinstance(total.min, int):  # int64 values: the sketch returns some of them, as floats
+    values = summary.quantiles(QUANTILE_RANKS)
+    if isinstance(total.min, int):  # int64 values: the summary holds them as floats
         values = [int(value) for value in values]
-    # The sketch holds float64s: an int64 near 2**63 comes back rounded, possibly past the
+    # The summary holds float64s: an int64 near 2**63 comes back rounded, possibly past the
     # exact max (2**63 itself is no int64). Clamped, the quantiles stay within [min, max].
     values = [min(max(value, total.min), total.max) for value in values]
     values[0], values[-1] = total.min, total.max
@@ -131,11 +140,7 @@ def numeric_summary(total: NumericTotal) -> dict[str, Any]:
     low, high = float(total.min), float(total.max)
     edges = np.linspace(low, high, HISTOGRAM_BINS + 1)
     if high > low:
-        inner = sorted(set(edges[1:-1].tolist()))
-        below = dict(zip(inner, total.kll.get_cdf(inner, False)[:-1], strict=True))
-        cumulative = [0] + [round(below[e] * total.finite) for e in edges[1:-1].tolist()]
-        cumulative.append(total.finite)
-        cumulative = np.maximum.accumulate(np.minimum(cumulative, total.finite))
+        cumulative = [0, *summary.below(edges[1:-1].tolist()), total.finite]
         counts = np.diff(cumulative).tolist()
     else:
         counts = [total.finite] + [0] * (HISTOGRAM_BINS - 1)
@@ -158,8 +163,9 @@ def _feature(total: FeatureTotal) -> dict[str, Any]:
             "count": b.count,
             "length": {"min": b.length_min or 0, "max": b.length_max or 0,
                        "mean": b.length_total / b.count if b.count else 0.0},
-            "distinct": int(round(b.distinct)),
+            "distinct": b.distinct, "distinct_exact": b.exact, "distinct_range": list(b.distinct_range),
             "top": [{"value": value, "count": count} for value, count in b.top(TOP_VALUES)],
+            "top_exact": b.exact, "top_error": b.error,
         }
     return out
 

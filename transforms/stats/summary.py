@@ -60,7 +60,8 @@ def feature_lines(stats: Mapping[str, Any]) -> list[str]:
         if numeric:
             shown = " / ".join(_short(numeric.get(key)) for key in ("min", "mean", "max"))
         elif text:
-            shown = f"~{text.get('distinct', 0):,} distinct"
+            approximate = "" if text.get("distinct_exact") else "~"
+            shown = f"{approximate}{text.get('distinct', 0):,} distinct"
         else:
             shown = ""
         label = name if len(name) <= width else name[:width - 1] + "…"

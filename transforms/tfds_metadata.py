@@ -76,7 +76,7 @@ _FEATURE_CLASSES = "tensorflow_datasets.core.features."
 _FEATURES_DICT = _FEATURE_CLASSES + "features_dict.FeaturesDict"
 _TENSOR = _FEATURE_CLASSES + "tensor_feature.Tensor"
 _CLASS_LABEL = _FEATURE_CLASSES + "class_label_feature.ClassLabel"
-# TFDS pads shard numbers to 5 digits, or more when the shard count needs more (naming.py).
+# TFDS pads shard numbers to 5 digits, or more when the shard count needs more (its core/naming.py).
 _MIN_SHARD_DIGITS = 5
 # What TFDS's split instructions accept as a split name (`splits._SUB_SPEC_RE`).
 _TFDS_SPLIT_NAME = re.compile(r"^[\w-]+$", re.ASCII)

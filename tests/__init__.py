@@ -11,5 +11,6 @@
 * `e2e`: real runners and services (Dask, a Beam job service, a GCS emulator, all started on
   127.0.0.1 and stopped afterwards), deployment files, the benchmark smoke run and the
   README's commands (`test_readme.py`).
-* `test_layout.py`: the package rules (one-way imports, docstrings, module size).
+* `test_layout.py`: the package rules (one-way imports, docstrings, module size, the contributor
+  map, packaging); `test_public_api.py`: the `tfrecord_pipeline` import place.
 """

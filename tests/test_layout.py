@@ -12,7 +12,12 @@ Data flows one way: `pipeline` -> `transforms` -> `transforms.format` -> `protos
   later, but a circle is a circle for whoever reads or splits the code);
 * a package `__init__.py` holds only its docstring;
 * every non-generated module under `pipeline/` or `transforms/` has a docstring and at most
-  `MAX_MODULE_LINES` lines.
+  `MAX_MODULE_LINES` lines;
+* the contributor map in `pipeline/__init__.py` lists every package folder and module, each
+  with its job, and nothing else; no docstring or comment of product code names a module,
+  file or folder of ours that does not exist;
+* the public package `tfrecord_pipeline` (`pipeline/api/`) is imported by none of our modules,
+  and `pyproject.toml` installs exactly the tree's packages plus it.
 
 Each failure names the files (and import lines) that break the rule. The checks are plain
 functions of a source root, so the tests at the end prove each one fails on a small
@@ -23,14 +28,22 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import io
+import re
+import tokenize
 from collections.abc import Iterable, Mapping
 from pathlib import Path
+
+import tomllib
 
 REPO = Path(__file__).resolve().parents[1]
 PROJECT_PACKAGES = ("pipeline", "transforms", "protos")
 MAX_MODULE_LINES = 600
 # protoc writes this into every module it generates (protos/*_pb2.py).
 GENERATED_MARKER = "DO NOT EDIT"
+# The public API: installed as `tfrecord_pipeline` from this folder; its __init__ holds the API.
+PUBLIC_PACKAGE, PUBLIC_FOLDER = "tfrecord_pipeline", "pipeline/api"
+MAP_MODULE = "pipeline/__init__.py"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -175,6 +188,8 @@ def direction_problems(root: Path) -> list[str]:
             if below_pipeline and _inside(edge.target, "pipeline"):
                 problems.append(f"{edge.where(modules, root)}: transforms/ and protos/ must not import "
                                 f"pipeline")
+            if _inside(edge.target, PUBLIC_PACKAGE) or _inside(edge.target, PUBLIC_FOLDER.replace("/", ".")):
+                problems.append(f"{edge.where(modules, root)}: nothing of ours imports the public API")
             if _inside(module, "transforms.format"):
                 if _inside(edge.target, "apache_beam"):
                     problems.append(f"{edge.where(modules, root)}: transforms/format/ must not import Beam")
@@ -210,7 +225,7 @@ def init_problems(root: Path) -> list[str]:
     """Package `__init__.py` files holding anything besides their docstring."""
     problems = []
     for path in project_modules(root).values():
-        if path.name != "__init__.py":
+        if path.name != "__init__.py" or _relative(path.parent, root) == PUBLIC_FOLDER:
             continue
         body = ast.parse(path.read_text(encoding="utf-8")).body
         has_docstring = bool(body) and isinstance(body[0], ast.Expr) and isinstance(
@@ -243,6 +258,126 @@ def module_problems(root: Path, max_lines: int = MAX_MODULE_LINES) -> list[str]:
     return problems
 
 
+def _product_files(root: Path) -> dict[str, Path]:
+    """Relative path -> file, for every non-generated module of the project."""
+    return {_relative(path, root): path for path in project_modules(root).values()
+            if not _is_generated(path.read_text(encoding="utf-8"))}
+
+
+def _first_line_of_docstring(path: Path) -> str:
+    docstring = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8"))) or ""
+    return (docstring.splitlines() or ["(no docstring)"])[0].rstrip(".")
+
+
+_MAP_FOLDER = re.compile(r"^  ((?:[a-z_]+/)+)(.*)$")
+_MAP_MODULE = re.compile(r"^    (\w+\.py)(.*)$")
+
+
+def map_entries(docstring: str) -> dict[str, str]:
+    """The map's entries, path -> job: folder lines (`  transforms/x/  job`) and, under each,
+    module lines (`    name.py  job`); deeper-indented lines continue the one above."""
+    entries, folder = {}, None
+    for line in docstring.splitlines():
+        if match := _MAP_FOLDER.match(line):
+            folder = match[1]
+            entries[folder] = match[2].strip()
+        elif folder and (match := _MAP_MODULE.match(line)):
+            entries[folder + match[1]] = match[2].strip()
+    return entries
+
+
+def map_problems(root: Path) -> list[str]:
+    """What the map in pipeline/__init__.py lacks or lists in excess, as the lines to add or
+    remove, each with its folder and job (the module docstring's first line)."""
+    # A package is listed by its folder (`transforms/reading/`), a module by its file.
+    tree = {path_name.removesuffix("__init__.py"): path for path_name, path in _product_files(root).items()}
+    [first, *_] = ast.parse((root / MAP_MODULE).read_text(encoding="utf-8")).body
+    entries = map_entries(first.value.value)  # as written: ast.get_docstring would dedent it
+    problems = []
+    for name in sorted(tree.keys() - entries.keys()):
+        job = _first_line_of_docstring(tree[name])
+        if name.endswith("/"):
+            problems.append(f"{MAP_MODULE}: add the folder line `  {name}  {job}`")
+        else:
+            folder, module = name.rsplit("/", 1)
+            problems.append(f"{MAP_MODULE}: add under `  {folder}/`: `    {module}  {job}`")
+    for name in sorted(entries.keys() - tree.keys()):
+        problems.append(f"{MAP_MODULE}: remove `{name}`: no such module or package")
+    for name in sorted(entries.keys() & tree.keys()):
+        if not entries[name]:
+            problems.append(f"{MAP_MODULE}: `{name}` needs its one-line job")
+    return problems
+
+
+# Names of our modules in prose: dotted (`transforms.reading.examples`, not after a dot or a
+# word, so `self.pipeline.run` is not one), paths (`transforms/images/plan.py`, folders too)
+# and bare file names (`csv_reader.py`; another project's file is named with its folder,
+# `core/naming.py`, or a pattern: `*_pb2.py`).
+_DOTTED = re.compile(r"(?<![\w.])((?:pipeline|transforms|protos)(?:\.[A-Za-z_]\w*)+)")
+_PATH = re.compile(r"(?<![\w./-])((?:pipeline|transforms|protos)(?:/\w+)*(?:\.py|/)?)(?![\w*])")
+_FILE_NAME = re.compile(r"(?<![\w./*-])(\w+\.py)\b")
+
+
+def _prose(path: Path) -> Iterable[tuple[int, str]]:
+    """(line, text) of every docstring and comment of a module."""
+    text = path.read_text(encoding="utf-8")
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            body = node.body
+            if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
+                    and isinstance(body[0].value.value, str):
+                yield body[0].lineno, body[0].value.value
+    for token in tokenize.generate_tokens(io.StringIO(text).readline):
+        if token.type == tokenize.COMMENT:
+            yield token.start[0], token.string
+
+
+def _dotted_is_missing(name: str, modules: Mapping[str, Path]) -> bool:
+    """A dotted name whose deepest existing module is a package: package __init__.py files
+    hold only their docstring, so the next part can only be a module that does not exist."""
+    found = _deepest_module(name, modules)
+    return name != found and (found is None or _is_package(found, modules))
+
+
+def stale_name_problems(root: Path, extra_roots: Iterable[str] = ("tests", "benchmarks", "deploy"),
+                        ) -> list[str]:
+    """Docstrings and comments of product code naming a module, file or folder of ours that
+    does not exist (a bare `x.py` may be any Python file of the repository)."""
+    modules = project_modules(root)
+    file_names = {path.name for folder in (*PROJECT_PACKAGES, *extra_roots)
+                  for path in (root / folder).rglob("*.py")}
+    problems = []
+    for path_name, path in sorted(_product_files(root).items()):
+        for line, text in sorted(_prose(path)):
+            for offset, prose_line in enumerate(text.splitlines()):
+                missing = [name for name in _DOTTED.findall(prose_line) if _dotted_is_missing(name, modules)]
+                missing += [name for name in _PATH.findall(prose_line) if "/" in name
+                            and not (root / name).exists()]
+                missing += [name for name in _FILE_NAME.findall(prose_line) if name not in file_names]
+                problems += [f"{path_name}:{line + offset} names `{name}`, which does not exist"
+                             for name in dict.fromkeys(missing)]
+    return problems
+
+
+def packaging_problems(root: Path) -> list[str]:
+    """pyproject.toml's package list against the tree: every package folder of ours (the
+    public folder as `tfrecord_pipeline`), nothing more."""
+    setuptools = tomllib.loads((root / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["setuptools"]
+    listed = set(setuptools.get("packages", []))
+    modules = project_modules(root)
+    public_module = PUBLIC_FOLDER.replace("/", ".")
+    tree = {PUBLIC_PACKAGE if name == public_module else name
+            for name in modules if _is_package(name, modules)}
+    problems = [f"pyproject.toml: add {name!r} to [tool.setuptools] packages"
+                for name in sorted(tree - listed)]
+    problems += [f"pyproject.toml: remove {name!r} from [tool.setuptools] packages (no such package)"
+                 for name in sorted(listed - tree)]
+    if setuptools.get("package-dir", {}).get(PUBLIC_PACKAGE) != PUBLIC_FOLDER:
+        problems.append(f"pyproject.toml: [tool.setuptools.package-dir] needs "
+                        f"{PUBLIC_PACKAGE} = {PUBLIC_FOLDER!r}")
+    return problems
+
+
 # ------------------------------------------------------------------- the real tree
 
 
@@ -272,6 +407,21 @@ def test_package_inits_hold_only_a_docstring():
 
 def test_modules_have_a_docstring_and_at_most_600_lines():
     problems = module_problems(REPO)
+    assert not problems, _report(problems)
+
+
+def test_the_map_lists_every_module_and_nothing_else():
+    problems = map_problems(REPO)
+    assert not problems, _report(problems)
+
+
+def test_docstrings_and_comments_name_only_modules_that_exist():
+    problems = stale_name_problems(REPO)
+    assert not problems, _report(problems)
+
+
+def test_pyproject_installs_exactly_the_trees_packages():
+    problems = packaging_problems(REPO)
     assert not problems, _report(problems)
 
 
@@ -384,3 +534,81 @@ def test_long_or_undocumented_modules_are_named_but_generated_code_is_not(tmp_pa
         "pipeline/bare.py: no module docstring stating its job",
         "transforms/long.py: 601 lines (at most 600)",
     ]
+
+
+MAPPED = '"""App.\n\n  pipeline/  the app\n    cli.py  the command line\n      (a continuation line)\n' \
+         '  transforms/  transforms\n    sink.py\n    gone.py  was removed\n"""\n'
+
+
+def test_the_map_names_what_to_add_and_remove(tmp_path):
+    root = _tree(tmp_path, PACKAGES | {
+        "pipeline/__init__.py": MAPPED,
+        "pipeline/cli.py": '"""The command line: parsing and dispatch.\n\nMore."""\n',
+        "transforms/sink.py": DOC,
+        "transforms/fresh.py": '"""A new module\'s job."""\n',
+        "transforms/format/codec.py": DOC,
+        "protos/example_pb2.py": "# DO NOT EDIT\n",
+    })
+    assert map_entries(ast.parse(MAPPED).body[0].value.value) == {
+        "pipeline/": "the app", "pipeline/cli.py": "the command line", "transforms/": "transforms",
+        "transforms/sink.py": "", "transforms/gone.py": "was removed"}
+    assert map_problems(root) == [
+        "pipeline/__init__.py: add the folder line `  protos/  Doc`",
+        "pipeline/__init__.py: add the folder line `  transforms/format/  Doc`",
+        "pipeline/__init__.py: add under `  transforms/format/`: `    codec.py  Doc`",
+        "pipeline/__init__.py: add under `  transforms/`: `    fresh.py  A new module's job`",
+        "pipeline/__init__.py: remove `transforms/gone.py`: no such module or package",
+        "pipeline/__init__.py: `transforms/sink.py` needs its one-line job",
+    ]
+
+
+def test_docstrings_and_comments_naming_missing_modules_are_named(tmp_path):
+    root = _tree(tmp_path, PACKAGES | {
+        "transforms/tabular/__init__.py": DOC,
+        "transforms/tabular/spec.py": DOC + "def load_spec(): ...\n",
+        "transforms/sink.py": (
+            '"""Uses `transforms.tabular.spec.load_spec` and `transforms.tabular.load_spec` (gone).\n\n'
+            'See transforms/tabular/spec.py, transforms/tabular/ and transforms/old.py; csv_reader.py;\n'
+            'spec.py, protos/*_pb2.py, and core/naming.py are fine; pipeline.run() is read as ours.\n"""\n'
+            "# transforms.format.codec.Frame came from transforms.codec (gone)\n"
+            "def write(pipeline):\n"
+            '    """Writes with `self.pipeline.options` and `transforms.format.gone`."""\n'
+            '    return "transforms.nowhere is a string, not prose"\n'),
+        "transforms/format/codec.py": DOC,
+        "tests/test_spec.py": DOC,
+    })
+    assert stale_name_problems(root) == [
+        "transforms/sink.py:1 names `transforms.tabular.load_spec`, which does not exist",
+        "transforms/sink.py:3 names `transforms/old.py`, which does not exist",
+        "transforms/sink.py:3 names `csv_reader.py`, which does not exist",
+        "transforms/sink.py:4 names `pipeline.run`, which does not exist",
+        "transforms/sink.py:6 names `transforms.codec`, which does not exist",
+        "transforms/sink.py:8 names `transforms.format.gone`, which does not exist",
+    ]
+
+
+def test_packaging_names_missing_and_extra_packages(tmp_path):
+    root = _tree(tmp_path, PACKAGES | {
+        "pipeline/api/__init__.py": DOC + "import importlib\n",  # the public API may hold code
+        "transforms/images/__init__.py": DOC,
+        "pyproject.toml": '[tool.setuptools]\npackages = ["pipeline", "protos", "transforms", '
+                          '"transforms.format", "transforms.gone", "tfrecord_pipeline"]\n',
+    })
+    assert packaging_problems(root) == [
+        "pyproject.toml: add 'transforms.images' to [tool.setuptools] packages",
+        "pyproject.toml: remove 'transforms.gone' from [tool.setuptools] packages (no such package)",
+        "pyproject.toml: [tool.setuptools.package-dir] needs tfrecord_pipeline = 'pipeline/api'",
+    ]
+    assert init_problems(root) == []
+
+
+def test_nothing_of_ours_imports_the_public_api(tmp_path):
+    root = _tree(tmp_path, PACKAGES | {
+        "pipeline/api/__init__.py": DOC,
+        "pipeline/cli.py": DOC + "import tfrecord_pipeline\n",
+        "transforms/sink.py": DOC + "from pipeline.api import read_examples\n",
+    })
+    problems = direction_problems(root)
+    assert any("pipeline/cli.py:2 imports tfrecord_pipeline: nothing of ours imports the public API" in p
+               for p in problems), problems
+    assert any("transforms/sink.py:2 imports pipeline.api: nothing of ours" in p for p in problems), problems

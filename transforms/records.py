@@ -137,7 +137,7 @@ class RecordBatch:
       key: deterministic ordering key (see `batch_key`); unique per (chunk, split).
       split: the split the records belong to (e.g. "train", or `DEFAULT_SPLIT`).
       records: serialized `tf.train.Example` payloads, in input order: a list, or a
-        `transforms.tfrecord_format.FramedRecords` (already framed by the converter,
+        `transforms.format.tfrecord_format.FramedRecords` (already framed by the converter,
         which the sink then writes as it is).
       dead_letters: one UTF-8 JSON document (no trailing newline) per input record of
         this chunk and split that could not be converted; see `dead_letter`.

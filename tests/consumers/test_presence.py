@@ -6,10 +6,8 @@ from __future__ import annotations
 
 import json
 
-from pipeline.cli import run
 from tests.helpers import in_memory_args
-from transforms.reading.examples import read_examples
-from transforms.reading.tensorflow import tf_dataset
+from tfrecord_pipeline import read_examples, run, tf_dataset
 
 SPEC = """features:
   - {name: id, type: int64}

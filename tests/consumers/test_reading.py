@@ -18,17 +18,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline.cli import run
 from tests.helpers import in_memory_args
+from tfrecord_pipeline import grain_source, read_examples, run, tf_dataset, torch_dataset
 from transforms.format.compression import Compression
 from transforms.format.tfrecord_reader import TFRecordCorruptError, iter_records
-from transforms.reading.examples import read_examples
 from transforms.reading.features import feature_layout
-from transforms.reading.grain import grain_source
 from transforms.reading.output import load_split
 from transforms.reading.parts import select_part, whole_split
-from transforms.reading.tensorflow import tf_dataset
-from transforms.reading.torch import torch_dataset
 
 ROWS = 40
 SHARD_RECORDS = 7  # 40 records: shards of 7, 7, ..., 5 (in the one split, "data")
@@ -457,7 +453,7 @@ def test_torch_adapter_with_real_torch_dataloader_workers(outputs):
 
 
 def test_collate_examples_batches_dense_ragged_strings_and_absent(monkeypatch):
-    from transforms.reading.torch import collate_examples
+    from tfrecord_pipeline import collate_examples
 
     torch = _fake_torch(monkeypatch, [None])
     torch.as_tensor = lambda array: ("tensor", np.asarray(array).tolist())  # the one call used
@@ -477,7 +473,7 @@ def test_collate_examples_batches_dense_ragged_strings_and_absent(monkeypatch):
 
 def test_collate_examples_with_real_torch(outputs):
     torch = pytest.importorskip("torch")
-    from transforms.reading.torch import collate_examples
+    from tfrecord_pipeline import collate_examples
 
     dataset = torch_dataset(str(outputs("csv", "none")), "data")
     loader = torch.utils.data.DataLoader(dataset, batch_size=8, collate_fn=collate_examples)

@@ -324,7 +324,7 @@ class ConversionSpec:
     Attributes:
       features: the output features, in spec order.
       include_unlisted: keep columns not named by a feature. They are added (with
-        inferred types) when the job is planned, see `transforms.tabular.resolve_spec`.
+        inferred types) when the job is planned, see `transforms.tabular.infer.resolve_spec`.
       splits: (name, weight) pairs, e.g. (("train", 80), ("test", 20)); empty means one
         split named "data".
       split_key: source columns whose values decide a row's split; empty means the whole row.

@@ -359,8 +359,8 @@ class RowConverter:
 
     `source_format` says how values are read: "csv"/"tsv" rows hold text cells (str,
     None for missing), "jsonl"/"parquet" rows hold typed values (see the module
-    docstring). The result feeds `transforms.example_codec.encode_example`. The batch
-    conversion (`transforms.tabular.ConvertTabular`) applies exactly the same rules.
+    docstring). The result feeds `transforms.format.example_codec.encode_example`. The batch
+    conversion (`transforms.tabular.transform.ConvertTabular`) applies exactly the same rules.
     `escapes`: the text cells come from a CSV reader that escaped invalid bytes
     (`Chunk.escapes`), so a value holding escapes is `invalid_encoding`.
     """

@@ -75,7 +75,7 @@ def tf_dataset(output_dir: str, split: str, *, batch_size: int | None = None,
     if output.feature_spec is None:
         raise ValueError(f"{output_dir} has no feature_spec.json: parse its records with your "
                          "own spec (tf.data.TFRecordDataset of the manifest's shards)")
-    ranges = select_part(whole_split(output), shard, by_records=output.indexed)
+    ranges = select_part(whole_split(output), shard)
     compression = TF_COMPRESSION[output.compression]
     pieces = tf.data.Dataset.from_tensor_slices((
         tf.constant([piece.shard.path for piece in ranges], tf.string),

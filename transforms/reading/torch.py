@@ -70,8 +70,8 @@ def torch_dataset(output_dir: str, split: str, *, rank: int = 0, world_size: int
         `world_size`, which its DataLoader workers share out among themselves.
       fill_defaults, as_numpy: see `read_examples`.
 
-    `len()` is the number of records of this rank's part. The parts are whole shards
-    round-robin, or balanced record ranges when the shards are uncompressed and indexed.
+    `len()` is the number of records of this rank's part. Ranks and workers get record
+    ranges balanced to one record, however few the shards (see `transforms.reading.parts`).
     Batch with `DataLoader(..., batch_size=N, collate_fn=collate_examples)`: `default_collate`
     cannot batch strings, varlen features or absent ones.
     """

@@ -494,6 +494,20 @@ def test_dataloader_workers_share_one_gzip_shard(one_shard):
     assert sorted(seen) == list(range(ROWS))
 
 
+@pytest.mark.parametrize("module, read, needs", [
+    ("torch", torch_dataset, "a PyTorch dataset needs PyTorch: pip install 'tfrecord-pipeline[torch]'"),
+    ("tensorflow", tf_dataset,
+     "a tf.data.Dataset needs TensorFlow: pip install 'tfrecord-pipeline[tensorflow]'"),
+])
+def test_a_missing_torch_or_tensorflow_is_one_line_naming_the_extra(outputs, monkeypatch, module,
+                                                                    read, needs):
+    monkeypatch.setitem(sys.modules, module, None)  # what Python does when it is not installed
+    with pytest.raises(ImportError) as error:
+        read(str(outputs("csv", "none")), "data")
+    assert str(error.value) == f"reading an output as {needs}"
+    assert error.value.__suppress_context__  # not chained to "No module named ..."
+
+
 def test_collate_examples_batches_dense_ragged_strings_and_absent(monkeypatch):
     from transforms.reading.torch import collate_examples
 

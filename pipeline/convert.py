@@ -43,7 +43,7 @@ from pipeline.options import (
 )
 from pipeline.output_lock import output_lock
 from pipeline.planning import cut_before_run, plan_conversion, sharding_of
-from pipeline.progress import Progress
+from pipeline.progress import Progress, show_phase
 from pipeline.quiet_logs import drop_runner_noise
 from pipeline.report import write_report_after_commit
 from pipeline.runners import (
@@ -316,6 +316,9 @@ def convert(argv: Sequence[str]) -> None:
     _check_index_flag(conv)
     with dask_cluster(options) as cluster:
         threads = cluster_threads(options, cluster)
+        if not conv.quiet:
+            infers = not conv.spec and conv.format not in IMAGE_FORMATS
+            show_phase(f"planning: listing the inputs{', sampling them to infer the spec' * infers}")
         plan = plan_conversion(conv, input_path, output,
                                cut_in_workers=workers_cut_large_files(options))
         if conv.convert_dry_run:
@@ -365,7 +368,7 @@ def _convert_planned(options: PipelineOptions, argv: list[str], conv: ConvertOpt
         pipeline = beam.Pipeline(runner=runner, options=options)
         build_pipeline(pipeline, plan, sink.config, in_process=runs_in_process(options))
         if show_progress:
-            progress = Progress(sink.config.temp_dir, len(plan.work_units))
+            progress = Progress(sink.config.temp_dir, plan.work_units)
             progress.start()
         result = None
         try:

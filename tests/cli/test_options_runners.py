@@ -4,9 +4,14 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import io
 import json
 import os
+import pty
+import re
+import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions
@@ -18,6 +23,8 @@ from pipeline.runners import (
     runner_for,
 )
 from tests.images import image_samples
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.parametrize(
@@ -166,40 +173,92 @@ def test_dataflow_with_its_extra_passes_the_check():
     check_runner_installed(PipelineOptions(["--runner=DataflowRunner"]))  # does not raise
 
 
-def test_progress_reports_inputs_records_and_rate(tmp_path):
-    import io
-
-    from pipeline.progress import Progress
-    from transforms.records import RecordBatch
-    from transforms.shard_writers import SinkConfig, write_unit
-
-    config = SinkConfig(output_dir=str(tmp_path), run_id="progress", report_progress=True)
-    dead = [b'{"reason": "bad"}'] * 2
-    write_unit(config, [RecordBatch("00000000:00000000", "train", [b"x"] * 300, dead, 302)])
-    write_unit(config, [RecordBatch("00000003:00000000", "train", [b"x"] * 200, (), 200)])
-    line = Progress(config.temp_dir, total_units=5, stream=io.StringIO()).line()
-    assert "inputs started 2/5" in line
-    assert "500 records written, 2 dead-lettered" in line
-    assert "records/s" in line
-
-
-def test_progress_counts_a_work_unit_written_within_one_heartbeat_interval(tmp_path):
-    """A writer that closes before its next heartbeat still reports all it wrote (a forked
-    converter's unit often takes less than the interval: progress showed its first batch)."""
-    import io
-
-    from pipeline.progress import Progress
+def _units_written(tmp_path, units):
+    """The temp folder of a run whose one writer wrote 100 records of each of `units`."""
     from transforms.records import RecordBatch
     from transforms.shard_writers import RollingShardWriter, SinkConfig
 
     config = SinkConfig(output_dir=str(tmp_path), run_id="progress", report_progress=True)
     writer = RollingShardWriter(config)
-    for chunk in range(3):
-        writer.write(RecordBatch(key=f"00000000:{chunk:08d}", split="train",
-                                 records=[b"x"] * 100, dead_letters=[], input_count=100))
+    for unit in units:
+        writer.write(RecordBatch(key=f"{unit:08d}:00000000", split="train", records=[b"x"] * 100,
+                                 dead_letters=[b"{}"] * (unit == 0), input_count=100))
     writer.close()
-    line = Progress(config.temp_dir, total_units=1, stream=io.StringIO()).line()
-    assert "inputs started 1/1, 300 records written, 0 dead-lettered" in line
+    return config.temp_dir
+
+
+class _Terminal(io.StringIO):
+    def isatty(self):
+        return True
+
+
+def test_progress_shows_done_of_the_planned_bytes_with_rate_and_time_left(tmp_path):
+    """Units 0 and 1 started by one writer: unit 0 (2 KiB of 7 KiB) is done, 1 may still run."""
+    from pipeline.progress import Progress
+    from transforms.records import WorkUnit
+
+    temp_dir = _units_written(tmp_path, [0, 1])
+    planned = [WorkUnit("f", i, extra={"size": size}) for i, size in enumerate([2048, 1024, 4096])]
+    line = Progress(temp_dir, planned, stream=io.StringIO()).line()
+    assert re.fullmatch(r"converting:  29% 2\.00k/7\.00kB \[00:0\d<00:\d\d, \S+B/s, "
+                        r"200 records written, 1 dead-lettered\]", line), line
+    terminal = _Terminal()
+    progress = Progress(temp_dir, planned, stream=terminal)
+    progress.show()
+    progress.stop()
+    shown = terminal.getvalue()
+    assert "\rconverting:  29%|" in shown and "| 2.00k/7.00kB [" in shown and shown.endswith("\n")
+    # Sizes unknown: work units.
+    unsized = [WorkUnit("f", i) for i in range(3)]
+    assert "33% 1/3 work units [" in Progress(temp_dir, unsized, stream=io.StringIO()).line()
+
+
+def test_progress_shows_nothing_before_the_first_heartbeat(tmp_path):
+    from pipeline.progress import Progress
+    from transforms.records import WorkUnit
+
+    stream = io.StringIO()
+    progress = Progress(str(tmp_path / "no-temp"), [WorkUnit("f", 0)], stream=stream)
+    assert progress.line() is None
+    progress.show()
+    assert stream.getvalue() == ""
+
+
+def _convert_sample(output, terminal: bool) -> str:
+    """What `tfrecord-pipeline convert` of the sample CSV prints, on a pseudo-terminal or a pipe."""
+    argv = [sys.executable, "-m", "pipeline", "convert", "--input",
+            "pipeline/sample_data/tabular/*.csv", "--format", "csv", "--output", str(output)]
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    if not terminal:
+        done = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr
+        return done.stdout + done.stderr
+    leader, follower = pty.openpty()
+    process = subprocess.Popen(argv, cwd=REPO, env=env, stdin=follower, stdout=follower,
+                               stderr=follower)
+    os.close(follower)
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(leader, 65536)
+        except OSError:  # the child closed its end
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(leader)
+    assert process.wait(timeout=300) == 0
+    return b"".join(chunks).decode()
+
+
+def test_a_terminal_sees_each_phase_and_a_log_gets_no_phase_lines(tmp_path):
+    shown = _convert_sample(tmp_path / "tty", terminal=True)
+    assert "planning: listing the inputs, sampling them to infer the spec\r\n" in shown
+    assert re.search(r"converting \S+kB of input in 1 work unit\(s\)\r\n", shown), shown
+    assert shown.index("planning:") < shown.index("converting") < shown.index("Committed")
+    logged = _convert_sample(tmp_path / "pipe", terminal=False)
+    assert "planning:" not in logged and "converting" not in logged and "\r" not in logged
+    assert "Committed" in logged
 
 
 @pytest.mark.parametrize(("runner_argv", "expected"), [
@@ -225,23 +284,6 @@ def test_only_a_local_run_showing_progress_has_its_writers_leave_heartbeats(
         convert_module.convert(["--input", str(data), "--format", "csv",
                                 "--output", str(tmp_path / "out"), *runner_argv])
     assert given["report_progress"] is expected
-
-
-def test_progress_writes_whole_lines_where_the_stream_is_not_a_terminal():
-    import io
-
-    from pipeline.progress import Progress
-
-    class Terminal(io.StringIO):
-        def isatty(self):
-            return True
-
-    for stream, expected in ((io.StringIO(), "one\ntwo\n"), (Terminal(), "\rone\rtwo\n")):
-        progress = Progress("unused", total_units=1, stream=stream)
-        progress.write("one")
-        progress.write("two")
-        progress.stop()  # never started: ends the terminal's line only
-        assert stream.getvalue() == expected
 
 
 @pytest.mark.parametrize("fmt", ["csv", "image-folder"])

@@ -81,13 +81,14 @@ def _expected(row: dict) -> dict:
             "tags": [t.encode() for t in row["tags"] or []]}
 
 
-def _convert(folder: Path, fmt: str, compression: str, *extra: str) -> Path:
+def _convert(folder: Path, fmt: str, compression: str, *extra: str,
+             shard_records: int = SHARD_RECORDS) -> Path:
     rows_folder = folder / "in"
     _write_source(rows_folder, fmt)
     out = folder / "out"
     assert run(["convert", "--input", str(rows_folder / f"rows.{fmt}"), "--format", fmt,
                 "--spec", str(rows_folder / "spec.yaml"), "--output", str(out),
-                "--compression", compression, "--max-shard-records", str(SHARD_RECORDS),
+                "--compression", compression, "--max-shard-records", str(shard_records),
                 *extra, *in_memory_args()]) == 0
     return out
 
@@ -219,24 +220,42 @@ def test_read_examples_tells_an_absent_feature_from_an_empty_list(tf, outputs, t
     assert "score" not in filled[4]  # no default: still absent
 
 
-@pytest.mark.parametrize("count", [1, 2, 3, 4, 6, 9])
-def test_parts_are_disjoint_cover_everything_and_have_exact_lengths(outputs, indexed, count):
-    for out in (outputs("parquet", "zlib"), indexed):
-        parts = [read_examples(str(out), "data", shard=(i, count)) for i in range(count)]
-        ids = [_ids(part) for part in parts]
-        assert [len(part) for part in parts] == [len(i) for i in ids]
-        assert sorted(sum(ids, [])) == list(range(ROWS))
-        if out == indexed:  # record ranges: balanced to one record, across shard borders
-            assert max(map(len, ids)) - min(map(len, ids)) <= 1
+@pytest.fixture(scope="module")
+def one_shard(tmp_path_factory):
+    """compression -> an output whose one split is one shard of 40 records (no sidecar)."""
+    made = {}
+
+    def get(compression: str) -> Path:
+        if compression not in made:
+            made[compression] = _convert(tmp_path_factory.mktemp(f"one-{compression}"), "csv",
+                                         compression, shard_records=ROWS)
+        return made[compression]
+
+    return get
 
 
-def test_indexed_parts_enter_shards_at_a_record(indexed):
-    output = load_split(str(indexed), "data")
-    assert output.indexed and all(shard.sidecar for shard in output.shards)
-    ranges = select_part(whole_split(output), (1, 3), by_records=True)
-    assert ranges[0].start > 0  # record 13 of 40: inside the second shard
-    assert [(r.start, r.stop) for r in ranges] == [(6, 7), (0, 7), (0, 5)]  # records 13 to 25
-    assert select_part(whole_split(output), (1, 3), by_records=False) == whole_split(output)[1::3]
+@pytest.mark.parametrize("count", [1, 2, 3, 4, 6, 9, 13, 40])
+@pytest.mark.parametrize("kind", ["one shard", "one gzip shard", "6 zlib shards", "6 indexed shards"])
+def test_parts_are_balanced_disjoint_and_cover_everything_whatever_the_shards(
+        outputs, indexed, one_shard, kind, count):
+    out = {"one shard": lambda: one_shard("none"), "one gzip shard": lambda: one_shard("gzip"),
+           "6 zlib shards": lambda: outputs("parquet", "zlib"), "6 indexed shards": lambda: indexed}[kind]()
+    assert len(load_split(str(out), "data").shards) == (1 if kind.startswith("one") else 6)
+    parts = [read_examples(str(out), "data", shard=(i, count)) for i in range(count)]
+    ids = [_ids(part) for part in parts]
+    assert [len(part) for part in parts] == [len(i) for i in ids]
+    assert min(map(len, ids)) >= 1 and max(map(len, ids)) - min(map(len, ids)) <= 1
+    assert sum(ids, []) == _ids(read_examples(str(out), "data"))  # in order, each once
+    assert sorted(sum(ids, [])) == list(range(ROWS))
+
+
+def test_a_part_enters_a_shard_at_a_record_with_or_without_its_sidecar(one_shard, indexed):
+    for out in (one_shard("none"), indexed):
+        ranges = select_part(whole_split(load_split(str(out), "data")), (1, 3))  # records 13-25
+        expected = [(13, 26)] if out != indexed else [(6, 7), (0, 7), (0, 5)]  # shards of 7
+        assert [(r.start, r.stop) for r in ranges] == expected
+        whole = _ids(read_examples(str(out), "data"))
+        assert _ids(read_examples(str(out), "data", shard=(1, 3))) == whole[13:26]
 
 
 def test_a_bad_part_a_bad_split_and_a_folder_without_manifest_are_refused(outputs, tmp_path):
@@ -442,7 +461,8 @@ def test_torch_adapter_shares_the_split_among_ranks_and_workers(monkeypatch, out
 
 
 def test_torch_adapter_with_real_torch_dataloader_workers(outputs):
-    torch = pytest.importorskip("torch")
+    import torch
+
     dataset = torch_dataset(str(outputs("parquet", "zlib")), "data", rank=1, world_size=2)
     assert isinstance(dataset, torch.utils.data.IterableDataset)
     loader = torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=2)
@@ -450,6 +470,38 @@ def test_torch_adapter_with_real_torch_dataloader_workers(outputs):
     assert sorted(ids) == sorted(_ids(dataset)) and len(ids) == len(dataset) > 0
     other = torch_dataset(str(outputs("parquet", "zlib")), "data", rank=0, world_size=2)
     assert sorted(ids + _ids(other)) == list(range(ROWS))
+
+
+def test_dataloader_workers_share_one_gzip_shard(one_shard):
+    """Every worker of every rank reads records of a one-shard output, balanced to one."""
+    import torch
+
+    out, world, workers = str(one_shard("gzip")), 2, 2
+    seen = []
+    for rank in range(world):
+        dataset = torch_dataset(out, "data", rank=rank, world_size=world)
+        loader = torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=workers)
+        ids = [int(record["id"]) for record in loader]
+        # The loader takes one record from each worker in turn: the first `workers` records
+        # are the first of each worker's part (20 records: parts of 10).
+        whole = _ids(dataset)
+        assert ids[:workers] == [whole[0], whole[10]] and sorted(ids) == sorted(whole)
+        seen += ids
+    assert sorted(seen) == list(range(ROWS))
+
+
+@pytest.mark.parametrize("module, read, needs", [
+    ("torch", torch_dataset, "a PyTorch dataset needs PyTorch: pip install 'tfrecord-pipeline[torch]'"),
+    ("tensorflow", tf_dataset,
+     "a tf.data.Dataset needs TensorFlow: pip install 'tfrecord-pipeline[tensorflow]'"),
+])
+def test_a_missing_torch_or_tensorflow_is_one_line_naming_the_extra(outputs, monkeypatch, module,
+                                                                    read, needs):
+    monkeypatch.setitem(sys.modules, module, None)  # what Python does when it is not installed
+    with pytest.raises(ImportError) as error:
+        read(str(outputs("csv", "none")), "data")
+    assert str(error.value) == f"reading an output as {needs}"
+    assert error.value.__suppress_context__  # not chained to "No module named ..."
 
 
 def test_collate_examples_batches_dense_ragged_strings_and_absent(monkeypatch):
@@ -472,7 +524,8 @@ def test_collate_examples_batches_dense_ragged_strings_and_absent(monkeypatch):
 
 
 def test_collate_examples_with_real_torch(outputs):
-    torch = pytest.importorskip("torch")
+    import torch
+
     from tfrecord_pipeline import collate_examples
 
     dataset = torch_dataset(str(outputs("csv", "none")), "data")
@@ -485,7 +538,8 @@ def test_collate_examples_with_real_torch(outputs):
 
 
 def test_grain_reads_every_record_once(indexed):
-    grain = pytest.importorskip("grain.python")
+    import grain.python as grain
+
     source = grain_source(str(indexed), "data")
     assert len(source) == ROWS and "records=40" in repr(source)
     assert sorted(_ids(grain.MapDataset.source(source))) == list(range(ROWS))

@@ -28,8 +28,11 @@ REPO = Path(__file__).resolve().parents[2]
 README = REPO / "README.md"
 # The two set-up commands of the README's quick start (kept verbatim: users and CI copy them).
 SETUP = "python3 -m venv .venv && .venv/bin/pip install -q -e . && "
+# PyTorch's CPU build first (see .ci/run), then the test extra.
+TORCH = "torch==2.13.0"
 TEST_COMMAND = (
-    "python3 -m venv .venv && .venv/bin/pip install -q -e '.[test]' && .venv/bin/python -m pytest -q"
+    f"python3 -m venv .venv && .venv/bin/pip install -q '{TORCH}' && "
+    ".venv/bin/pip install -q -e '.[test]' && .venv/bin/python -m pytest -q"
 )
 EXAMPLE_TIMEOUT_SECONDS = 300
 
@@ -82,7 +85,8 @@ def test_readme_shows_both_setup_commands_verbatim():
     assert TEST_COMMAND in bash_blocks
     assert _quick_start_command().startswith(SETUP)
     ci = (REPO / ".ci" / "run").read_text(encoding="utf-8")
-    assert "pip install --quiet -e '.[test]'" in ci and "-m pytest -q" in ci
+    steps = [f"pip install --quiet '{TORCH}'", "pip install --quiet -e '.[test]'", "-m pytest -q"]
+    assert sorted(steps, key=ci.find) == steps and all(step in ci for step in steps)
 
 
 def test_readme_names_no_machine_paths():

@@ -9,7 +9,7 @@ arrays, without TensorFlow, every CRC checked, from NONE, GZIP or ZLIB shards.
         ...
 
 Shapes follow `features.feature_layout`, values `decode.decode_record`; SequenceExamples
-come as (context, feature lists) pairs."""
+come as (context, feature lists) pairs of such dicts."""
 
 from __future__ import annotations
 
@@ -54,8 +54,7 @@ class ExampleReader:
 
     def part(self, part: tuple[int, int]) -> ExampleReader:
         """Part `(index, count)` of these records (see `parts`), read the same way."""
-        return ExampleReader(self.output, select_part(self.ranges, part,
-                                                      by_records=self.output.indexed),
+        return ExampleReader(self.output, select_part(self.ranges, part),
                              fill_defaults=self._fill_defaults, as_numpy=self._as_numpy)
 
     def __repr__(self) -> str:
@@ -69,8 +68,8 @@ def read_examples(output_dir: str, split: str, *, shard: tuple[int, int] = (0, 1
 
     Args:
       shard: `(index, count)`: read only part `index` of `count` disjoint parts that
-        together hold every record once (whole shards round-robin, or balanced record
-        ranges when the shards are uncompressed and indexed: see `parts`).
+        together hold every record once, balanced to one record (see `parts`; entering a
+        compressed shard inside costs decompressing the records before, see `records`).
       fill_defaults: give an absent feature its spec default (where it has one) instead of
         leaving it out of the record.
       as_numpy: numpy arrays (a 0-d array for a dense scalar); False: Python values (a

@@ -72,11 +72,6 @@ class SplitOutput:
         return sum(shard.records for shard in self.shards)
 
     @property
-    def indexed(self) -> bool:
-        """Whether every shard can be entered at any record: uncompressed, with a sidecar."""
-        return self.compression is Compression.NONE and all(s.sidecar for s in self.shards)
-
-    @property
     def is_sequence(self) -> bool:
         """Whether the records are SequenceExamples (the feature spec has its two parts)."""
         return self.feature_spec is not None and "sequence" in self.feature_spec

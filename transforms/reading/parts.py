@@ -1,9 +1,9 @@
 """A split cut into `count` disjoint parts that together hold every record once, so
 readers on several hosts, ranks or workers each read their own part.
 
-Whole shards are dealt round-robin, unless every shard can be entered at any record
-(uncompressed, with an index sidecar): then the records are cut into `count` contiguous
-ranges of equal size (to one record), whatever the shard sizes. Cutting a part again
+The records, in manifest order, are cut into `count` contiguous ranges whose sizes differ
+by at most one record, whatever the number and sizes of the shards: a part may start or
+end inside a shard (see `records` for what entering a shard costs). Cutting a part again
 (`select_part` of a part) gives parts of that part, so a rank's part can be dealt among its
 DataLoader workers: every reader computes the same cut from the manifest alone."""
 
@@ -47,19 +47,11 @@ def check_part(part: tuple[int, int]) -> tuple[int, int]:
     return index, count
 
 
-def select_part(ranges: Sequence[ShardRange], part: tuple[int, int], *,
-                by_records: bool) -> list[ShardRange]:
-    """Part `index` of `count` of `ranges` (see the module docstring).
-
-    Args:
-      ranges: what is cut: a split (`whole_split`) or a part of one.
-      part: `(index, count)`.
-      by_records: cut into record ranges (the shards must be entered at a record: see
-        `SplitOutput.indexed`); False deals the ranges out whole, round-robin.
-    """
+def select_part(ranges: Sequence[ShardRange], part: tuple[int, int]) -> list[ShardRange]:
+    """Part `index` of `count` of `ranges` (a split, `whole_split`, or a part of one), as
+    `part = (index, count)`: records `index * total // count` to `(index + 1) * total //
+    count` of them."""
     index, count = check_part(part)
-    if not by_records:
-        return list(ranges[index::count])
     total = sum(piece.records for piece in ranges)
     low, high = index * total // count, (index + 1) * total // count
     chosen, position = [], 0

@@ -2,17 +2,22 @@
 `iter_payloads` streams ranges of records, `read_payload_at` reads one record of an
 uncompressed shard at its indexed offset.
 
-A range that starts inside a shard is entered at its sidecar's offset when the shard has
-one, else read from the start and skipped to (compressed streams cannot be entered). The
-manifest's counts are checked: a shard holding fewer or more records than it lists is an
+A range that starts inside an uncompressed shard is entered at its record's offset: from
+the shard's index sidecar when it has one, else found by reading the 12-byte framing header
+of each record before it and seeking over its payload (cheap: no payload is read). A
+compressed stream cannot be entered: the records before the range are decompressed and
+dropped, so reading part k of n of a compressed shard costs decompressing the k/n of it
+before the part. The manifest's counts are checked: a shard holding fewer or more records than it lists is an
 error, never a silently shorter read."""
 
 from __future__ import annotations
 
 import io
+import itertools
 from collections.abc import Iterable, Iterator
 
 from transforms.format.compression import Compression
+from transforms.format.tfrecord_index import iter_index_entries
 from transforms.format.tfrecord_reader import iter_records
 from transforms.reading.files import open_binary
 from transforms.reading.parts import ShardRange
@@ -20,13 +25,24 @@ from transforms.reading.parts import ShardRange
 __all__ = ["iter_payloads", "read_payload_at"]
 
 
+def _record_offset(handle, piece: ShardRange) -> int:
+    """The byte offset of record `piece.start` of an uncompressed shard (see above)."""
+    shard = piece.shard
+    if shard.sidecar is not None:
+        return int(shard.record_index().offsets[piece.start])
+    entry = next(itertools.islice(iter_index_entries(handle, shard.path), piece.start, None), None)
+    if entry is None:
+        raise ValueError(f"{shard.path}: ended before record {piece.start}; the manifest lists "
+                         f"{shard.records}")
+    return entry.offset
+
+
 def _iter_range(piece: ShardRange, compression: Compression) -> Iterator[bytes]:
     shard = piece.shard
-    entered = compression is Compression.NONE and shard.sidecar is not None and piece.start > 0
     with open_binary(shard.path) as handle:
         skip = piece.start
-        if entered:
-            handle.seek(int(shard.record_index().offsets[piece.start]))
+        if compression is Compression.NONE and piece.start > 0:
+            handle.seek(_record_offset(handle, piece))
             skip = 0
         wanted = piece.records
         seen = 0

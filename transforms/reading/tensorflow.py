@@ -18,6 +18,16 @@ __all__ = ["TF_COMPRESSION", "tf_dataset", "tf_parse_spec"]
 TF_COMPRESSION = {Compression.NONE: "", Compression.GZIP: "GZIP", Compression.ZLIB: "ZLIB"}
 
 
+def _tensorflow():
+    """The `tensorflow` module; without it, one line naming the extra that installs it."""
+    try:
+        import tensorflow
+    except ImportError:
+        raise ImportError("reading an output as a tf.data.Dataset needs TensorFlow: "
+                          "pip install 'tfrecord-pipeline[tensorflow]'") from None
+    return tensorflow
+
+
 def _tf_feature(tf, layout: FeatureLayout, *, in_sequence: bool, ragged: bool):
     dtype = tf.as_dtype(layout.dtype)
     if layout.dense and in_sequence:
@@ -33,7 +43,7 @@ def tf_parse_spec(feature_spec: dict[str, Any], *, ragged: bool = False):
     """The `tf.io.parse_example` features of a parsed `feature_spec.json`; for
     SequenceExamples a (context, sequence) pair for `tf.io.parse_sequence_example`. Varlen
     features are `VarLenFeature`s (tf.SparseTensor), or with `ragged` `RaggedFeature`s."""
-    import tensorflow as tf
+    tf = _tensorflow()
 
     layout = record_layout(feature_spec)
     context = {name: _tf_feature(tf, f, in_sequence=False, ragged=ragged)
@@ -69,13 +79,13 @@ def tf_dataset(output_dir: str, split: str, *, batch_size: int | None = None,
       FileNotFoundError, ValueError: see `output.load_split`; ValueError too when the output
         has no `feature_spec.json` to parse with.
     """
-    import tensorflow as tf
+    tf = _tensorflow()
 
     output = load_split(output_dir, split)
     if output.feature_spec is None:
         raise ValueError(f"{output_dir} has no feature_spec.json: parse its records with your "
                          "own spec (tf.data.TFRecordDataset of the manifest's shards)")
-    ranges = select_part(whole_split(output), shard, by_records=output.indexed)
+    ranges = select_part(whole_split(output), shard)
     compression = TF_COMPRESSION[output.compression]
     pieces = tf.data.Dataset.from_tensor_slices((
         tf.constant([piece.shard.path for piece in ranges], tf.string),

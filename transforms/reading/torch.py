@@ -4,8 +4,8 @@ the split, and each DataLoader worker of a rank a disjoint part of that part (fo
 `torch.utils.data.get_worker_info()` when iterated), so every record is read exactly once
 per epoch across all ranks and workers, with no sampler.
 
-PyTorch is imported only when `torch_dataset` is called; the dataset class is built then,
-on whatever `torch` module is importable."""
+PyTorch (the `torch` extra) is imported only when `torch_dataset` is called; the dataset
+class is built then, on whatever `torch` module is importable."""
 
 from __future__ import annotations
 
@@ -21,17 +21,25 @@ __all__ = ["collate_examples", "torch_dataset"]
 _CLASSES: dict[Any, type] = {}
 
 
+def _torch():
+    """The `torch` module with `torch.utils.data` loaded; without PyTorch, one line naming
+    the extra that installs it."""
+    try:
+        import torch.utils.data
+    except ImportError:
+        raise ImportError("reading an output as a PyTorch dataset needs PyTorch: "
+                          "pip install 'tfrecord-pipeline[torch]'") from None
+    return torch
+
+
 def _worker_part() -> tuple[int, int]:
     """(worker id, workers) of the DataLoader worker iterating, (0, 1) in the main process."""
-    import torch.utils.data
-
-    info = torch.utils.data.get_worker_info()
+    info = _torch().utils.data.get_worker_info()
     return (0, 1) if info is None else (info.id, info.num_workers)
 
 
 def _dataset_class() -> type:
-    import torch.utils.data
-
+    torch = _torch()
     key = torch.utils.data
     if key not in _CLASSES:
 
@@ -70,8 +78,8 @@ def torch_dataset(output_dir: str, split: str, *, rank: int = 0, world_size: int
         `world_size`, which its DataLoader workers share out among themselves.
       fill_defaults, as_numpy: see `read_examples`.
 
-    `len()` is the number of records of this rank's part. The parts are whole shards
-    round-robin, or balanced record ranges when the shards are uncompressed and indexed.
+    `len()` is the number of records of this rank's part. Ranks and workers get record
+    ranges balanced to one record, however few the shards (see `transforms.reading.parts`).
     Batch with `DataLoader(..., batch_size=N, collate_fn=collate_examples)`: `default_collate`
     cannot batch strings, varlen features or absent ones.
     """
@@ -91,8 +99,8 @@ def collate_examples(records: list[dict[str, Any]]) -> dict[str, Any]:
     absent from some record, stay a list with one entry per record (None where absent).
     """
     import numpy as np
-    import torch
 
+    torch = _torch()
     names = sorted({name for record in records for name in record})
     out: dict[str, Any] = {}
     for name in names:

@@ -30,7 +30,6 @@ naming the lines to add or remove, when a module is missing here or listed but g
     regenerate.py       regenerate protos/*_pb2.py with the pinned protoc
   transforms/  Beam transforms: converters, the sharded sink, readers
     allocator.py        keep freed heap memory for reuse (glibc only)
-    coders.py           the Beam coder of `RecordBatch`
     commit.py           committing a run's temporary shards as one complete output
     forked_pool.py      an ordered, bounded map over forked worker processes
     fs.py               path and file helpers for any Beam filesystem (local, gs://, ...)
@@ -41,10 +40,11 @@ naming the lines to add or remove, when a module is missing here or listed but g
     ordered_pool.py     an ordered, bounded thread-pool map for the converters (Beam-free)
     output_files.py     which files in an output folder this tool wrote
     records.py          `RecordBatch`, `WorkUnit`, dead letters: what flows into the sink
-    shard_writers.py    writing RecordBatches into temporary shards
-    sink.py             `WriteToShardedTFRecord`: write then commit
+    shard_writers.py    the one write path: a unit's RecordBatches into its own temporary shards
+    sink.py             `WriteToShardedTFRecord`, `ConvertAndWrite`, `Commit`: write then commit
     splits.py           stable assignment of records to splits by hashing a key
     tfds_metadata.py    TensorFlow Datasets metadata: `dataset_info.json`, `features.json`
+    unit_result.py      `UnitResult`: the typed contract between the sink's writers and the commit
     tfrecord_io.py      reading TFRecord files in Beam: `ReadTFRecordFiles`
     worker.py           once-per-process set-up of a Beam worker: `prepare_worker`
   transforms/format/  Beam-free format code, on `protos` only
@@ -110,7 +110,6 @@ naming the lines to add or remove, when a module is missing here or listed but g
     presence.py         per-feature facts counted where the records are made
     sketches.py         mergeable per-batch statistics of one feature
     summary.py          the CLI's end-of-run lines about statistics and drift
-    unit_counts.py      one work unit's statistics and counts on their way to the commit
   transforms/tabular/  CSV/TSV, JSON Lines and Parquet to Examples
     byte_ranges.py      where a text file can be cut into independently read byte ranges
     chunks.py           what every reader yields: a `Chunk` of parsed rows with its `Failure`s

@@ -60,7 +60,7 @@ from pipeline.runners import (
     runs_in_process,
     workers_cut_large_files,
 )
-from transforms import fs, output_files
+from transforms import fs, output_files, resume
 from transforms import manifest as manifest_lib
 from transforms.forked_pool import fork_available
 from transforms.format.compression import Compression, parse_compression
@@ -104,9 +104,11 @@ def _resolve_paths(conv: ConvertOptions) -> tuple[str, str]:
     )
 
 
-def _sink_for(conv: ConvertOptions, output: str, plan, progress: bool) -> WriteToShardedTFRecord:
+def _sink_for(conv: ConvertOptions, output: str, plan, progress: bool,
+              run_id: str | None = None) -> WriteToShardedTFRecord:
     """The sink of a planned conversion; `progress`: the writers leave heartbeat files for the
-    progress lines (read by a local run only: elsewhere they would be objects nobody reads)."""
+    progress lines (read by a local run only: elsewhere they would be objects nobody reads);
+    `run_id`: an interrupted run's, to resume in its temporary folder."""
     return WriteToShardedTFRecord(
         output,
         compression=parse_compression(conv.compression),
@@ -120,7 +122,31 @@ def _sink_for(conv: ConvertOptions, output: str, plan, progress: bool) -> WriteT
         index=conv.index,
         compare_to=_compared_output(conv, output),
         fail_on_drift=conv.fail_on_drift,
+        run_id=run_id,
     )
+
+
+def _run_to_resume(output: str, plan, conv: ConvertOptions) -> tuple[str | None, str | None]:
+    """(run id, temporary folder) of the interrupted run of these inputs and options that this
+    run resumes, or (None, None); every other interrupted run's folder is discarded, with one
+    line saying why when it had done work for other inputs or options."""
+    fingerprint = plan.manifest_metadata["fingerprint"]
+    found = (None, None)
+    other = None
+    for folder in output_files.interrupted_runs(output):
+        record = resume.read_run_record(folder)
+        if record is None:
+            continue
+        if record.get("fingerprint") == fingerprint and not conv.no_resume \
+                and plan.assemble is None and found[0] is None:
+            found = (record["run_id"], folder)
+        else:
+            other = "--no-resume" if record.get("fingerprint") == fingerprint else (
+                "its inputs or options differ from this run's")
+    output_files.discard_interrupted_runs(output, keep=found[1])
+    if other and not conv.quiet:
+        print(f"Discarded the work of an interrupted run in {output}: {other}.")
+    return found
 
 
 def _has_stats(output: str) -> bool:
@@ -221,7 +247,7 @@ def _refuse_foreign_files(output: str, side_files: Sequence[str],
                  "committed manifest lists")
 
 
-def _summary(output: str, manifest: dict, elapsed: float) -> str:
+def _summary(output: str, manifest: dict, elapsed: float, reused: int = 0) -> str:
     counts = manifest["counts"]
     reasons = sorted((counts.get("dead_letter_reasons") or {}).items(), key=lambda item: (-item[1], item[0]))
     sequences = "written_rows" in counts  # input and dead letters count rows, `written` sequences
@@ -237,6 +263,8 @@ def _summary(output: str, manifest: dict, elapsed: float) -> str:
     rows += [(f"  {reason}", number) for reason, number in reasons]
     rows += [("shards", len(manifest["shards"])),
              ("bytes", sum(shard["bytes"] for shard in manifest["shards"]))]
+    if reused:
+        rows.append(("work units reused", reused))
     width = max(len(name) for name, _ in rows)
     lines = [f"Committed {output}/{MANIFEST_NAME}"]
     lines += [f"  {name.ljust(width)}  {value:>14,}" for name, value in rows]
@@ -348,7 +376,7 @@ def _convert_planned(options: PipelineOptions, argv: list[str], conv: ConvertOpt
                      output: str, started: float, threads: int | None,
                      cluster: DaskCluster | None) -> None:
     """Runs a planned conversion (under the output's lock); `cluster`: see `dask_cluster`."""
-    output_files.discard_interrupted_runs(output)
+    run_id, resumed = _run_to_resume(output, plan, conv)
     side_files = [*plan.extra_files, *TFDS_FILE_NAMES, STATS_NAME, DRIFT_NAME,
                   output_files.REPORT_NAME]
     if _already_committed(output, plan.manifest_metadata["fingerprint"], conv.overwrite,
@@ -361,14 +389,24 @@ def _convert_planned(options: PipelineOptions, argv: list[str], conv: ConvertOpt
     if cluster is not None:
         plan = _cut_on_cluster(plan, cluster)
     show_progress = is_local(options) and not conv.quiet
-    sink = _sink_for(conv, output, plan, show_progress)
+    sink = _sink_for(conv, output, plan, show_progress, run_id)
+    reused = resume.completed_units(resumed, plan.work_units) if resumed else {}
+    template = getattr(options.view_as(GoogleCloudOptions), "template_location", None)
+    if not template:
+        resume.write_run_record(sink.config.temp_dir, sink.config.run_id,
+                                plan.manifest_metadata["fingerprint"])
+    if resumed and not conv.quiet:
+        print(f"Resuming the interrupted run {run_id}: {len(reused)} of {len(plan.work_units)} "
+              f"work units were written before it stopped and are kept.")
     progress = None
     with runner_for(options, argv, _beam_workers_pay_off(plan, conv.format),
                     work_units=len(plan.work_units), threads=threads) as runner:
         pipeline = beam.Pipeline(runner=runner, options=options)
-        build_pipeline(pipeline, plan, sink.config, in_process=runs_in_process(options))
+        build_pipeline(pipeline, plan, sink.config, in_process=runs_in_process(options),
+                       reused=reused)
         if show_progress:
-            progress = Progress(sink.config.temp_dir, plan.work_units)
+            progress = Progress(sink.config.temp_dir,
+                                [unit for i, unit in enumerate(plan.work_units) if i not in reused])
             progress.start()
         result = None
         try:
@@ -393,7 +431,6 @@ def _convert_planned(options: PipelineOptions, argv: list[str], conv: ConvertOpt
             if client is not None and not conv.no_wait:
                 client.close()
 
-    template = getattr(options.view_as(GoogleCloudOptions), "template_location", None)
     if template:
         if not conv.quiet:
             print(f"Wrote a Dataflow template to {template}; launching it converts into {output}.")
@@ -401,7 +438,7 @@ def _convert_planned(options: PipelineOptions, argv: list[str], conv: ConvertOpt
     manifest = manifest_lib.read_manifest(output)
     if manifest is None:
         raise CommandFailed(f"the run finished without committing {output}")
-    summary = _summary(output, manifest, time.monotonic() - started)
+    summary = _summary(output, manifest, time.monotonic() - started, len(reused))
     _LOG.info("%s", summary)
     if not conv.quiet:
         print(summary)

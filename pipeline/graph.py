@@ -28,6 +28,7 @@ from transforms.forked_pool import fork_available, forked_map
 from transforms.records import WorkUnit
 from transforms.shard_writers import SinkConfig
 from transforms.sink import Commit, ConvertAndWrite
+from transforms.unit_result import UnitResult
 
 if TYPE_CHECKING:  # the tabular planner builds it, only for text inputs
     from transforms.tabular.range_cuts import CutRangesInWorkers
@@ -94,11 +95,16 @@ class ConvertOnForkedProcesses(beam.DoFn):
 
 
 def build_pipeline(pipeline: beam.Pipeline, plan: ConversionPlan, config: SinkConfig,
-                   in_process: bool = False):
+                   in_process: bool = False, reused: Mapping[int, UnitResult] | None = None):
     """Adds the conversion to `pipeline`; returns the PCollection of the manifest path.
     `in_process`: the pipeline runs on the local in-process runner, which then converts on
-    forked processes (`local_processes`)."""
-    step = plan.converter if plan.assemble is not None else ConvertAndWrite(plan.converter, config)
+    forked processes (`local_processes`). `reused`: {position in the plan: result} of work
+    units an interrupted run wrote (`transforms.resume`), committed without converting them."""
+    reused = reused or {}
+    todo = [unit for position, unit in enumerate(plan.work_units) if position not in reused]
+    plan = dataclasses.replace(plan, work_units=todo)
+    step = (plan.converter if plan.assemble is not None
+            else ConvertAndWrite(plan.converter, config, record_units=plan.cut_units is None))
     processes = local_processes(plan) if in_process else 1
     if processes > 1:
         converted = (pipeline
@@ -113,4 +119,7 @@ def build_pipeline(pipeline: beam.Pipeline, plan: ConversionPlan, config: SinkCo
         converted = (converted
                      | "GroupRows" >> beam.GroupByKey()
                      | "AssembleSequences" >> beam.ParDo(ConvertAndWrite(plan.assemble, config)))
+    if reused:
+        reused_results = pipeline | "ReusedWorkUnits" >> beam.Create(list(reused.values()))
+        converted = (converted, reused_results) | "WithReusedWorkUnits" >> beam.Flatten()
     return converted | "Commit" >> Commit(config)

@@ -293,6 +293,9 @@ class ConvertOptions(PipelineOptions):
         _flag(group, "span", type=_integer, default=None, help="value of {SPAN} (default: days since epoch)")
         _flag(group, "overwrite", action="store_true", default=False,
               help="rewrite an output folder that already holds a committed output")
+        _flag(group, "no-resume", action="store_true", default=False,
+              help="convert every work unit again, discarding what an interrupted run of the "
+                   "same inputs and options wrote (default: keep its completed work units)")
         _flag(group, "no-wait", action="store_true", default=False,
               help="submit the job and return without waiting for it (remote runners; what "
                    "Dataflow Flex Template launchers need); the manifest appears when it commits")

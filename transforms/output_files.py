@@ -47,6 +47,7 @@ __all__ = [
     "committed_manifest",
     "discard_interrupted_runs",
     "foreign_files",
+    "interrupted_runs",
     "listed_paths",
     "listed_size_problems",
     "owned_paths",
@@ -153,8 +154,10 @@ _TEMP_FOLDER = re.compile(re.escape(TEMP_PREFIX) + r"[0-9a-f]{16}")
 
 #: A file in it, relative to it: the commit journal, or, in a split's, `dead_letter` or
 #: `_progress` folder, an empty shard or a writer's uniquely named temporary file (32 hex
-#: digits, then a shard's or dead letters' suffix, an index, a sidecar, a partial write).
-_TEMP_FILE = re.compile(re.escape(JOURNAL_NAME) + r"(?:\.partial)?"
+#: digits, then a shard's or dead letters' suffix, an index, a sidecar, a partial write);
+#: the run's record and its units' completion records (`transforms.resume`).
+_TEMP_FILE = re.compile(r"(?:" + re.escape(JOURNAL_NAME) + r"|run\.json|units/[0-9a-f]{64}\.unit)"
+                        r"(?:\.partial)?"
                         r"|[^/]+/(?:empty-[^/]+|[0-9a-f]{32}(?:\.tfrecord(?:\.gz|\.zz)?|\.jsonl)?"
                         + f"(?:{re.escape(INDEX_SUFFIX)})?" + r"(?:\.json)?(?:\.partial)?)")
 
@@ -239,19 +242,33 @@ def foreign_files(output_dir: str, side_files: Iterable[str] = (),
     return sorted(_candidates(output_dir, side_files) - owned)
 
 
-def discard_interrupted_runs(output_dir: str) -> list[str]:
+def interrupted_runs(output_dir: str) -> list[str]:
+    """The temporary folders interrupted runs of this tool left in `output_dir`."""
+    return _temp_folders(output_dir)
+
+
+def discard_interrupted_runs(output_dir: str, keep: str | None = None) -> list[str]:
     """Removes what interrupted runs left: the final files their commit journals name that
-    the committed manifest does not list, then their temp folders. Returns the folders."""
+    the committed manifest does not list, then their temp folders, except the folder `keep`
+    (a run resumes in it), of which only the journal and progress files go. Returns the
+    folders removed."""
     folders = _temp_folders(output_dir, warn=True)
     if not folders:
         return []
-    keep = _recorded_paths(output_dir, committed_manifest(output_dir))
+    recorded = _recorded_paths(output_dir, committed_manifest(output_dir))
+    removed = []
     for folder in folders:
-        _LOG.warning("removing leftovers of an uncommitted run: %s", folder)
-        partial = _journal_paths(_read_json(fs.join_path(folder, JOURNAL_NAME))) - keep
+        journal = fs.join_path(folder, JOURNAL_NAME)
+        partial = _journal_paths(_read_json(journal)) - recorded
         paths = [fs.join_path(output_dir, name) for name in sorted(partial)]
         paths = [path for path in paths if FileSystems.exists(path)]
         if paths:
             fs.delete(paths)
+        if folder.rstrip("/") == (keep or "").rstrip("/"):
+            fs.delete([path for path in (journal, fs.join_path(folder, "_progress"))
+                       if FileSystems.exists(path)])
+            continue
+        _LOG.info("removing leftovers of an uncommitted run: %s", folder)
         fs.delete_tree(folder)
-    return folders
+        removed.append(folder)
+    return removed

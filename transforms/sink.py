@@ -30,6 +30,7 @@ import apache_beam as beam
 
 from transforms.commit import Finalize
 from transforms.format.compression import Compression, parse_compression
+from transforms.resume import record_unit
 from transforms.shard_writers import ShardingConfig, SinkConfig, write_unit
 from transforms.worker import prepare_worker
 
@@ -130,18 +131,24 @@ def _write_group(keyed, config: SinkConfig):
 
 class ConvertAndWrite(beam.DoFn):
     """Each element through `converter` (a DoFn yielding one unit's RecordBatches in key
-    order) and `write_unit`: yields one `UnitResult` per element, and no batch leaves it."""
+    order) and `write_unit`: yields one `UnitResult` per element, and no batch leaves it.
+    `record_units`: the elements are work units, each given a completion record once written
+    (`transforms.resume`), so that an interrupted run can be resumed."""
 
-    def __init__(self, converter: beam.DoFn, config: SinkConfig):
+    def __init__(self, converter: beam.DoFn, config: SinkConfig, record_units: bool = False):
         self._converter = converter
         self._config = config
+        self._record_units = record_units
 
     def setup(self):
         prepare_worker()
         self._converter.setup()
 
     def process(self, element):
-        yield write_unit(self._config, self._converter.process(element))
+        result = write_unit(self._config, self._converter.process(element))
+        if self._record_units:
+            record_unit(self._config.temp_dir, element, result)
+        yield result
 
 
 class Commit(beam.PTransform):

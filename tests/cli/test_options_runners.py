@@ -347,12 +347,15 @@ def test_a_dask_run_spreads_its_work_units_over_the_local_cluster():
 
 
 @pytest.mark.slow
-def test_a_large_file_is_cut_for_every_thread_of_the_dask_cluster(tmp_path, monkeypatch, capsys):
-    """The plan gives each thread of the cluster at --dask_client_address four work units
-    (as each local converter process), and sizes the bag partitions by the same count."""
+def test_a_large_file_is_cut_into_the_same_work_units_whatever_the_parallelism(
+        tmp_path, monkeypatch, capsys):
+    """The plan, and so the output, does not depend on the threads of the cluster at
+    --dask_client_address nor on the local converter processes: a large file becomes at
+    least `MIN_WORK_UNITS` ranges on any of them."""
     from dask.distributed import LocalCluster
 
     from pipeline.cli import run
+    from pipeline.planning import MIN_WORK_UNITS
     from transforms.tabular import split_units
 
     monkeypatch.setattr(split_units, "MIN_RANGE_BYTES", 1000)  # a small file is cut too
@@ -365,10 +368,10 @@ def test_a_large_file_is_cut_for_every_thread_of_the_dask_cluster(tmp_path, monk
         assert run([*base, "--runner", "dask", "--dask_client_address",
                     cluster.scheduler_address]) == 0
         on_cluster = json.loads(capsys.readouterr().out)
-    assert run([*base, "--converter-processes", "2"]) == 0
-    local = json.loads(capsys.readouterr().out)
-    assert local["work_units"] == 8
-    assert on_cluster["work_units"] == 12
+    for processes in ("1", "2"):
+        assert run([*base, "--converter-processes", processes]) == 0
+        assert json.loads(capsys.readouterr().out)["work_units"] == MIN_WORK_UNITS
+    assert on_cluster["work_units"] == MIN_WORK_UNITS
     assert "cut at record starts by the workers" in \
         on_cluster["work_unit_splitting"]["files"][str(path)]
 

@@ -196,20 +196,23 @@ def _empty_shards(config: SinkConfig, files: Sequence[ShardFile]) -> list[ShardF
 
 
 def _clear_earlier_output(config: SinkConfig, writes: set[str], owned: set[str],
-                          also: Sequence[str] = ()) -> None:
+                          also: Sequence[str] = (), moves: Sequence[tuple[str, str, int]] = ()) -> None:
     """Before a commit writes `writes`: journals them, then deletes what an earlier output
     left (`owned`) that it will not write, and the paths `also`. The old manifest goes
     first, so no reader can trust it while files change under it."""
-    _write_journal(config, writes, owned)
+    _write_journal(config, writes, owned, moves)
     _delete_quietly([fs.join_path(config.output_dir, MANIFEST_NAME)])
     _delete_quietly([fs.join_path(config.output_dir, name) for name in sorted(owned - writes)]
                     + list(also))
 
 
-def _write_journal(config: SinkConfig, writes: set[str], replaces: set[str]) -> None:
+def _write_journal(config: SinkConfig, writes: set[str], replaces: set[str],
+                   moves: Sequence[tuple[str, str, int]]) -> None:
     """Records, before the commit changes anything, every final file it may create or
-    replace, so that the next run can remove a half-done commit (see `output_files`)."""
-    journal = {"run_id": config.run_id, "writes": sorted(writes), "replaces": sorted(replaces)}
+    replace, so that the next run can remove a half-done commit (see `output_files`), and
+    which temporary file each of its renames moves (a resumed run moves them back)."""
+    journal = {"run_id": config.run_id, "writes": sorted(writes), "replaces": sorted(replaces),
+               "moves": [[temp_path, path] for temp_path, path, _ in moves]}
     fs.write_bytes_atomically(fs.join_path(config.temp_dir, output_files.JOURNAL_NAME),
                               json.dumps(journal, sort_keys=True).encode("utf-8"))
 
@@ -356,7 +359,7 @@ def finalize_output(config: SinkConfig, results: Iterable[UnitResult]) -> str:
         # Only the dead letters are committed; what an earlier output of this folder left
         # goes (--overwrite asked to replace it), or the folder would hold unlisted files.
         writes = {entry.path for entry in dead_files} | {output_files.FAILED_RUN_NAME}
-        _clear_earlier_output(config, writes, owned)
+        _clear_earlier_output(config, writes, owned, moves=_moves(dead_files))
         outcome, message, error = failure
         _commit_dead_letters_only(config, dead_files, totals, outcome, message,
                                   drift=drift if error is DriftDetectedError else None)
@@ -367,7 +370,7 @@ def finalize_output(config: SinkConfig, results: Iterable[UnitResult]) -> str:
                              described, owned)
     writes = {path for _, path, _ in moves} | {name for name, _ in side_files}
     writes |= {MANIFEST_NAME, output_files.FAILED_RUN_NAME}
-    _clear_earlier_output(config, writes, owned,
+    _clear_earlier_output(config, writes, owned, moves=moves,
                           also=[fs.join_path(config.output_dir, output_files.FAILED_RUN_NAME)])
 
     for temp_path, path, size in moves:

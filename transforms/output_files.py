@@ -242,6 +242,23 @@ def foreign_files(output_dir: str, side_files: Iterable[str] = (),
     return sorted(_candidates(output_dir, side_files) - owned)
 
 
+def _move_back(output_dir: str, folder: str, journal: Any, recorded: set[str]) -> None:
+    """Moves the files a half-done commit renamed back to their temporary names in `folder`,
+    so the run resuming there finds its work units' files where their records say."""
+    moves = journal.get("moves") if isinstance(journal, dict) else None
+    prefix = folder.rstrip("/") + "/"
+    for move in moves if isinstance(moves, list) else ():
+        if not (isinstance(move, list) and len(move) == 2 and all(isinstance(p, str) for p in move)):
+            continue
+        temp_path, name = move
+        final = fs.join_path(output_dir, name)
+        if (temp_path.startswith(prefix) and ".." not in temp_path.split("/")
+                and is_plain_relative(name) and name not in recorded
+                and not FileSystems.exists(temp_path) and FileSystems.exists(final)):
+            fs.ensure_parent(temp_path)
+            FileSystems.rename([final], [temp_path])
+
+
 def interrupted_runs(output_dir: str) -> list[str]:
     """The temporary folders interrupted runs of this tool left in `output_dir`."""
     return _temp_folders(output_dir)
@@ -259,6 +276,8 @@ def discard_interrupted_runs(output_dir: str, keep: str | None = None) -> list[s
     removed = []
     for folder in folders:
         journal = fs.join_path(folder, JOURNAL_NAME)
+        if folder.rstrip("/") == (keep or "").rstrip("/"):
+            _move_back(output_dir, folder, _read_json(journal), recorded)
         partial = _journal_paths(_read_json(journal)) - recorded
         paths = [fs.join_path(output_dir, name) for name in sorted(partial)]
         paths = [path for path in paths if FileSystems.exists(path)]

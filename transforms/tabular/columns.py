@@ -13,7 +13,7 @@ the errors of the rows that failed (those rows' values are meaningless and are d
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
 import numpy as np
@@ -217,15 +217,19 @@ def _encoding_errors(arr: pa.Array, ok: np.ndarray, column: str, errors) -> None
 
 
 def text_feature(feature: FeatureSpec, arr: pa.Array, *, max_length: int,
-                 escapes: bool) -> FeatureColumn:
+                 escapes: bool, missing: Collection[str] = frozenset()) -> FeatureColumn:
     """Converts a column of CSV cells (string array, null = missing).
 
     `escapes`: the input held bytes invalid in its encoding (see `tabular_read`), so
-    cells are checked for them.
+    cells are checked for them. `missing`: cells that are missing values (the feature's
+    `tabular_values.missing_tokens`).
     """
     errors: dict[int, RowError] = {}
     if is_number_scalar(feature):  # a quoted "" is missing too
         arr = pc.if_else(pc.equal(arr, ""), pa.scalar(None, pa.string()), arr)
+    if missing:
+        tokens = pc.is_in(arr, value_set=pa.array(sorted(missing), pa.string()))
+        arr = pc.if_else(tokens, pa.scalar(None, pa.string()), arr)
     ok = _valid(arr)
     if escapes:
         _encoding_errors(arr, ok, feature.source_column, errors)

@@ -93,7 +93,7 @@ def _missing_values(where: str, value: Any) -> tuple[str, ...]:
     if not isinstance(value, (list, tuple)):
         raise SpecError(f"{where}: 'missing_values' must be a list of cell texts, got {value!r}")
     for token in value:
-        if isinstance(token, bool) or not isinstance(token, (str, int)) or token == "":
+        if isinstance(token, bool) or not isinstance(token, (str, int)):
             raise SpecError(f"{where}: 'missing_values' holds {token!r}: give each token as the "
                             f"text of the cell, quoted in YAML where it reads as another value "
                             f"('null', 'true', '1.0')")

@@ -30,7 +30,6 @@ from transforms.tabular.values import (
     RowError,
     canonical_text,
     convert_value,
-    is_number_scalar,
     text_to_float,
     text_to_int,
 )
@@ -147,6 +146,19 @@ def _has_any_byte(arr: pa.Array, chars: bytes) -> bool:
     return bool(found.any())
 
 
+def _any_starts_with(arr: pa.Array, chars: bytes) -> bool:
+    """Whether any value of a string array starts with one of `chars` (a look at the first
+    byte of each value)."""
+    _, offsets, data = arr.buffers()
+    if data is None or len(arr) == 0:
+        return False
+    bounds = np.frombuffer(offsets, np.int32, len(arr) + 1, arr.offset * 4)
+    starts = bounds[:-1][bounds[1:] > bounds[:-1]]
+    wanted = np.zeros(256, bool)
+    wanted[np.frombuffer(chars, np.uint8)] = True
+    return bool(wanted[np.frombuffer(data, np.uint8)[starts]].any())
+
+
 def _text_ints(arr: pa.Array, ok: np.ndarray, column: str, errors) -> np.ndarray:
     try:
         values = pc.cast(arr, pa.int64())
@@ -217,7 +229,7 @@ def _encoding_errors(arr: pa.Array, ok: np.ndarray, column: str, errors) -> None
 
 
 def text_feature(feature: FeatureSpec, arr: pa.Array, *, max_length: int,
-                 escapes: bool, missing: Collection[str] = frozenset()) -> FeatureColumn:
+                 escapes: bool, missing: Collection[str]) -> FeatureColumn:
     """Converts a column of CSV cells (string array, null = missing).
 
     `escapes`: the input held bytes invalid in its encoding (see `tabular_read`), so
@@ -225,11 +237,14 @@ def text_feature(feature: FeatureSpec, arr: pa.Array, *, max_length: int,
     `tabular_values.missing_tokens`).
     """
     errors: dict[int, RowError] = {}
-    if is_number_scalar(feature):  # a quoted "" is missing too
-        arr = pc.if_else(pc.equal(arr, ""), pa.scalar(None, pa.string()), arr)
-    if missing:
-        tokens = pc.is_in(arr, value_set=pa.array(sorted(missing), pa.string()))
-        arr = pc.if_else(tokens, pa.scalar(None, pa.string()), arr)
+    null = pa.scalar(None, pa.string())
+    if "" in missing:
+        arr = pc.if_else(pc.equal(arr, ""), null, arr)
+    words = sorted(token for token in missing if token)
+    # Hashing every cell costs as much as parsing it: only where a cell starts as a token
+    # does (none does in a column of plain numbers).
+    if words and _any_starts_with(arr, bytes({word.encode()[0] for word in words})):
+        arr = pc.if_else(pc.is_in(arr, value_set=pa.array(words, pa.string())), null, arr)
     ok = _valid(arr)
     if escapes:
         _encoding_errors(arr, ok, feature.source_column, errors)

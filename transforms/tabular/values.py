@@ -313,20 +313,17 @@ def _typed_scalar(feature: FeatureSpec, value: Any, column: str, max_length: int
 # Whole values.
 
 
-def is_number_scalar(feature: FeatureSpec) -> bool:
-    """Whether an empty CSV cell, quoted or not, is missing for `feature`: a scalar int64
-    or float feature, where `""` cannot be a number (for strings it is the empty string,
-    for lists the empty list)."""
-    return feature.type in ("int64", "float") and not feature.is_list
-
-
 def missing_tokens(feature: FeatureSpec, csv: CsvOptions) -> frozenset[str]:
     """The CSV cells that are missing values of `feature` (whole cells, as written): its own
     `missing_values`, else the spec's `csv: missing_values` if it holds numbers; a string
-    column keeps `NA` as text (Namibia's code) unless its feature says otherwise."""
-    if feature.missing_values is not None:
-        return frozenset(feature.missing_values)
-    return frozenset(csv.missing_values) if feature.type in ("int64", "float") else frozenset()
+    column keeps `NA` as text (Namibia's code) unless its feature says otherwise. A quoted
+    `""` holds no number: missing in a scalar int64/float feature, as an empty cell (for
+    strings it is the empty string, for lists the empty list)."""
+    number = feature.type in ("int64", "float")
+    tokens = feature.missing_values
+    if tokens is None:
+        tokens = csv.missing_values if number else ()
+    return frozenset(tokens) | ({""} if number and not feature.is_list else frozenset())
 
 
 def convert_value(feature: FeatureSpec, value: Any, *, text: bool, max_length: int,
@@ -343,8 +340,6 @@ def convert_value(feature: FeatureSpec, value: Any, *, text: bool, max_length: i
     if text:
         if not isinstance(value, str):
             raise _wrong_type(feature, value, column)
-        if value == "" and is_number_scalar(feature):
-            return None  # a quoted "" holds no number: missing, as an empty cell
         if value in missing:
             return None
         if not feature.is_list:

@@ -133,30 +133,21 @@ def _check_lengths(feature: FeatureSpec, values: pa.Array, ok: np.ndarray, max_l
 # Text (CSV cells, as a string array; null = missing).
 
 
-def _has_any_byte(arr: pa.Array, chars: bytes) -> bool:
-    """Whether any value of a string array contains one of `chars` (a scan of its data)."""
+def _has_any_byte(arr: pa.Array, chars: bytes, *, first: bool = False) -> bool:
+    """Whether any value of a string array contains (`first`: starts with) one of `chars`
+    (a scan of its data, or of each value's first byte)."""
     _, offsets, data = arr.buffers()
     if data is None or len(arr) == 0:
         return False
     bounds = np.frombuffer(offsets, np.int32, len(arr) + 1, arr.offset * 4)
-    values = np.frombuffer(data, np.uint8, int(bounds[-1] - bounds[0]), int(bounds[0]))
+    if first:
+        values = np.frombuffer(data, np.uint8)[bounds[:-1][bounds[1:] > bounds[:-1]]]
+    else:
+        values = np.frombuffer(data, np.uint8, int(bounds[-1] - bounds[0]), int(bounds[0]))
     found = np.zeros(values.shape, bool)
     for char in chars:
         found |= values == char
     return bool(found.any())
-
-
-def _any_starts_with(arr: pa.Array, chars: bytes) -> bool:
-    """Whether any value of a string array starts with one of `chars` (a look at the first
-    byte of each value)."""
-    _, offsets, data = arr.buffers()
-    if data is None or len(arr) == 0:
-        return False
-    bounds = np.frombuffer(offsets, np.int32, len(arr) + 1, arr.offset * 4)
-    starts = bounds[:-1][bounds[1:] > bounds[:-1]]
-    wanted = np.zeros(256, bool)
-    wanted[np.frombuffer(chars, np.uint8)] = True
-    return bool(wanted[np.frombuffer(data, np.uint8)[starts]].any())
 
 
 def _text_ints(arr: pa.Array, ok: np.ndarray, column: str, errors) -> np.ndarray:
@@ -243,7 +234,7 @@ def text_feature(feature: FeatureSpec, arr: pa.Array, *, max_length: int,
     words = sorted(token for token in missing if token)
     # Hashing every cell costs as much as parsing it: only where a cell starts as a token
     # does (none does in a column of plain numbers).
-    if words and _any_starts_with(arr, bytes({word.encode()[0] for word in words})):
+    if words and _has_any_byte(arr, bytes({word.encode()[0] for word in words}), first=True):
         arr = pc.if_else(pc.is_in(arr, value_set=pa.array(words, pa.string())), null, arr)
     ok = _valid(arr)
     if escapes:

@@ -61,7 +61,7 @@ def test_a_dry_run_sampling_part_of_a_csv_exits_normally(tmp_path, name):
 def test_conversion_errors_hold_no_traceback():
     feature = FeatureSpec(name="age", type="int64")
     column = text_feature(feature, pa.array(["1", "abc", "1e999x"]), max_length=100,
-                          escapes=False)
+                          escapes=False, missing=frozenset())
     assert sorted(column.errors) == [1, 2]
     assert all(error.__traceback__ is None for error in column.errors.values())
     column = python_feature(feature, [1, "abc"], max_length=100)

@@ -46,7 +46,7 @@ from transforms.tabular.plan import plan_tabular
 from transforms.tabular.read import read_chunks
 from transforms.tabular.spec import ConversionSpec, CsvOptions, SpecError, parse_spec
 from transforms.tabular.transform import ConvertTabular, TabularConfig
-from transforms.tabular.values import RowConverter, RowError
+from transforms.tabular.values import RowConverter, RowError, missing_tokens
 
 # ---------------------------------------------------------------------------------------
 # Helpers.
@@ -554,7 +554,7 @@ split_key: [k]
 _CELLS = ["0", "-0", "+5", " 42 ", "007", "1.5", "-.5", "1e5", "1E-3", "1.", ".", "", "abc",
           "true", "False", "nan", "-inf", "Infinity", "nan(1)", "0x1f", "1_0", "9223372036854775807",
           "9223372036854775808", "-9223372036854775809", "1e39", "3.4028235e38", "1e400",
-          "a|b", "|", "x||y", "1|2", "1| 2", "é", "\U0010ff81bad", None]
+          "a|b", "|", "x||y", "1|2", "1| 2", "é", "\U0010ff81bad", "NA", " NA", "#N/A", "-999", None]
 
 
 @pytest.mark.parametrize("feature_yaml", [
@@ -566,6 +566,8 @@ _CELLS = ["0", "-0", "+5", " 42 ", "007", "1.5", "-.5", "1e5", "1E-3", "1.", "."
     "{name: c, type: float, list: true, separator: '|'}",
     "{name: c, type: string, list: true, separator: '|', default: [d]}",
     "{name: c, type: int64, required: true}",
+    "{name: c, type: int64, missing_values: ['-999', 'NA']}",
+    "{name: c, type: string, list: true, separator: '|', missing_values: [NA, '']}",
 ])
 @pytest.mark.parametrize("cell_set", ["messy", "numbers"])
 def test_row_converter_matches_the_column_path_on_text(feature_yaml, cell_set):
@@ -581,7 +583,8 @@ def test_row_converter_matches_the_column_path_on_text(feature_yaml, cell_set):
             cells += [repr(rnd.uniform(-1e6, 1e6)) for _ in range(300)]
             cells += ["1e5", ".5", "1.", "-0.0", "nan", "-inf", "Infinity", "nan(1)", "1e39", "1e400"]
     column = finish_feature(feature, text_feature(feature, pa.array(cells, pa.string()),
-                                                  max_length=4, escapes=True))
+                                                  max_length=4, escapes=True,
+                                                  missing=missing_tokens(feature, spec.csv)))
     converter = RowConverter(spec, "csv", escapes=True)
     values = column.values.to_pylist()
     for i, cell in enumerate(cells):

@@ -13,7 +13,7 @@ the errors of the rows that failed (those rows' values are meaningless and are d
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
 import numpy as np
@@ -30,7 +30,6 @@ from transforms.tabular.values import (
     RowError,
     canonical_text,
     convert_value,
-    is_number_scalar,
     text_to_float,
     text_to_int,
 )
@@ -134,13 +133,17 @@ def _check_lengths(feature: FeatureSpec, values: pa.Array, ok: np.ndarray, max_l
 # Text (CSV cells, as a string array; null = missing).
 
 
-def _has_any_byte(arr: pa.Array, chars: bytes) -> bool:
-    """Whether any value of a string array contains one of `chars` (a scan of its data)."""
+def _has_any_byte(arr: pa.Array, chars: bytes, *, first: bool = False) -> bool:
+    """Whether any value of a string array contains (`first`: starts with) one of `chars`
+    (a scan of its data, or of each value's first byte)."""
     _, offsets, data = arr.buffers()
     if data is None or len(arr) == 0:
         return False
     bounds = np.frombuffer(offsets, np.int32, len(arr) + 1, arr.offset * 4)
-    values = np.frombuffer(data, np.uint8, int(bounds[-1] - bounds[0]), int(bounds[0]))
+    if first:
+        values = np.frombuffer(data, np.uint8)[bounds[:-1][bounds[1:] > bounds[:-1]]]
+    else:
+        values = np.frombuffer(data, np.uint8, int(bounds[-1] - bounds[0]), int(bounds[0]))
     found = np.zeros(values.shape, bool)
     for char in chars:
         found |= values == char
@@ -217,15 +220,22 @@ def _encoding_errors(arr: pa.Array, ok: np.ndarray, column: str, errors) -> None
 
 
 def text_feature(feature: FeatureSpec, arr: pa.Array, *, max_length: int,
-                 escapes: bool) -> FeatureColumn:
+                 escapes: bool, missing: Collection[str]) -> FeatureColumn:
     """Converts a column of CSV cells (string array, null = missing).
 
     `escapes`: the input held bytes invalid in its encoding (see `tabular_read`), so
-    cells are checked for them.
+    cells are checked for them. `missing`: cells that are missing values (the feature's
+    `tabular_values.missing_tokens`).
     """
     errors: dict[int, RowError] = {}
-    if is_number_scalar(feature):  # a quoted "" is missing too
-        arr = pc.if_else(pc.equal(arr, ""), pa.scalar(None, pa.string()), arr)
+    null = pa.scalar(None, pa.string())
+    if "" in missing:
+        arr = pc.if_else(pc.equal(arr, ""), null, arr)
+    words = sorted(token for token in missing if token)
+    # Hashing every cell costs as much as parsing it: only where a cell starts as a token
+    # does (none does in a column of plain numbers).
+    if words and _has_any_byte(arr, bytes({word.encode()[0] for word in words}), first=True):
+        arr = pc.if_else(pc.is_in(arr, value_set=pa.array(words, pa.string())), null, arr)
     ok = _valid(arr)
     if escapes:
         _encoding_errors(arr, ok, feature.source_column, errors)

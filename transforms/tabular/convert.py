@@ -34,7 +34,7 @@ from transforms.tabular.columns import (
 )
 from transforms.tabular.read import read_chunks
 from transforms.tabular.spec import ConversionSpec, FeatureSpec
-from transforms.tabular.values import RowError, canonical_text
+from transforms.tabular.values import RowError, canonical_text, missing_tokens
 
 __all__ = [
     "ChunkResult",
@@ -74,7 +74,8 @@ def feature_columns(chunk: Chunk, spec: ConversionSpec) -> list[tuple[FeatureSpe
                                     max_length=limit)
         elif chunk.mode == "text":
             column = text_feature(feature, values if values is not None else pa.nulls(n, pa.string()),
-                                  max_length=limit, escapes=chunk.escapes)
+                                  max_length=limit, escapes=chunk.escapes,
+                                  missing=missing_tokens(feature, spec.csv))
         else:
             column = typed_feature(feature, values if values is not None else pa.nulls(n),
                                    max_length=limit)

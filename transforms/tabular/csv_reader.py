@@ -443,7 +443,8 @@ def _csv_pass(unit: WorkUnit, fmt: str, spec: ConversionSpec, batch_rows: int,
         file_names, block_size = _probe_csv(stream, spec, fmt, batch_rows, given)
         if file_names is None:
             return
-        names = list(options.column_names) if options.column_names else file_names
+        # A header cell without a name (R's row names) is the column's 1-based position.
+        names = list(options.column_names or (n or f"column_{i}" for i, n in enumerate(file_names, 1)))
         if len(names) != len(file_names):
             raise ValueError(f"csv.column_names names {len(names)} columns but the header has "
                              f"{len(file_names)}: {file_names}")

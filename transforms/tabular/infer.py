@@ -5,8 +5,10 @@ gives every column the narrowest type that holds all its sampled values, along
 int64 -> float -> bytes as TFX does:
 
 * CSV/TSV: from the text. Integers in the int64 range and true/false (any case, as 1/0)
-  are int64; other numbers (and nan/inf) are float; anything else is string. Columns
-  are never inferred as lists or required.
+  are int64; other numbers (and nan/inf) are float; anything else is string. Cells that are
+  the csv `missing_values` (`NA`, `NULL`, ...: `spec.DEFAULT_MISSING_VALUES`, written to the
+  inferred spec) are left out, so a number column holding them is numeric. Columns are
+  never inferred as lists or required.
 * JSON Lines: bool and int are int64, float (or an int beyond int64) is float, str is
   string; a column holding arrays (in any row) is a list of the widest element type.
   Columns holding objects or nested arrays are skipped (logged).
@@ -25,7 +27,7 @@ import io
 import logging
 import math
 import zlib
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from contextlib import ExitStack, closing
 from typing import Any
 
@@ -147,14 +149,17 @@ class _Sample:
             self.columns[name] = _Column(name)
         return self.columns[name]
 
-    def add_text(self, name: str, values: Iterable[str | None], escapes: bool) -> None:
+    def add_text(self, name: str, values: Iterable[str | None], escapes: bool,
+                 missing: Collection[str]) -> None:
         """`escapes`: the reader escaped invalid bytes (`Chunk.escapes`), whose cells say
-        nothing of the column's type."""
+        nothing of the column's type; nor do `missing` tokens (missing in number columns)."""
         column = self.column(name)
         for value in values:
             # "" (a quoted empty cell) fits every type: missing in a number column.
             if value and not (escapes and has_escapes(value)):
-                column.type = _widen(column.type, _text_type(value))
+                kind = _text_type(value)
+                if kind != "string" or value not in missing:
+                    column.type = _widen(column.type, kind)
 
     def add_python(self, name: str, value: Any) -> None:
         column = self.column(name)
@@ -241,7 +246,8 @@ def _sample_unit(sample: _Sample, unit: WorkUnit, fmt: str, csv: CsvOptions | No
             for chunk in chunks:
                 take = min(chunk.num_rows, sample_rows - sample.rows)
                 for name, values in chunk.columns.items():
-                    sample.add_text(name, values.slice(0, take).to_pylist(), chunk.escapes)
+                    sample.add_text(name, values.slice(0, take).to_pylist(), chunk.escapes,
+                                    spec.csv.missing_values)
                 sample.rows += take + len(chunk.failures)
                 if sample.rows >= sample_rows:
                     return
@@ -304,6 +310,12 @@ def infer_spec(units: Sequence[WorkUnit], fmt: str, *, csv: CsvOptions | None = 
         raise SpecError(_nothing_readable(sample))
     _warn_unreadable(sample)
     features = _features(sample)
+    if not features and units and not sample.rows and not sample.unreadable:
+        paths = list(dict.fromkeys(unit.path for unit in units))
+        files = (f"{paths[0]} has" if len(paths) == 1
+                 else f"the {len(paths)} input files ({paths[0]}, ...) have")
+        raise SpecError(f"{files} no data rows: there are no values to infer the column types "
+                        f"from; give a spec with --spec to convert to an empty output")
     if not features:
         raise SpecError(f"no convertible column found in the first {sample.rows} rows of the "
                         f"input; give a spec with --spec")

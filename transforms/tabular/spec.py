@@ -17,7 +17,7 @@ A spec is YAML of a fixed shape (see the README, "The conversion spec"), for exa
     include_unlisted: false
     splits: {train: 80, validation: 10, test: 10}
     split_key: [id]
-    csv: {delimiter: ",", quotechar: "\\"", header: true, encoding: utf-8}
+    csv: {delimiter: ",", quotechar: "\\"", header: true, encoding: utf-8, missing_values: [NA]}
     max_bytes_length: 10485760
 
 `load_spec` reads one (from a path on any Beam filesystem, or from YAML text), `to_yaml`
@@ -46,6 +46,7 @@ from transforms.tabular.spec_errors import SpecError, check_bool, reject_unknown
 
 __all__ = [
     "DEFAULT_MAX_BYTES_LENGTH",
+    "DEFAULT_MISSING_VALUES",
     "DURATION_UNITS",
     "FEATURE_SPEC_VERSION",
     "FEATURE_TYPES",
@@ -63,6 +64,11 @@ NAN_POLICIES = ("allow", "reject")
 #: Units of int64 features read from duration columns (Arrow's duration units).
 DURATION_UNITS = ("s", "ms", "us", "ns")
 DEFAULT_MAX_BYTES_LENGTH = 10 * 1024 * 1024
+#: CSV cells that are missing in int64/float features unless the spec says otherwise: the
+#: default missing-value markers of pandas (and R's NA), less its NaN spellings, which are
+#: float NaN here. They are never numbers, so a number column holding them is still numeric.
+DEFAULT_MISSING_VALUES = ("NA", "N/A", "n/a", "#N/A", "#N/A N/A", "#NA", "<NA>", "NULL", "null",
+                          "None")
 #: Version of the `feature_spec.json` layout written by `to_feature_spec`.
 FEATURE_SPEC_VERSION = 1
 
@@ -82,6 +88,18 @@ def _single_char(where: str, key: str, value: Any, *, allow_none: bool = False) 
     return value
 
 
+def _missing_values(where: str, value: Any) -> tuple[str, ...]:
+    """A `missing_values` list: its tokens as text (YAML reads -999 as a number)."""
+    if not isinstance(value, (list, tuple)):
+        raise SpecError(f"{where}: 'missing_values' must be a list of cell texts, got {value!r}")
+    for token in value:
+        if isinstance(token, bool) or not isinstance(token, (str, int)):
+            raise SpecError(f"{where}: 'missing_values' holds {token!r}: give each token as the "
+                            f"text of the cell, quoted in YAML where it reads as another value "
+                            f"('null', 'true', '1.0')")
+    return tuple(str(token) for token in value)
+
+
 @dataclasses.dataclass(frozen=True)
 class CsvOptions:
     """How CSV/TSV files are parsed (the spec's `csv:` mapping).
@@ -94,6 +112,8 @@ class CsvOptions:
         row's names; with `header: false` they are required.
       encoding: the files' text encoding (any Python codec). Bytes invalid in it send the
         row to the dead letters (reason `invalid_encoding`).
+      missing_values: cells (whole cells, as written) that are missing values in int64/float
+        features; a feature's own `missing_values` replaces them.
     """
 
     delimiter: str | None = None
@@ -101,8 +121,9 @@ class CsvOptions:
     header: bool = True
     column_names: tuple[str, ...] | None = None
     encoding: str = "utf-8"
+    missing_values: tuple[str, ...] = DEFAULT_MISSING_VALUES
 
-    _KEYS = ("delimiter", "quotechar", "header", "column_names", "encoding")
+    _KEYS = ("delimiter", "quotechar", "header", "column_names", "encoding", "missing_values")
 
     def __post_init__(self):
         where = "spec: csv"
@@ -128,6 +149,7 @@ class CsvOptions:
             codecs.lookup(self.encoding)
         except LookupError:
             raise SpecError(f"{where}: unknown encoding {self.encoding!r}") from None
+        object.__setattr__(self, "missing_values", _missing_values(where, self.missing_values))
 
     def delimiter_for(self, fmt: str) -> str:
         """The delimiter used for `fmt` ("csv" or "tsv")."""
@@ -154,6 +176,7 @@ class CsvOptions:
         if self.column_names is not None:
             out["column_names"] = list(self.column_names)
         out["encoding"] = self.encoding
+        out["missing_values"] = list(self.missing_values)
         return out
 
 
@@ -208,6 +231,8 @@ class FeatureSpec:
       unit: for an int64 feature read from a duration column (Parquet `duration[...]`):
         the unit its counts are in, one of `DURATION_UNITS`; a duration is never read
         without one, so `duration[ms]` 1 and `duration[s]` 1 cannot both become 1.
+      missing_values: CSV cells that are missing values of this feature, whatever its type
+        (replacing the spec's `csv: missing_values`); None: the csv ones for numbers only.
     """
 
     name: str
@@ -219,8 +244,10 @@ class FeatureSpec:
     default: Any = None
     nan: str = "allow"
     unit: str | None = None
+    missing_values: tuple[str, ...] | None = None
 
-    _KEYS = ("name", "column", "type", "list", "separator", "required", "default", "nan", "unit")
+    _KEYS = ("name", "column", "type", "list", "separator", "required", "default", "nan", "unit",
+             "missing_values")
 
     def __post_init__(self):
         if not isinstance(self.name, str) or not self.name:
@@ -249,6 +276,8 @@ class FeatureSpec:
                                 f"got {self.unit!r}")
             if self.type != "int64":
                 raise SpecError(f"{where}: 'unit' applies to int64 features only (durations)")
+        if self.missing_values is not None:
+            object.__setattr__(self, "missing_values", _missing_values(where, self.missing_values))
         if self.default is not None:
             if self.required:
                 raise SpecError(f"{where}: 'required' and 'default' exclude each other")
@@ -302,6 +331,8 @@ class FeatureSpec:
             out["nan"] = self.nan
         if self.unit is not None:
             out["unit"] = self.unit
+        if self.missing_values is not None:
+            out["missing_values"] = list(self.missing_values)
         return out
 
     def to_feature_spec(self) -> dict[str, Any]:

@@ -7,11 +7,12 @@ and tests hold the two to the same results.
 
 Two kinds of source values:
 
-* text (CSV/TSV cells): `None` is missing (an empty unquoted cell), `""` is the empty
-  string. Numbers are parsed from the text (ASCII whitespace around them is ignored);
-  `true`/`false` (any case) are 1/0; list cells are split on the feature's separator and
-  an empty cell is the empty list.
-* typed (JSON values, Parquet values): `None` is missing. Types widen along
+* text (CSV/TSV cells): `None` is missing (an empty unquoted cell), as is a cell that is one
+  of the feature's `missing_tokens` (`NA`, ...); `""` is the empty string. Numbers are parsed
+  from the text (ASCII whitespace around them is ignored); `true`/`false` (any case) are 1/0;
+  list cells are split on the feature's separator and an empty cell is the empty list.
+* typed (JSON values, Parquet values): `None` is missing (their strings are never missing
+  tokens: these formats have a null of their own). Types widen along
   bool -> int64 -> float -> bytes: an int64 feature takes ints and bools, a float feature
   also ints, a bytes/string feature takes strings and the canonical text of numbers and
   bools (see `canonical_text`). Anything else (a string for a number, an object, a list
@@ -28,7 +29,7 @@ import decimal
 import json
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 import numpy as np
@@ -36,7 +37,7 @@ import numpy as np
 from transforms.format.example_codec import INT64_MAX, INT64_MIN
 from transforms.input_formats import TABULAR_FORMATS
 from transforms.records import DeadLetterError
-from transforms.tabular.spec import ConversionSpec, FeatureSpec
+from transforms.tabular.spec import ConversionSpec, CsvOptions, FeatureSpec
 from transforms.tabular.temporal import TemporalText
 
 __all__ = [
@@ -45,6 +46,7 @@ __all__ = [
     "canonical_text",
     "convert_value",
     "has_escapes",
+    "missing_tokens",
     "unescape",
 ]
 
@@ -293,19 +295,26 @@ def _typed_scalar(feature: FeatureSpec, value: Any, column: str, max_length: int
 # Whole values.
 
 
-def is_number_scalar(feature: FeatureSpec) -> bool:
-    """Whether an empty CSV cell, quoted or not, is missing for `feature`: a scalar int64
-    or float feature, where `""` cannot be a number (for strings it is the empty string,
-    for lists the empty list)."""
-    return feature.type in ("int64", "float") and not feature.is_list
+def missing_tokens(feature: FeatureSpec, csv: CsvOptions) -> frozenset[str]:
+    """The CSV cells that are missing values of `feature` (whole cells, as written): its own
+    `missing_values`, else the spec's `csv: missing_values` if it holds numbers; a string
+    column keeps `NA` as text (Namibia's code) unless its feature says otherwise. A quoted
+    `""` holds no number: missing in a scalar int64/float feature, as an empty cell (for
+    strings it is the empty string, for lists the empty list)."""
+    number = feature.type in ("int64", "float")
+    tokens = feature.missing_values
+    if tokens is None:
+        tokens = csv.missing_values if number else ()
+    return frozenset(tokens) | ({""} if number and not feature.is_list else frozenset())
 
 
 def convert_value(feature: FeatureSpec, value: Any, *, text: bool, max_length: int,
-                  escapes: bool = False) -> list | None:
+                  escapes: bool = False, missing: Collection[str] = frozenset()) -> list | None:
     """The feature values for one source value, or None when the value is missing.
 
     Applies neither `default` nor `required` (see `RowConverter`). Raises RowError.
-    `escapes`: text may carry escaped invalid bytes (see `RowConverter`).
+    `escapes`: text may carry escaped invalid bytes (see `RowConverter`). `missing`: the
+    feature's `missing_tokens`, for text.
     """
     column = feature.source_column
     if value is None:
@@ -313,8 +322,8 @@ def convert_value(feature: FeatureSpec, value: Any, *, text: bool, max_length: i
     if text:
         if not isinstance(value, str):
             raise _wrong_type(feature, value, column)
-        if value == "" and is_number_scalar(feature):
-            return None  # a quoted "" holds no number: missing, as an empty cell
+        if value in missing:
+            return None
         if not feature.is_list:
             return [_text_scalar(feature, value, column, max_length, escapes)]
         if value == "":
@@ -372,6 +381,8 @@ class RowConverter:
         self.spec = spec
         self.text = source_format in ("csv", "tsv")
         self.escapes = escapes
+        self.missing = [missing_tokens(f, spec.csv) if self.text else frozenset()
+                        for f in spec.features]
 
     def convert(self, row: Mapping[str, Any]) -> dict[str, tuple[str, list]]:
         """{feature name: (kind, values)} for the row's present features.
@@ -379,9 +390,10 @@ class RowConverter:
         Raises RowError (reason, column, message) for the first failing feature.
         """
         out: dict[str, tuple[str, list]] = {}
-        for feature in self.spec.features:
+        for feature, missing in zip(self.spec.features, self.missing, strict=True):
             values = convert_value(feature, row.get(feature.source_column), text=self.text,
-                                   max_length=self.spec.max_bytes_length, escapes=self.escapes)
+                                   max_length=self.spec.max_bytes_length, escapes=self.escapes,
+                                   missing=missing)
             values = finish_value(feature, values)
             if values is not None:
                 out[feature.name] = (feature.kind, values)

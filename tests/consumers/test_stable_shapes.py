@@ -28,19 +28,21 @@ SPEC = """features:
   - {name: note, type: string, missing: mask}
   - {name: count, type: int64, missing: default}
   - {name: tags, type: string, list: true, separator: "|"}
+  - {name: pair, type: int64, list: true, separator: "|"}
 """
 ROWS = 50
 
 
 def _convert(folder, missing_every: int | None, spec: str | None = SPEC):
     """An uncompressed, indexed output of ROWS rows; with `missing_every`, score, note and
-    count are empty in one row of that many (1 of 50: 2 %)."""
+    count are empty in one row of that many (1 of 50: 2 %), and pair has 3 values there."""
     folder.mkdir()
-    lines = ["id,score,note,count,tags"]
+    lines = ["id,score,note,count,tags,pair"]
     for i in range(ROWS):
         gap = missing_every is not None and i % missing_every == 7
         score, note, count = ("", "", "") if gap else (f"{i / 4}", f"n{i}", f"{i * 3}")
-        lines.append(f"{i},{score},{note},{count},t{i}|u{i}")
+        pair = f"{i}|{-i}|0" if gap else f"{i}|{-i}"
+        lines.append(f"{i},{score},{note},{count},t{i}|u{i},{pair}")
     (folder / "in.csv").write_text("\n".join(lines) + "\n")
     spec_args = []
     if spec is not None:
@@ -60,7 +62,8 @@ def outputs(tmp_path_factory):
 
 
 def _shapes(record: dict) -> dict:
-    return {name: (np.shape(value), np.asarray(value).dtype.name) for name, value in record.items()}
+    """{feature: (rank, dtype)}: a list's length is data, its rank is not."""
+    return {name: (np.ndim(value), np.asarray(value).dtype.name) for name, value in record.items()}
 
 
 def test_feature_spec_json_is_the_same_whatever_is_missing(outputs):
@@ -99,8 +102,9 @@ def test_tf_dataset_element_spec_does_not_depend_on_missing_values(tf, outputs):
 def test_numpy_torch_and_grain_records_have_the_same_shapes_whatever_is_missing(outputs):
     complete, gaps = outputs
     expected = _shapes(next(iter(read_examples(complete, "data"))))
-    assert expected["score"] == ((), "float32") and expected["score/present"] == ((), "bool")
-    assert expected["note"] == ((), "object") and expected["count"] == ((), "int64")
+    assert expected["score"] == (0, "float32") and expected["score/present"] == (0, "bool")
+    assert expected["note"] == (0, "object") and expected["count"] == (0, "int64")
+    assert expected["pair"] == (1, "int64")
     for out in outputs:
         for records in (read_examples(out, "data"), grain_source(out, "data"),
                         torch_dataset(out, "data")):
@@ -123,6 +127,9 @@ def test_torch_batches_have_the_same_types_whatever_is_missing(outputs):
         assert isinstance(batches[1][name], torch.Tensor), name
         assert (batches[0][name].dtype, batches[0][name].shape) == \
             (batches[1][name].dtype, batches[1][name].shape)
+    # A list is ragged in both, though in the complete input every record has two values.
+    assert [sorted(batch["pair"]) for batch in batches] == [["lengths", "values"]] * 2
+    assert batches[0]["pair"]["lengths"].tolist() == [2] * ROWS
     assert batches[1]["score/present"].dtype == torch.bool
     assert int(batches[1]["score/present"].sum()) == ROWS - 1
 
@@ -187,3 +194,26 @@ def test_drift_reports_a_feature_that_was_always_present_and_now_is_missing_some
     assert drift["distribution_drift"]
     assert describe(drift) == ["'score' now missing in 2.0% of records (was in every one)"]
     assert compare(stats(98), stats(97), "previous")["presence"] == []  # within 10 points
+
+
+def test_a_masked_context_feature_of_sequence_examples_reads_the_same_everywhere(tf, tmp_path):
+    spec = """features:
+  - {name: user, type: string, required: true}
+  - {name: ts, type: int64, required: true}
+  - {name: age, type: int64}
+sequence: {group_by: [user], order_by: ts, context: [user, age]}
+"""
+    rows = [{"user": f"u{i % 2}", "ts": i, "age": 30 if i % 2 else None} for i in range(6)]
+    (tmp_path / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (tmp_path / "spec.yaml").write_text(spec)
+    out = str(tmp_path / "out")
+    assert run(["convert", "--input", str(tmp_path / "rows.jsonl"), "--format", "jsonl", "--spec",
+                str(tmp_path / "spec.yaml"), "--output", out, *in_memory_args()]) == 0
+    got = {}
+    for context, _ in tf_dataset(out, "data"):
+        got[context["user"].numpy()] = (int(context["age"]), bool(context["age/present"]))
+    assert got == {b"u0": (0, False), b"u1": (30, True)}
+    batch, _ = next(iter(tf_dataset(out, "data", batch_size=2)))
+    assert batch["age"].shape == batch["age/present"].shape == (2,)
+    numpy = {c["user"].item(): (int(c["age"]), bool(c["age/present"])) for c, _ in read_examples(out, "data")}
+    assert numpy == got

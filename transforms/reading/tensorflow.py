@@ -112,19 +112,16 @@ def tf_dataset(output_dir: str, split: str, *, batch_size: int | None = None,
         cycle_length=num_parallel_reads or 1, **parallel)
     spec = tf_parse_spec(output.feature_spec, ragged=ragged)
     layouts = record_layout(output.feature_spec).features
-    if output.is_sequence:
-        context, sequence = spec
+    single = batch_size is None
 
-        def parse_sequences(records):
-            parse = tf.io.parse_single_sequence_example if batch_size is None \
-                else tf.io.parse_sequence_example
-            parsed = parse(records, context_features=context, sequence_features=sequence)
+    def parse(serialized):
+        if output.is_sequence:
+            parse_sequences = tf.io.parse_single_sequence_example if single else tf.io.parse_sequence_example
+            parsed = parse_sequences(serialized, context_features=spec[0], sequence_features=spec[1])
             return _unmasked(tf, layouts, parsed[0]), parsed[1]
+        return _unmasked(tf, layouts, (tf.io.parse_single_example if single else tf.io.parse_example)(
+            serialized, spec))
 
-        if batch_size is None:
-            return records.map(parse_sequences)
-        return records.batch(batch_size, drop_remainder=drop_remainder).map(parse_sequences)
-    if batch_size is None:
-        return records.map(lambda record: _unmasked(tf, layouts, tf.io.parse_single_example(record, spec)))
-    return records.batch(batch_size, drop_remainder=drop_remainder).map(
-        lambda batch: _unmasked(tf, layouts, tf.io.parse_example(batch, spec)))
+    if not single:
+        records = records.batch(batch_size, drop_remainder=drop_remainder)
+    return records.map(parse)

@@ -33,7 +33,7 @@ SPEC = """features:
 ROWS = 50
 
 
-def _convert(folder, missing_every: int | None, spec: str | None = SPEC):
+def _convert(folder, missing_every: int | None, spec: str | None = SPEC, *extra: str):
     """An uncompressed, indexed output of ROWS rows; with `missing_every`, score, note and
     count are empty in one row of that many (1 of 50: 2 %), and pair has 3 values there."""
     folder.mkdir()
@@ -50,7 +50,8 @@ def _convert(folder, missing_every: int | None, spec: str | None = SPEC):
         spec_args = ["--spec", str(folder / "spec.yaml")]
     out = folder / "out"
     assert run(["convert", "--input", str(folder / "in.csv"), "--format", "csv", *spec_args,
-                "--output", str(out), "--compression", "none", "--index", *in_memory_args()]) == 0
+                "--output", str(out), "--compression", "none", "--index", *extra,
+                *in_memory_args()]) == 0
     return str(out)
 
 
@@ -180,6 +181,17 @@ def test_image_outputs_are_dense_scalars_from_the_config(tmp_path):
     layout = record_layout(plan.feature_spec())
     assert {f.shape for f in layout.features.values()} == {()}
     assert not any(f.masked for f in layout.features.values())
+
+
+def test_a_run_with_2_percent_missing_after_a_complete_one_reports_the_presence_change(outputs,
+                                                                                      tmp_path):
+    complete, _ = outputs
+    out = _convert(tmp_path / "next", ROWS, SPEC, "--compare-to", complete)
+    with open(f"{out}/drift.json") as handle:
+        drift = json.load(handle)
+    assert [(c["feature"], c["previous"], c["current"]) for c in drift["presence"]] == [
+        ("note", 1.0, 0.98), ("score", 1.0, 0.98)]  # count: missing: default writes 0
+    assert drift["distribution_drift"] and not drift["schema_drift"]
 
 
 def test_drift_reports_a_feature_that_was_always_present_and_now_is_missing_sometimes():

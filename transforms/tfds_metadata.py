@@ -15,11 +15,12 @@ What TFDS is told, and why:
     with records, and asking for the empty one names the splits there are.
   - Features: a flat `FeaturesDict` keyed by our feature names ("image/encoded" included:
     TFDS flattens nested dicts with "/", so a flat "/" name parses the same feature).
-    A feature present in every record with a constant count (the `transforms.reading`
-    dense rule, shared by every reader) is a `Tensor` of that shape, `()` for a scalar;
-    anything else is a `Tensor` of shape `(None,)`, which TFDS parses with
-    `FixedLenSequenceFeature(allow_missing=True)`: an absent feature reads as empty. A scalar
-    Tensor would make TFDS fail on the first record without the feature.
+    A dense feature (the `transforms.reading` rule, shared by every reader: from the spec
+    alone) is a `Tensor` of that shape, `()` for a scalar; a varlen one is a `Tensor` of
+    shape `(None,)`, which TFDS parses with `FixedLenSequenceFeature(allow_missing=True)`:
+    an absent feature reads as empty. A masked scalar is an `optional` scalar `Tensor`: TFDS
+    reads its own fill where a record lacks it (the dtype's minimum, or b""), and has no
+    `<name>/present` companion (TFDS parses only what records hold); test for that fill.
   - Strings are `Tensor(dtype=string)`, never `Text`: both hand back the stored bytes, but
     `Text` is a scalar-only UTF-8 claim, while our "string" dtype also holds raw bytes
     (image/encoded, `bytes` features) and lists. One type for all returns our bytes exactly.
@@ -45,7 +46,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from transforms.format.manifest_format import FEATURE_SPEC_NAME, SHARD_NAME, shard_name
-from transforms.reading.features import feature_layout
+from transforms.reading.features import feature_layout, shapes_counted
 
 __all__ = [
     "DATASET_INFO_NAME",
@@ -125,17 +126,12 @@ def _split_infos(shards: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
     return infos
 
 
-def _tensor(shape: tuple[int, ...] | None, dtype: str) -> dict[str, Any]:
+def _tensor(shape: tuple[int, ...] | None, dtype: str, optional: bool = False) -> dict[str, Any]:
     """A TFDS `Tensor` feature proto (as JSON); shape None means (None,): any count, or absent."""
     dims = [-1] if shape is None else list(shape)
-    return {
-        "pythonClassName": _TENSOR,
-        "tensor": {
-            "shape": {"dimensions": [str(dim) for dim in dims]} if dims else {},
-            "dtype": dtype,
-            "encoding": "none",
-        },
-    }
+    tensor = {"shape": {"dimensions": [str(dim) for dim in dims]} if dims else {},
+              "dtype": dtype, "encoding": "none"}
+    return {"pythonClassName": _TENSOR, "tensor": {**tensor, "optional": True} if optional else tensor}
 
 
 def _class_label(names: Sequence[str]) -> dict[str, Any]:
@@ -146,15 +142,15 @@ def _class_label(names: Sequence[str]) -> dict[str, Any]:
             "jsonFeature": {"json": json.dumps({"names": list(names)})}}
 
 
-def _features(features: Mapping[str, Mapping[str, Any]],
-              labels: Sequence[str] | None) -> dict[str, dict[str, Any]]:
+def _features(features: Mapping[str, Mapping[str, Any]], labels: Sequence[str] | None,
+              counted: bool) -> dict[str, dict[str, Any]]:
     connectors = {}
     for name, entry in features.items():
-        layout = feature_layout(name, entry)
+        layout = feature_layout(name, entry, counted=counted)
         if name == LABEL_FEATURE and labels and layout.dtype == "int64" and layout.shape == ():
             connectors[name] = _class_label(labels)
         else:
-            connectors[name] = _tensor(layout.shape, layout.dtype)
+            connectors[name] = _tensor(layout.shape, layout.dtype, layout.masked)
     return connectors
 
 
@@ -184,7 +180,7 @@ def tfds_metadata(manifest: Mapping[str, Any], feature_spec: Mapping[str, Any],
         raise ValueError("SequenceExample records: TFDS parses only tf.train.Example")
     if not isinstance(feature_spec.get("features"), Mapping):
         raise ValueError("feature_spec.json has no 'features' object")
-    connectors = _features(feature_spec["features"], labels)
+    connectors = _features(feature_spec["features"], labels, shapes_counted(feature_spec))
     info: dict[str, Any] = {
         "name": name,
         "version": TFDS_VERSION,

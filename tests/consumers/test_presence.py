@@ -1,6 +1,6 @@
-"""Features present in every record are known: the converters count, per feature, the records
-carrying it and their value counts; the commit adds them up into `feature_spec.json`, and the
-readers parse such features dense, the rest varlen."""
+"""The converters count, per feature, the records carrying it and their value counts; the
+commit adds them up into `feature_spec.json`. The counts are facts, not shapes: readers shape
+features from the spec alone."""
 
 from __future__ import annotations
 
@@ -48,15 +48,19 @@ def test_presence_is_counted_over_every_batch_and_split(tmp_path):
     assert presence["tags"] == {"records": 45, "of": 60, "min_values": 1, "max_values": 3}
 
 
-def test_readers_parse_features_in_every_record_dense(tmp_path, tf):
+def test_readers_shape_features_from_the_spec_not_from_the_counts(tmp_path, tf):
     out = _output(tmp_path)
     batch = next(iter(tf_dataset(str(out), "train", batch_size=100)))
-    assert not isinstance(batch["score"], tf.SparseTensor) and batch["score"].shape.rank == 1
-    assert not isinstance(batch["pair"], tf.SparseTensor) and batch["pair"].shape[1:] == [2]
-    assert isinstance(batch["note"], tf.SparseTensor)
-    assert isinstance(batch["tags"], tf.SparseTensor)
+    # Optional scalars are masked scalars whether or not a value is missing (note: 1 in 3).
+    for name in ("score", "note"):
+        assert not isinstance(batch[name], tf.SparseTensor) and batch[name].shape.rank == 1
+        assert batch[f"{name}/present"].dtype == tf.bool
+    # Lists stay varlen, even one with two values in every record.
+    assert isinstance(batch["pair"], tf.SparseTensor) and isinstance(batch["tags"], tf.SparseTensor)
     ids = batch["id"].numpy().tolist()
-    assert batch["pair"].numpy().tolist() == [[i, i + 1] for i in ids]
+    assert batch["pair"].values.numpy().tolist() == [v for i in ids for v in (i, i + 1)]
+    assert batch["note/present"].numpy().tolist() == [bool(i % 3) for i in ids]
     records = list(read_examples(str(out), "train"))
     assert [int(r["id"]) for r in records] == ids
     assert all(r["pair"].tolist() == [int(r["id"]), int(r["id"]) + 1] for r in records)
+    assert {r["note"].shape for r in records} == {()}

@@ -1,5 +1,5 @@
 """`transforms.reading` against real outputs of the CLI: `tf_dataset` gives back the source
-values (dense where the spec says fixed), `read_examples` gives what TensorFlow gives,
+values (dense where the spec says fixed or masked), `read_examples` gives what TensorFlow gives,
 `(index, count)` parts are disjoint and cover every record, lengths are exact, the PyTorch
 adapter shares a split out among ranks and workers by itself, and the Grain source reads
 every record once through Grain's own loaders."""
@@ -36,7 +36,7 @@ features:
   - {name: name, type: string}
   - {name: tags, type: string, list: true, separator: "|"}
 """
-FIXED = {"id", "label"}
+VARLEN = {"tags"}  # the rest is dense: required, defaulted, or masked (with "<name>/present")
 
 
 def _source_rows(fmt: str) -> list[dict]:
@@ -74,10 +74,13 @@ def _write_source(folder: Path, fmt: str) -> list[dict]:
 
 
 def _expected(row: dict) -> dict:
-    """What TensorFlow parses from a source row: every feature, absent ones as no values."""
+    """What TensorFlow parses from a source row: every feature, a missing masked scalar as
+    its fill and `<name>/present` false, an absent list as no values."""
     return {"id": row["id"], "label": 7 if row["label"] is None else row["label"],
-            "score": [] if row["score"] is None else [row["score"]],
-            "name": [] if row["name"] is None else [row["name"].encode()],
+            "score": 0.0 if row["score"] is None else row["score"],
+            "score/present": row["score"] is not None,
+            "name": b"" if row["name"] is None else row["name"].encode(),
+            "name/present": row["name"] is not None,
             "tags": [t.encode() for t in row["tags"] or []]}
 
 
@@ -137,7 +140,7 @@ def _tf_records(tf, dataset) -> list[dict]:
     out = []
     for record in dataset:
         out.append({name: value.values.numpy().tolist() if isinstance(value, tf.SparseTensor)
-                    else value.numpy().tolist() for name, value in record.items()})
+                    else np.asarray(value.numpy()).tolist() for name, value in record.items()})
     return out
 
 
@@ -155,7 +158,7 @@ def test_tf_dataset_gives_back_the_source_dense_where_fixed(tf, outputs, fmt, co
     records = list(tf_dataset(str(out), "data"))
     for record in records:
         for name, value in record.items():
-            assert isinstance(value, tf.SparseTensor) == (name not in FIXED), name
+            assert isinstance(value, tf.SparseTensor) == (name in VARLEN), name
         assert record["id"].shape == record["label"].shape == ()
     got = sorted(_tf_records(tf, records), key=lambda r: r["id"])
     assert got == [_expected(row) for row in _source_rows(fmt)]
@@ -193,7 +196,7 @@ def test_read_examples_equals_tf_dataset(tf, outputs, fmt, compression):
     got = list(reader)
     assert len(got) == ROWS
     for record, want in zip(got, expected, strict=True):
-        assert record["id"].shape == record["label"].shape == ()  # dense scalars
+        assert record["id"].shape == record["label"].shape == record["score"].shape == ()
         assert {name: value.tolist() for name, value in record.items()} == {
             name: value for name, value in want.items() if value != [] or name in record}
     python = list(read_examples(str(out), "data", fill_defaults=True, as_numpy=False))
@@ -206,7 +209,8 @@ def test_read_examples_tells_an_absent_feature_from_an_empty_list(tf, outputs, t
     out = tmp_path / "out"
     shutil.copytree(outputs(fmt, compression), out)
     by_id = {int(r["id"]): r for r in read_examples(str(out), "data")}
-    assert "tags" not in by_id[7] and "score" not in by_id[4]  # absent: left out
+    assert "tags" not in by_id[7]  # an absent list: left out
+    assert by_id[4]["score"] == 0.0 and not by_id[4]["score/present"]  # a masked scalar
     assert by_id[11]["tags"].shape == (0,) and by_id[11]["tags"].dtype == object  # empty list
     assert int(by_id[5]["label"]) == 7  # a missing value with a spec default is written
     tf_tags = {r["id"]: r["tags"] for r in _tf_records(tf, tf_dataset(str(out), "data"))}
@@ -217,7 +221,7 @@ def test_read_examples_tells_an_absent_feature_from_an_empty_list(tf, outputs, t
     (out / "feature_spec.json").write_text(json.dumps(spec))
     filled = {int(r["id"]): r for r in read_examples(str(out), "data", fill_defaults=True)}
     assert filled[7]["tags"].tolist() == [b"none"] and filled[11]["tags"].tolist() == []
-    assert "score" not in filled[4]  # no default: still absent
+    assert not filled[4]["score/present"]  # masked: still missing
 
 
 @pytest.fixture(scope="module")
@@ -309,8 +313,9 @@ def test_a_uri_is_read_through_fsspec_and_without_it_the_error_says_so(outputs, 
 
 
 def test_one_rule_decides_dense_or_varlen():
-    def layout(**entry):
-        return feature_layout("f", {"dtype": "int64", "default": None, **entry}).shape
+    def layout(counted=True, **entry):
+        return feature_layout("f", {"dtype": "int64", "default": None, **entry},
+                              counted=counted).shape
 
     def presence(records, of, low, high):
         return {"records": records, "of": of, "min_values": low, "max_values": high}
@@ -322,6 +327,10 @@ def test_one_rule_decides_dense_or_varlen():
     assert layout(kind="var_len", presence=presence(9, 9, 3, 3)) == (3,)
     assert layout(kind="var_len", presence=presence(8, 9, 1, 1)) is None
     assert layout(kind="var_len", presence=presence(9, 9, 1, 2)) is None
+    # From feature_spec.json version 2 on, shapes follow from the spec alone.
+    assert layout(kind="var_len", presence=presence(9, 9, 1, 1), counted=False) is None
+    assert layout(kind="var_len", missing="mask", counted=False) == ()
+    assert layout(kind="var_len", missing="mask", list=True, counted=False) is None
     with pytest.raises(ValueError, match="'f' has dtype 'int64' and kind 'dense'"):
         layout(kind="dense")
 
@@ -346,14 +355,17 @@ def _convert_rows(tmp_path, rows: list[dict], spec: str, *options: str):
     return out
 
 
-def test_every_reader_reads_a_feature_always_present_as_dense(tf, tmp_path):
+def test_a_version_1_output_reads_a_feature_always_present_as_dense_as_before(tf, tmp_path):
     rows = [{"id": i, "score": i / 4, "pair": [i, -i], "name": None if i % 3 else f"n{i}"}
             for i in range(12)]
     out = _convert_rows(tmp_path, rows, PRESENCE_SPEC, "--max-shard-records", "5")
     write_sidecars(out)
-    # The presence counts the writer records: score and pair in every record with one and
-    # two values, name in 4 of 12.
+    # As written before "missing" (version 1): shapes by the presence the writer counted,
+    # score and pair in every record with one and two values, name in 4 of 12.
     spec = json.loads((out / "feature_spec.json").read_text())
+    spec["version"] = 1
+    for entry in spec["features"].values():
+        entry.pop("missing", None)
     for name, presence in {"score": (12, 12, 1, 1), "pair": (12, 12, 2, 2),
                            "name": (4, 12, 1, 1)}.items():
         spec["features"][name]["presence"] = dict(zip(("records", "of", "min_values", "max_values"),
@@ -504,7 +516,7 @@ def test_a_missing_torch_or_tensorflow_is_one_line_naming_the_extra(outputs, mon
     assert error.value.__suppress_context__  # not chained to "No module named ..."
 
 
-def test_collate_examples_batches_dense_ragged_strings_and_absent(monkeypatch):
+def test_collate_examples_batches_by_shape_dense_ragged_strings_and_absent(monkeypatch):
     from tfrecord_pipeline import collate_examples
 
     torch = _fake_torch(monkeypatch, [None])
@@ -517,10 +529,11 @@ def test_collate_examples_batches_dense_ragged_strings_and_absent(monkeypatch):
     ]
     batch = collate_examples(records)
     assert batch["id"] == ("tensor", [1, 2])
-    assert batch["pair"] == ("tensor", [[1, 2], [3, 4]])
+    # A list is ragged even when its lengths happen to be equal in the batch.
+    assert batch["pair"] == {"values": ("tensor", [1, 2, 3, 4]), "lengths": ("tensor", [2, 2])}
     assert batch["ragged"] == {"values": ("tensor", [1.5, 2.5, 3.5, 4.5]), "lengths": ("tensor", [1, 3])}
     assert [list(t) for t in batch["tags"]] == [[b"a"], [b"b", b"c"]]
-    assert batch["maybe"][0].tolist() == 3 and batch["maybe"][1] is None
+    assert batch["maybe"] == {"values": ("tensor", [3]), "lengths": ("tensor", [1, 0])}
 
 
 def test_collate_examples_with_real_torch(outputs):

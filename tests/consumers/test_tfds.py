@@ -52,6 +52,8 @@ def _records(tfds, builder, split: str) -> list[dict]:
 
 def _plain(value):
     """A numpy value as plain Python: scalars, or lists for arrays."""
+    if isinstance(value, bytes):  # a scalar string
+        return value
     return value.tolist() if isinstance(value, np.ndarray) else value.item()
 
 
@@ -82,15 +84,16 @@ split_key: [id]
 
 
 def _source_rows() -> dict[int, dict]:
-    """The values each record must hold, by id: absent -> empty, default where declared."""
+    """The values each record must hold, by id: an absent list -> empty, a missing masked
+    scalar -> TFDS's own fill (b"", the int64 minimum), a default where declared."""
     rows = {}
     for line in CSV.splitlines()[1:]:
         id_, score, name, tags, opt = line.split(",")
         rows[int(id_)] = {
             "id": int(id_), "score": float(score),
-            "name": [name.encode()] if name else [],
+            "name": name.encode(),
             "tags": [tag.encode() for tag in tags.split("|")] if tags else [],
-            "opt": [int(opt)] if opt else [],
+            "opt": int(opt) if opt else int(np.iinfo(np.int64).min),
             "weight": float(opt) if opt else 1.0,
         }
     return rows
@@ -123,9 +126,9 @@ def test_tabular_splits_read_by_tfds_with_declared_types_and_source_values(tfds,
         "id": ("Tensor", (), "int64"),
         "score": ("Tensor", (), "float32"),
         "weight": ("Tensor", (), "float32"),  # a default: written in every record
-        "name": ("Tensor", (None,), "object"),  # may be absent: read as empty
-        "tags": ("Tensor", (None,), "object"),
-        "opt": ("Tensor", (None,), "int64"),
+        "name": ("Tensor", (), "object"),  # missing: mask, a scalar whatever the data
+        "tags": ("Tensor", (None,), "object"),  # a list: may be absent, read as empty
+        "opt": ("Tensor", (), "int64"),
     }
     counts = _split_counts(manifest)
     assert set(counts) == {"train", "test"} and all(counts.values())

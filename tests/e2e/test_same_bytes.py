@@ -62,7 +62,8 @@ def _files(output) -> dict[str, bytes]:
 def _convert(tmp_path, name: str, *extra: str) -> dict[str, bytes]:
     output = tmp_path / name / "out"  # one folder name: TFDS metadata names the data set by it
     argv = ["convert", "--input", str(tmp_path / "in" / "*.csv"), "--format", "csv",
-            "--spec", str(tmp_path / "in" / "spec.yaml"), "--output", str(output), "--work-unit-bytes", "64KB", "--max-shard-bytes", "100KB",
+            "--spec", str(tmp_path / "in" / "spec.yaml"), "--output", str(output),
+            "--work-unit-bytes", "64KB", "--max-shard-bytes", "100KB",
             "--max-error-rate", "1", "--quiet", *extra]
     assert run(argv) == 0
     return _files(output)

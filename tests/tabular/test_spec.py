@@ -75,7 +75,7 @@ def test_yaml_round_trip_is_equal():
     assert data["features"][4] == {"name": "tags", "type": "string", "list": True,
                                    "separator": "|"}
     assert data["features"][2] == {"name": "score", "column": "score_raw", "type": "float",
-                                   "nan": "reject"}
+                                   "nan": "reject", "missing": "mask"}
 
 
 def test_minimal_spec_defaults():
@@ -210,20 +210,41 @@ def test_header_with_column_names_and_headerless():
 def test_feature_spec_json_kinds():
     spec = parse_spec(ISSUE_SPEC)
     doc = json.loads(spec.feature_spec_json())
-    assert doc["version"] == 1
+    assert doc["version"] == 2
+    masked = {"kind": "var_len", "default": None, "list": False, "missing": "mask"}
     assert doc["features"] == {
         # required scalar: always present -> fixed, no default
         "id": {"dtype": "int64", "kind": "fixed", "shape": [], "default": None},
-        # optional scalar without default: may be absent -> var_len, and not a list
-        "age": {"dtype": "int64", "kind": "var_len", "default": None, "list": False},
-        "score": {"dtype": "float32", "kind": "var_len", "default": None, "list": False},
-        "name": {"dtype": "string", "kind": "var_len", "default": None, "list": False},
+        # optional scalar without default: missing: mask (absent on the wire -> var_len)
+        "age": {"dtype": "int64", **masked},
+        "score": {"dtype": "float32", **masked},
+        "name": {"dtype": "string", **masked},
         # lists are var_len
         "tags": {"dtype": "string", "kind": "var_len", "default": None, "list": True},
         # scalar with default: always present (the default is written) -> fixed
-        "weight": {"dtype": "float32", "kind": "fixed", "shape": [], "default": 1.0},
+        "weight": {"dtype": "float32", "kind": "fixed", "shape": [], "default": 1.0,
+                   "missing": "default"},
     }
     assert spec.to_feature_spec() == doc
+
+
+def test_missing_says_how_an_optional_scalar_reads_and_contradictions_are_refused():
+    spec = parse_spec("features:\n  - {name: a, type: int64, missing: default}\n"
+                      "  - {name: b, type: string}\n  - {name: c, type: float, default: 2.5}\n")
+    assert [(f.missing, f.default) for f in spec.features] == [("default", 0), ("mask", None),
+                                                                ("default", 2.5)]
+    assert parse_spec(spec.to_yaml()) == spec
+    for feature, message in [
+            ("{name: a, type: int64, missing: maybe}", "'missing' must be default or mask"),
+            ("{name: a, type: int64, missing: mask, default: 1}", "exclude each other"),
+            ("{name: a, type: int64, list: true, missing: mask}", "optional scalar features only"),
+            ("{name: a, type: int64, required: true, missing: mask}", "optional scalar features"),
+            ("{name: a, type: int64, mising: mask}", "did you mean 'missing'"),
+    ]:
+        with pytest.raises(SpecError, match=message):
+            parse_spec(f"features:\n  - {feature}\n")
+    with pytest.raises(SpecError, match="'a/present' is the name readers give the mask of"):
+        parse_spec("features: [{name: a, type: int64}, {name: a/present, type: int64}]")
 
 
 def test_dataclasses_validate_when_built_in_python():

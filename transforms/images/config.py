@@ -17,7 +17,7 @@ from transforms.format.manifest_format import FEATURE_SPEC_NAME
 from transforms.images.paths import normalize_root
 from transforms.ordered_pool import check_threads
 from transforms.records import WorkUnit
-from transforms.tabular.spec import ConversionSpec
+from transforms.tabular.spec import FEATURE_SPEC_VERSION, ConversionSpec
 
 __all__ = [
     "CONVERT_MODES",
@@ -222,7 +222,7 @@ class ImagePlan:
                 continue
             features[name] = {"dtype": dtype, "kind": "fixed", "shape": [], "default": None}
         features.update(self.extra_features)
-        return {"version": 1, "features": features}
+        return {"version": FEATURE_SPEC_VERSION, "features": features}
 
     def extra_files(self) -> dict[str, bytes]:
         """Files to commit beside the shards: labels.txt (when labelled), feature_spec.json."""

@@ -4,8 +4,9 @@ or, with `as_numpy=False`, Python values (a scalar, or a list).
 
 An absent feature is left out of the record (TensorFlow cannot tell it from an empty list
 in a varlen feature; this reader can), or given its default when asked and the spec has
-one. Features the spec does not name are left out, as `tf.io.parse_example` does. Without a
-spec every feature is read as varlen, typed by its wire kind."""
+one; a masked scalar is always there, with its fill where absent, and its `<name>/present`.
+Features the spec does not name are left out, as `tf.io.parse_example` does. Without a spec
+every feature is read as varlen, typed by its wire kind."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ import numpy as np
 
 from transforms.format.example_codec import decode_example
 from transforms.format.sequence_codec import decode_sequence_example
-from transforms.reading.features import DTYPES, FeatureLayout, RecordLayout
+from transforms.reading.features import DTYPES, MASK_SUFFIX, FeatureLayout, RecordLayout
 
 __all__ = ["decode_record"]
 
@@ -65,12 +66,16 @@ def _features(decoded: Mapping[str, tuple[str | None, list]],
                 for name, (kind, values) in decoded.items()}
     out = {}
     for name, layout in layouts.items():
-        if name in decoded:
+        # A masked scalar with no values is missing, as TensorFlow's parse sees it.
+        present = name in decoded and (bool(decoded[name][1]) or not layout.masked)
+        if present:
             kind, values = decoded[name]
             _checked(layout, kind)
             out[name] = _value(layout, values, as_numpy)
-        elif fill_defaults and layout.default is not None:
+        elif (fill_defaults or layout.masked) and layout.default is not None:
             out[name] = _value(layout, _as_values(layout, layout.default), as_numpy)
+        if layout.masked:
+            out[name + MASK_SUFFIX] = np.array(present) if as_numpy else present
     return out
 
 

@@ -1,12 +1,15 @@
 """How each feature of `feature_spec.json` is read: dense (one fixed shape in every record)
 or varlen (any number of values, possibly absent). `feature_layout` is the one rule, used by
-every reader, so TensorFlow, numpy, PyTorch and Grain users all see the same shapes.
+every reader, so TensorFlow, numpy, PyTorch, Grain and TFDS users all see the same shapes.
 
-A feature is dense when its entry's kind is "fixed" (or "fixed_len_sequence", a sequence
-feature with one value at every step), or when its "presence" entry
-(`{"records": R, "of": N, "min_values": a, "max_values": b}`: carried by R of the N records
-written, with a to b values where present) shows it in every record with a constant number
-of values: shape [] for a scalar, [a] for a list. Anything else is varlen."""
+Shapes follow from the spec alone (feature_spec.json version 2 and later), never from the
+data: a feature is dense when its entry's kind is "fixed" (or "fixed_len_sequence", a
+sequence feature with one value at every step); an optional scalar with "missing": "mask" is
+a dense scalar too, holding the type's zero (0, 0.0, b"") where the record lacks it, with a
+boolean companion `<name>/present` (`MASK_SUFFIX`) in every reader. Anything else (lists) is
+varlen. Version-1 outputs (written before "missing") are read as they always were: a feature
+is also dense when its "presence" entry (`{"records": R, "of": N, "min_values": a,
+"max_values": b}`) shows it in every record with a constant number of values."""
 
 from __future__ import annotations
 
@@ -16,12 +19,17 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["DTYPES", "FeatureLayout", "RecordLayout", "feature_layout", "record_layout"]
+__all__ = ["DTYPES", "MASK_SUFFIX", "FeatureLayout", "RecordLayout", "feature_layout",
+           "record_layout", "shapes_counted"]
 
 #: The dtypes `feature_spec.json` names (`tf.as_dtype` names) and their numpy types.
 DTYPES = {"int64": np.dtype(np.int64), "float32": np.dtype(np.float32), "string": np.dtype(object)}
 #: The tf.train.Feature kind holding each dtype.
 KIND_OF_DTYPE = {"int64": "int64", "float32": "float", "string": "bytes"}
+#: What a masked scalar holds where its record lacks it.
+FILLS = {"int64": 0, "float32": 0.0, "string": b""}
+#: The name suffix of a masked scalar's boolean companion in every reader.
+MASK_SUFFIX = "/present"
 _DENSE_KINDS = ("fixed", "fixed_len_sequence")
 _KINDS = (*_DENSE_KINDS, "var_len")
 
@@ -35,13 +43,15 @@ class FeatureLayout:
       dtype: "int64", "float32" or "string".
       shape: the dense shape (() for a scalar), or None for a varlen feature.
       default: the spec's default (a scalar, a list or None), used where the feature is
-        absent (TensorFlow always; `read_examples` when asked).
+        absent (TensorFlow always; `read_examples` when asked); a masked scalar's fill.
+      masked: a `missing: mask` scalar, read with its `<name>/present` companion.
     """
 
     name: str
     dtype: str
     shape: tuple[int, ...] | None
     default: Any = None
+    masked: bool = False
 
     @property
     def dense(self) -> bool:
@@ -86,9 +96,16 @@ def _constant_count(presence: Any) -> int | None:
     return low if records == written and low == high else None
 
 
-def feature_layout(name: str, entry: Mapping[str, Any]) -> FeatureLayout:
+def shapes_counted(feature_spec: Mapping[str, Any]) -> bool:
+    """Whether a parsed `feature_spec.json` predates "missing" (version 1 or none), so its
+    readers also shape features by their counted presence."""
+    version = feature_spec.get("version", 1)
+    return not isinstance(version, int) or version < 2
+
+
+def feature_layout(name: str, entry: Mapping[str, Any], *, counted: bool = False) -> FeatureLayout:
     """The layout of feature `name` from its `feature_spec.json` entry: THE dense-or-varlen
-    rule (see the module docstring).
+    rule (see the module docstring); `counted`: a version-1 entry (see `shapes_counted`).
 
     Raises:
       ValueError: naming the feature, for an unknown dtype or kind.
@@ -100,22 +117,25 @@ def feature_layout(name: str, entry: Mapping[str, Any]) -> FeatureLayout:
     default = entry.get("default")
     if kind in _DENSE_KINDS:
         return FeatureLayout(name, dtype, tuple(entry.get("shape") or ()), default)
-    count = _constant_count(entry.get("presence"))
+    if entry.get("missing") == "mask" and not _is_list(entry):
+        return FeatureLayout(name, dtype, (), FILLS[dtype], masked=True)
+    count = _constant_count(entry.get("presence")) if counted else None
     if count is None:
         return FeatureLayout(name, dtype, None, default)
     shape = (count,) if count != 1 or _is_list(entry) else ()
     return FeatureLayout(name, dtype, shape, default)
 
 
-def _layouts(entries: Any, where: str) -> dict[str, FeatureLayout]:
+def _layouts(entries: Any, where: str, counted: bool) -> dict[str, FeatureLayout]:
     if not isinstance(entries, Mapping):
         raise ValueError(f"feature_spec.json: {where!r} is not an object of features")
-    return {name: feature_layout(name, entry) for name, entry in entries.items()}
+    return {name: feature_layout(name, entry, counted=counted) for name, entry in entries.items()}
 
 
 def record_layout(feature_spec: Mapping[str, Any]) -> RecordLayout:
     """The layout of every feature of a parsed `feature_spec.json`."""
+    counted = shapes_counted(feature_spec)
     if "sequence" in feature_spec:
-        return RecordLayout(_layouts(feature_spec.get("context", {}), "context"),
-                            _layouts(feature_spec["sequence"], "sequence"))
-    return RecordLayout(_layouts(feature_spec.get("features"), "features"))
+        return RecordLayout(_layouts(feature_spec.get("context", {}), "context", counted),
+                            _layouts(feature_spec["sequence"], "sequence", counted))
+    return RecordLayout(_layouts(feature_spec.get("features"), "features", counted))

@@ -1,14 +1,16 @@
 """`tf_dataset`: one split of a committed output as a `tf.data.Dataset` of parsed features,
 reading exactly the shards the manifest lists with its compression, parsed with the spec
-of `feature_spec.json` (dense or varlen by `features.feature_layout`). TensorFlow is
-imported only when the function runs."""
+of `feature_spec.json` (dense or varlen by `features.feature_layout`). A masked scalar
+is parsed as a ragged feature and turned into its value (the fill where absent) and the
+boolean `<name>/present`, as the numpy readers give them. TensorFlow is imported only when
+the function runs."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from transforms.format.compression import Compression
-from transforms.reading.features import FeatureLayout, record_layout
+from transforms.reading.features import MASK_SUFFIX, FeatureLayout, record_layout
 from transforms.reading.output import load_split
 from transforms.reading.parts import select_part, whole_split
 
@@ -30,6 +32,8 @@ def _tensorflow():
 
 def _tf_feature(tf, layout: FeatureLayout, *, in_sequence: bool, ragged: bool):
     dtype = tf.as_dtype(layout.dtype)
+    if layout.masked:  # 0 or 1 values, see `_unmasked`
+        return tf.io.RaggedFeature(dtype, row_splits_dtype=tf.int64)
     if layout.dense and in_sequence:
         return tf.io.FixedLenSequenceFeature(layout.shape, dtype, allow_missing=True)
     if layout.dense:
@@ -39,10 +43,29 @@ def _tf_feature(tf, layout: FeatureLayout, *, in_sequence: bool, ragged: bool):
     return tf.io.VarLenFeature(dtype)
 
 
+def _unmasked(tf, layouts, parsed):
+    """`parsed` with each masked scalar's 0-or-1 values (a 1-D tensor, or a batch's
+    RaggedTensor) as its value, the fill where it has none, and its `<name>/present`."""
+    out = dict(parsed)
+    for name, layout in layouts.items():
+        if not layout.masked:
+            continue
+        values = parsed[name]
+        fill = tf.constant([layout.default], tf.as_dtype(layout.dtype))
+        if isinstance(values, tf.RaggedTensor):
+            out[name] = values.to_tensor(default_value=fill[0], shape=[None, 1])[:, 0]
+            out[name + MASK_SUFFIX] = values.row_lengths() > 0
+        else:
+            out[name] = tf.concat([values, fill], 0)[0]
+            out[name + MASK_SUFFIX] = tf.size(values) > 0
+    return out
+
+
 def tf_parse_spec(feature_spec: dict[str, Any], *, ragged: bool = False):
     """The `tf.io.parse_example` features of a parsed `feature_spec.json`; for
     SequenceExamples a (context, sequence) pair for `tf.io.parse_sequence_example`. Varlen
-    features are `VarLenFeature`s (tf.SparseTensor), or with `ragged` `RaggedFeature`s."""
+    features are `VarLenFeature`s (tf.SparseTensor), or with `ragged` `RaggedFeature`s;
+    masked scalars are `RaggedFeature`s of 0 or 1 values (`tf_dataset` unmasks them)."""
     tf = _tensorflow()
 
     layout = record_layout(feature_spec)
@@ -98,15 +121,17 @@ def tf_dataset(output_dir: str, split: str, *, batch_size: int | None = None,
         lambda path, start, count: tf.data.TFRecordDataset(path, compression).skip(start).take(count),
         cycle_length=num_parallel_reads or 1, **parallel)
     spec = tf_parse_spec(output.feature_spec, ragged=ragged)
-    if output.is_sequence:
-        context, sequence = spec
-        if batch_size is None:
-            return records.map(lambda record: tf.io.parse_single_sequence_example(
-                record, context_features=context, sequence_features=sequence))
-        return records.batch(batch_size, drop_remainder=drop_remainder).map(
-            lambda batch: tf.io.parse_sequence_example(
-                batch, context_features=context, sequence_features=sequence)[:2])
-    if batch_size is None:
-        return records.map(lambda record: tf.io.parse_single_example(record, spec))
-    return records.batch(batch_size, drop_remainder=drop_remainder).map(
-        lambda batch: tf.io.parse_example(batch, spec))
+    layouts = record_layout(output.feature_spec).features
+    single = batch_size is None
+
+    def parse(serialized):
+        if output.is_sequence:
+            parse_sequences = tf.io.parse_single_sequence_example if single else tf.io.parse_sequence_example
+            parsed = parse_sequences(serialized, context_features=spec[0], sequence_features=spec[1])
+            return _unmasked(tf, layouts, parsed[0]), parsed[1]
+        return _unmasked(tf, layouts, (tf.io.parse_single_example if single else tf.io.parse_example)(
+            serialized, spec))
+
+    if not single:
+        records = records.batch(batch_size, drop_remainder=drop_remainder)
+    return records.map(parse)

@@ -93,10 +93,12 @@ def torch_dataset(output_dir: str, split: str, *, rank: int = 0, world_size: int
 def collate_examples(records: list[dict[str, Any]]) -> dict[str, Any]:
     """A DataLoader `collate_fn` for `torch_dataset` records (dicts of numpy arrays).
 
-    Per feature of the batch: numbers of one shape in every record stack into one tensor
-    (`[batch, ...]`); numbers of varying length become `{"values": 1-D tensor, "lengths":
-    int64 tensor}` (ragged, as `tf.RaggedTensor` row lengths); strings/bytes, and any feature
-    absent from some record, stay a list with one entry per record (None where absent).
+    Per feature of the batch, by its shape in the spec, never by the batch's values: dense
+    numeric scalars (0-d arrays: required, defaulted, masked and their `<name>/present`)
+    stack into one tensor (`[batch]`); numeric varlen features (1-D arrays) become
+    `{"values": 1-D tensor, "lengths": int64 tensor}` (ragged, as `tf.RaggedTensor` row
+    lengths; an absent one has length 0), even when every length happens to be equal;
+    strings/bytes stay a list with one entry per record (None where absent).
     """
     import numpy as np
 
@@ -106,12 +108,13 @@ def collate_examples(records: list[dict[str, Any]]) -> dict[str, Any]:
     for name in names:
         values = [record.get(name) for record in records]
         arrays = [np.asarray(value) for value in values if value is not None]
-        numeric = len(arrays) == len(values) and all(a.dtype.kind in "biuf" for a in arrays)
-        if not numeric:
+        if not all(a.dtype.kind in "biuf" for a in arrays):
             out[name] = values
-        elif len({a.shape for a in arrays}) == 1:
+        elif len(arrays) == len(values) and all(a.ndim == 0 for a in arrays):
             out[name] = torch.as_tensor(np.stack(arrays))
         else:
-            out[name] = {"values": torch.as_tensor(np.concatenate([a.reshape(-1) for a in arrays])),
-                         "lengths": torch.as_tensor(np.array([a.size for a in arrays], np.int64))}
+            rows = [np.empty(0, arrays[0].dtype) if value is None else np.asarray(value).reshape(-1)
+                    for value in values]
+            out[name] = {"values": torch.as_tensor(np.concatenate(rows)),
+                         "lengths": torch.as_tensor(np.array([len(row) for row in rows], np.int64))}
     return out

@@ -5,7 +5,8 @@ Per split present in both runs:
 * **schema**: features added, missing, or whose kind changed; for image outputs, labels
   that appeared or vanished; a split that vanished or appeared.
 * **presence**: a feature carried by a smaller share of the records, by more than
-  `PRESENCE_DROP` (10 percentage points).
+  `PRESENCE_DROP` (10 percentage points), or one that was in every record and now is
+  missing in some (however few: its readers now see masks or defaults where they never did).
 * **distribution**: the population stability index (PSI) of a numeric feature over the
   previous run's quantile bins, above `PSI_THRESHOLD` (0.2; by common practice < 0.1 is
   stable, 0.1-0.25 a moderate shift, > 0.25 a major one). The bins' edges are the distinct
@@ -104,7 +105,8 @@ def _compare_split(split: str, previous: Mapping[str, Any], current: Mapping[str
             continue
         old_share = _share(old, previous.get("records", 0))
         new_share = _share(new, current.get("records", 0))
-        if old_share - new_share > PRESENCE_DROP:
+        always_before = previous.get("records", 0) > 0 and old.get("records") == previous.get("records")
+        if old_share - new_share > PRESENCE_DROP or (always_before and new_share < 1):
             out["presence"].append({"split": split, "feature": name,
                                     "previous": round(old_share, 6), "current": round(new_share, 6)})
         numeric_before, numeric_now = old.get("numeric"), new.get("numeric")
@@ -161,7 +163,11 @@ def describe(drift: Mapping[str, Any], limit: int = 3) -> list[str]:
         parts += [f"labels vanished {change['vanished']}"] if change["vanished"] else []
         out.append(" and ".join(parts))
     for change in drift.get("presence") or ():
-        out.append(f"{change['feature']!r} presence {change['previous']:.0%} -> {change['current']:.0%}")
+        if change["previous"] == 1:
+            out.append(f"{change['feature']!r} now missing in {1 - change['current']:.1%} of records "
+                       f"(was in every one)")
+        else:
+            out.append(f"{change['feature']!r} presence {change['previous']:.0%} -> {change['current']:.0%}")
     for change in drift.get("distribution") or ():
         out.append(f"{change['feature']!r} PSI {change['psi']:.2f}")
     unique = list(dict.fromkeys(out))

@@ -4,9 +4,9 @@ in the commit step (Beam-free).
 Today: presence. For each feature of a batch's records, how many records carry it and the
 fewest and most values such a record holds. Converters attach it to each `RecordBatch`
 (`feature_presence`), the sink passes it with the batch's counts, and the commit adds it up
-per split (exact, whatever the bundles or the runner), so `feature_spec.json` can say which
-features are in every record with a fixed number of values: readers parse those dense
-(`tf.io.FixedLenFeature`) and the rest as varlen.
+per split (exact, whatever the bundles or the runner), into `feature_spec.json`: facts about
+the data (reports, drift), never shapes, which follow from the spec alone (version-1 outputs,
+written before `missing`, were also shaped by them: see `transforms.reading.features`).
 
 A batch's presence is a tuple of `(feature, records, min_values, max_values)`; a feature
 absent from every record of the batch is not listed. A batch with records but no presence

@@ -15,6 +15,8 @@ int64 -> float -> bytes as TFX does:
 * Parquet: from the schema: ints/bools -> int64, floats/decimals -> float,
   strings/dates/times -> string, binary -> bytes, lists of those -> lists.
 
+Every inferred scalar is `missing: mask` (see `FeatureSpec.missing`), written in spec.yaml.
+
 Beam-free apart from FileSystems.
 """
 
@@ -293,8 +295,11 @@ def _features(sample: _Sample, skip: Iterable[str] = ()) -> list[FeatureSpec]:
         if column.unsupported:
             _LOG.warning("skipping column %r: it %s", column.name, column.unsupported)
             continue
+        # A sampled column may hold a missing value anywhere: a scalar reads as a value plus
+        # `<name>/present` in every reader, whatever the data, and spec.yaml says so.
         features.append(FeatureSpec(name=column.name, type=column.type or "string",
-                                    is_list=column.is_list, unit=column.unit))
+                                    is_list=column.is_list, unit=column.unit,
+                                    missing=None if column.is_list else "mask"))
     return features
 
 

@@ -40,6 +40,7 @@ from typing import Any
 import yaml
 
 from transforms.format.example_codec import INT64_MAX, INT64_MIN
+from transforms.reading.features import MASK_SUFFIX
 from transforms.splits import check_split_name
 from transforms.tabular.sequence_spec import SequenceSpec
 from transforms.tabular.spec_errors import SpecError, check_bool, reject_unknown_keys
@@ -50,6 +51,7 @@ __all__ = [
     "DURATION_UNITS",
     "FEATURE_SPEC_VERSION",
     "FEATURE_TYPES",
+    "MISSING_MODES",
     "ConversionSpec",
     "CsvOptions",
     "FeatureSpec",
@@ -61,6 +63,10 @@ __all__ = [
 #: The feature types a spec may name. `string` is `bytes` holding UTF-8 text.
 FEATURE_TYPES = ("int64", "float", "bytes", "string")
 NAN_POLICIES = ("allow", "reject")
+#: How an optional scalar reads where its value is missing (the feature's `missing:` key).
+MISSING_MODES = ("default", "mask")
+#: The default a `missing: default` feature without one gets (written where a value is missing).
+TYPE_DEFAULTS = {"int64": 0, "float": 0.0, "bytes": "", "string": ""}
 #: Units of int64 features read from duration columns (Arrow's duration units).
 DURATION_UNITS = ("s", "ms", "us", "ns")
 DEFAULT_MAX_BYTES_LENGTH = 10 * 1024 * 1024
@@ -69,8 +75,9 @@ DEFAULT_MAX_BYTES_LENGTH = 10 * 1024 * 1024
 #: float NaN here. They are never numbers, so a number column holding them is still numeric.
 DEFAULT_MISSING_VALUES = ("NA", "N/A", "n/a", "#N/A", "#N/A N/A", "#NA", "<NA>", "NULL", "null",
                           "None")
-#: Version of the `feature_spec.json` layout written by `to_feature_spec`.
-FEATURE_SPEC_VERSION = 1
+#: Version of the `feature_spec.json` layout written by `to_feature_spec`: 2 since shapes follow
+#: from the spec alone (`missing`); readers shape version-1 outputs by their counted presence.
+FEATURE_SPEC_VERSION = 2
 
 # Example kind (the tf.train.Feature oneof) and TensorFlow dtype of each spec type.
 _KIND = {"int64": "int64", "float": "float", "bytes": "bytes", "string": "bytes"}
@@ -233,6 +240,11 @@ class FeatureSpec:
         without one, so `duration[ms]` 1 and `duration[s]` 1 cannot both become 1.
       missing_values: CSV cells that are missing values of this feature, whatever its type
         (replacing the spec's `csv: missing_values`); None: the csv ones for numbers only.
+      missing: how an optional scalar reads where its value is missing, so its shape never
+        depends on the data: "default" (its `default` is written; without one, the type's
+        `TYPE_DEFAULTS` value) or "mask" (left absent; readers give the type's zero plus a
+        boolean `<name>/present`). Unset, a scalar with a default is "default", any other
+        optional scalar "mask"; None for required and list features (never missing / varlen).
     """
 
     name: str
@@ -245,9 +257,10 @@ class FeatureSpec:
     nan: str = "allow"
     unit: str | None = None
     missing_values: tuple[str, ...] | None = None
+    missing: str | None = None
 
     _KEYS = ("name", "column", "type", "list", "separator", "required", "default", "nan", "unit",
-             "missing_values")
+             "missing_values", "missing")
 
     def __post_init__(self):
         if not isinstance(self.name, str) or not self.name:
@@ -289,6 +302,21 @@ class FeatureSpec:
             else:
                 default = _check_default(where, self.type, self.default, self.nan)
             object.__setattr__(self, "default", default)
+        self._resolve_missing(where)
+
+    def _resolve_missing(self, where: str) -> None:
+        if self.missing is not None and self.missing not in MISSING_MODES:
+            raise SpecError(f"{where}: 'missing' must be default or mask, got {self.missing!r}")
+        if self.is_list or self.required:
+            if self.missing is not None:
+                raise SpecError(f"{where}: 'missing' applies to optional scalar features only "
+                                f"({'a list reads varlen' if self.is_list else 'required is never missing'})")
+            return
+        if self.missing == "mask" and self.default is not None:
+            raise SpecError(f"{where}: 'default' and 'missing: mask' exclude each other")
+        if self.missing == "default" and self.default is None:
+            object.__setattr__(self, "default", TYPE_DEFAULTS[self.type])
+        object.__setattr__(self, "missing", "default" if self.default is not None else "mask")
 
     @property
     def source_column(self) -> str:
@@ -333,19 +361,22 @@ class FeatureSpec:
             out["unit"] = self.unit
         if self.missing_values is not None:
             out["missing_values"] = list(self.missing_values)
+        if self.missing is not None:
+            out["missing"] = self.missing
         return out
 
     def to_feature_spec(self) -> dict[str, Any]:
         """This feature's entry in `feature_spec.json` (see `ConversionSpec`)."""
         dtype = _TF_DTYPE[self.type]
-        # tf.io.FixedLenFeature needs the feature in every Example unless it has a default:
-        # only required scalars (missing -> dead letter) and scalars with a default (missing
-        # -> default written) are always present; everything else may be absent.
-        unit = {"unit": self.unit} if self.unit is not None else {}
-        if not self.is_list and (self.required or self.default is not None):
-            return {"dtype": dtype, "kind": "fixed", "shape": [], "default": self.default, **unit}
+        # Required scalars (missing -> dead letter) and `missing: default` ones (the default is
+        # written) are in every Example; a `missing: mask` scalar may be absent, so it stays
+        # var_len for readers that predate "missing"; lists are var_len.
+        extra = {key: value for key, value in (("unit", self.unit), ("missing", self.missing))
+                 if value is not None}
+        if self.required or self.missing == "default":
+            return {"dtype": dtype, "kind": "fixed", "shape": [], "default": self.default, **extra}
         default = list(self.default) if self.default is not None else None
-        return {"dtype": dtype, "kind": "var_len", "default": default, "list": self.is_list, **unit}
+        return {"dtype": dtype, "kind": "var_len", "default": default, "list": self.is_list, **extra}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -382,6 +413,11 @@ class ConversionSpec:
         duplicates = sorted({n for n in names if names.count(n) > 1})
         if duplicates:
             raise SpecError(f"spec: features: duplicate feature names {duplicates}")
+        masks = {f.name + MASK_SUFFIX for f in self.features if f.missing == "mask"}
+        taken = sorted(masks & set(names))
+        if taken:
+            raise SpecError(f"spec: feature {taken[0]!r} is the name readers give the mask of "
+                            f"'missing: mask' feature {taken[0][:-len(MASK_SUFFIX)]!r}; rename one")
         if not self.features and not self.include_unlisted:
             raise SpecError("spec: 'features' is empty and 'include_unlisted' is false: "
                             "nothing would be converted")
@@ -492,15 +528,17 @@ class ConversionSpec:
     def to_feature_spec(self) -> dict[str, Any]:
         """The content of `DIR/feature_spec.json`.
 
-        {"version": 1, "features": {NAME: ENTRY, ...}} where ENTRY is either
+        {"version": 2, "features": {NAME: ENTRY, ...}} where ENTRY is either
           {"dtype": D, "kind": "fixed", "shape": [], "default": V}   # always present
           {"dtype": D, "kind": "var_len", "default": V-or-null}      # may be absent / a list
         D is "int64", "float32" or "string" (tf.as_dtype names). A fixed feature with
         "default": null is required (present in every Example). A var_len entry says whether
-        the feature is a list ("list"): an optional scalar and a list are both var_len. An
+        the feature is a list ("list"). An optional scalar names its "missing": "default"
+        (fixed, the default written) or "mask" (var_len on the wire; readers give a scalar and
+        `<name>/present`, see `transforms.reading.features`). An
         int64 read from durations names its "unit". The commit adds to each
         entry the "presence" counted in the records written (see `transforms.stats.presence`):
-        {"records": R, "of": N, "min_values": a, "max_values": b}.
+        {"records": R, "of": N, "min_values": a, "max_values": b}: counts, not shapes.
         With a `sequence:` section it is `SequenceSpec.feature_spec` instead.
         """
         if self.sequence is not None:

@@ -23,7 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 __all__ = ["Presence", "add_presence", "arrow_presence", "as_presence", "presence_entries",
-           "sum_presence", "with_presence"]
+           "with_presence"]
 
 #: One batch's presence: ((feature, records carrying it, min values, max values), ...).
 Presence = tuple[tuple[str, int, int, int], ...]
@@ -61,14 +61,6 @@ def add_presence(total: dict[str, list[int]], presence: Presence) -> None:
 def as_presence(total: Mapping[str, Sequence[int]]) -> Presence:
     """A total of `add_presence` as one batch's presence."""
     return tuple((name, *entry) for name, entry in total.items())
-
-
-def sum_presence(presences: Iterable[Presence]) -> Presence:
-    """Several batches' presence as one batch's."""
-    total: dict[str, list[int]] = {}
-    for presence in presences:
-        add_presence(total, presence)
-    return as_presence(total)
 
 
 def presence_entries(total: Mapping[str, Sequence[int]], written: int) -> dict[str, dict[str, int]]:

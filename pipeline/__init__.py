@@ -40,6 +40,7 @@ naming the lines to add or remove, when a module is missing here or listed but g
     ordered_pool.py     an ordered, bounded thread-pool map for the converters (Beam-free)
     output_files.py     which files in an output folder this tool wrote
     records.py          `RecordBatch`, `WorkUnit`, dead letters: what flows into the sink
+    resume.py           resuming an interrupted run: completion records of written work units
     shard_writers.py    the one write path: a unit's RecordBatches into its own temporary shards
     sink.py             `WriteToShardedTFRecord`, `ConvertAndWrite`, `Commit`: write then commit
     splits.py           stable assignment of records to splits by hashing a key

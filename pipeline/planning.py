@@ -118,13 +118,10 @@ def _plan_tabular(conv: ConvertOptions, input_path: str, output: str,
     _check_input_formats(units, conv.format, given)
     spec = resolve_spec(units, conv.format, given, sample_rows=conv.sample_rows)
     # After inference, which samples whole files from their start; the cut needs the CSV dialect.
-    # Four work units per process (or Dask worker thread) at least, so that none idles at
-    # the end of the run.
+    # Balanced for any parallelism alike: the units (and output bytes) never depend on it.
     processes = conv.converter_processes or default_threads()
-    slots = runner_threads or processes
     splitting = split_text_units(units, conv.format, spec.csv, conv.work_unit_bytes,
-                                 min_units=4 * slots if slots > 1 else 1,
-                                 cut_in_workers=cut_in_workers)
+                                 balance=True, cut_in_workers=cut_in_workers)
     units = list(splitting.units)
     config = TabularConfig(spec=spec, fmt=conv.format, batch_rows=conv.batch_rows,
                            threads=conv.converter_threads)

@@ -1,8 +1,13 @@
-"""Where a CSV/TSV or JSON Lines file can be cut into byte ranges that are read independently:
-`find_boundaries` scans a file once and returns exact record starts at or after target
-offsets, each with the data rows and lines before it; `RangeReader` reads one range;
-`count_range` counts one range on its own, in both states its start can be in (for cuts
-found in the workers: `transforms.tabular.range_cuts`).
+"""Cutting a CSV/TSV or JSON Lines file into byte ranges read independently, exactly with
+quoted newlines, in one formulation wherever it runs (the launcher's threads, the workers'
+tasks, a Beam step): the file is cut at fixed targets (`cut_targets`, a function of its size
+and the range count only); range k is read from its candidate start, the byte after the
+first LF at or after target k - 1, to the next range's (`scan_range`), and counted in both
+states that LF can leave (`count_range`): it ended a record outside quotes, or it lay inside
+a quoted field. Chaining the counts from the file's start (`cuts_of`) then says which
+candidates are record starts, with the data rows and lines before them; a candidate that is
+none (inside quotes, or in the CSV header) joins its range to the one before. The cut hence
+depends on the file's bytes and the targets alone, never on who computes it or how many.
 
 The contract is that of Beam's splittable text source: the range [start, end) holds the
 records that start in it, so cutting at record starts reads every record exactly once. A
@@ -13,46 +18,36 @@ their true `row` and `line`).
 CSV quoting follows Arrow's CSV parser, which the reader uses: a quote opens a quoted field
 only at the start of a field (after a delimiter or a line end, or at the file start); inside
 one a doubled quote is a quote and a single one closes it, after which the field goes on
-unquoted; anywhere else a quote is an ordinary byte. Whether a newline ends a record hence
-depends on every quote before it, so no range can find its start on its own: the scan runs
-sequentially over the file, but vectorised over runs of consecutive quotes. A run of k
-quotes (k odd) toggles the state when inside a quoted field or at a field start, and closes
-(or leaves unquoted) elsewhere; even runs change nothing. The state after each run is then a
-cumulative sum since the last "close". Blocks with no blank line and no carriage return take
-shorter paths: without a quote, plain `bytes` searches; where every odd quote run at an even
-position opens a field and no line end lies between it and the next (quoted fields without
-line ends, most CSV files), the line ends alone (2.5x faster than the general path).
+unquoted; anywhere else a quote is an ordinary byte. The count runs sequentially over a
+range, but vectorised over runs of consecutive quotes. A run of k quotes (k odd) toggles the
+state when inside a quoted field or at a field start, and closes (or leaves unquoted)
+elsewhere; even runs change nothing. The state after each run is then a cumulative sum since
+the last "close". Blocks with no blank line and no carriage return take shorter paths:
+without a quote, plain `bytes` searches; where every odd quote run at an even position opens
+a field and no line end lies between it and the next (quoted fields without line ends, most
+CSV files), the line ends alone (2.5x faster than the general path).
 
 Records as the readers count them: CSV rows are the records that are not empty lines
 (Arrow's `ignore_empty_lines`; LF, CRLF and a lone CR end a line), minus the header; JSON
 Lines rows are the lines holding more than whitespace. Beam-free and format-agnostic: the
 caller says the bytes (`TextDialect`), valid for UTF-8 and ASCII-compatible single-byte text.
-
-With `threads` > 1 the blocks are scanned speculatively in parallel (numpy releases the GIL):
-every block after the first is cut just after an LF, so it is scanned as if that LF ended a
-record outside quotes, with counts relative to its start. The exact state is then carried
-over the blocks in order: where the block before really ended that way (the common case)
-the block's result is shifted by the counts before it; where not (the LF was inside a quoted
-field, or a block held no LF), the block is scanned again from the exact state. The result is
-the sequential scan's, whatever the threads.
 """
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import io
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
 
 import numpy as np
 
-__all__ = ["BLOCK_BYTES", "Boundary", "RangeCount", "RangeReader", "Scan", "TextDialect",
-           "count_range", "find_boundaries"]
+__all__ = ["BLOCK_BYTES", "Boundary", "RangeCount", "RangeReader", "RangeScan", "Scan",
+           "TextDialect", "count_range", "cut_targets", "cuts_of", "scan_range",
+           "scan_ranges"]
 
-#: Bytes scanned at once (numpy works on one block; its position arrays scale with it).
-#: Measured on a 155 MB CSV: 2 MiB blocks scan as fast as 8 MiB ones (0.65 s on one thread,
-#: 0.42 s on two) with a quarter of the memory (16 and 44 MiB against 62 and 160 MiB).
+#: Bytes counted at once (numpy works on one block; its position arrays scale with it).
+#: Measured on a 155 MB CSV: 2 MiB blocks scan as fast as 8 MiB ones with a quarter of
+#: the memory.
 BLOCK_BYTES = 2 << 20
 
 _LF, _CR = 0x0A, 0x0D
@@ -104,12 +99,12 @@ class Boundary:
 
 @dataclasses.dataclass(frozen=True)
 class Scan:
-    """The outcome of `find_boundaries`.
+    """A file's cut (`cuts_of`).
 
     Attributes:
-      size: bytes read (the file's size).
-      boundaries: the first record start at or after each target, increasing, distinct,
-        inside the file (0 < offset < size), after the CSV header.
+      size: the file's size.
+      boundaries: the candidates that are record starts, increasing, distinct, inside the
+        file (0 < offset < size), after the CSV header.
       open_quote: the file ends inside a quoted field (the reader then dead-letters the
         lines the unclosed quote would swallow, which needs the whole file in one unit).
     """
@@ -150,71 +145,28 @@ class RangeReader(io.RawIOBase):
 
 
 class _Scanner:
-    """The sequential state of one scan: fed consecutive blocks that never end inside a run
+    """The sequential state of one count: fed consecutive blocks that never end inside a run
     of quotes or on a CR (so a block's quote runs and CRLFs are whole)."""
 
-    def __init__(self, dialect: TextDialect, targets: Sequence[int]):
+    def __init__(self, dialect: TextDialect, base: int = 0, quoted: bool = False):
+        """From the file's start (`base` 0), or from `base`, just after an LF that either ended
+        a record outside quotes (`quoted` False) or lay inside a quoted field (True: the
+        record it is part of goes on, and holds data). Counts start at 0."""
         self.dialect = dialect
-        self.targets = sorted(set(int(t) for t in targets if t > 0))
-        self.boundaries: list[Boundary] = []
-        self.quoted = False  # inside a quoted field at the current position
-        self.prev_byte: int | None = None  # the byte before the block (None: file start)
+        self.quoted = quoted  # inside a quoted field at the current position
+        self.prev_byte: int | None = _LF if base else None  # the byte before (None: file start)
         self.records = 0  # non-empty records (the CSV header included) ended so far
         self.lines = 0  # LF bytes so far
-        self.record_start = 0  # where the record being read started
-        self.pending_content = False  # that record holds data bytes before the block
+        self.record_start = base  # where the record being read started
+        self.pending_content = quoted  # that record holds data bytes before the block
+        #: (offset, records, lines) at the first record start after a record end, once a
+        #: non-empty record ended: where a range whose start is no record start begins.
+        self.first_start: tuple[int, int, int] | None = None
         self.bom_end = -1  # where a leading byte order mark ends
-
-    # ---- speculation (see the module docstring)
-    @property
-    def _header_records(self) -> int:
-        return 1 if self.dialect.kind == "csv" and self.dialect.header else 0
-
-    @classmethod
-    def speculating(cls, dialect: TextDialect, targets: Sequence[int], base: int) -> _Scanner:
-        """A scanner for the block at `base` that assumes the byte before it is an LF ending
-        a record outside quotes, after the header; its counts start there."""
-        scanner = cls(dialect, [t for t in targets if t > base])
-        scanner.prev_byte = _LF
-        scanner.record_start = base
-        scanner.records = scanner._header_records
-        return scanner
-
-    @classmethod
-    def resuming(cls, dialect: TextDialect, base: int, quoted: bool) -> _Scanner:
-        """A scanner for the bytes from `base`, just after an LF that either ended a record
-        outside quotes (`quoted` False: what `speculating` assumes) or lay inside a quoted
-        field (True: the record it is part of goes on, and holds data). No targets; its
-        counts start at 0."""
-        scanner = cls(dialect, [])
-        scanner.prev_byte = _LF
-        scanner.record_start = base
-        scanner.quoted = scanner.pending_content = quoted
-        return scanner
 
     def state(self) -> tuple:
         """What decides how the scanner reads the bytes to come (its counts aside)."""
         return self.quoted, self.prev_byte, self.record_start, self.pending_content
-
-    def continues_as_speculated(self, base: int) -> bool:
-        """Whether the exact state at `base` is the one `speculating` assumes, with no target
-        left over for the block at `base` to serve."""
-        return (not self.quoted and self.prev_byte == _LF and self.record_start == base
-                and not self.pending_content and self.records >= self._header_records
-                and not any(t <= base for t in self.targets))
-
-    def absorb(self, block: _Scanner) -> None:
-        """Takes over a speculating scanner's result for the next block, shifted by the
-        counts so far (valid when `continues_as_speculated`)."""
-        records, lines = self.records - block._header_records, self.lines
-        for boundary in block.boundaries:
-            self._add_boundary(boundary.offset,
-                               boundary.rows_before + self._header_records + records,
-                               boundary.lines_before + lines)
-        self.records = block.records + records
-        self.lines = block.lines + lines
-        self.quoted, self.prev_byte = block.quoted, block.prev_byte
-        self.record_start, self.pending_content = block.record_start, block.pending_content
 
     def feed(self, data: bytes, base: int) -> None:
         if base == 0 and self.dialect.bom and data.startswith(_BOM):
@@ -249,22 +201,12 @@ class _Scanner:
         return True
 
     def _count_lines(self, data: bytes, base: int, lf: np.ndarray | None = None) -> None:
-        """Boundaries and counts of a block whose every LF ends a record (`lf`: their
-        positions, when known)."""
-        for target in self._targets_within(base, len(data)):
-            start = max(target - 1 - base, 0)
-            if lf is None:
-                end = data.find(b"\n", start)
-                if end < 0:
-                    break
-                ended = data.count(b"\n", 0, end + 1)
-            else:
-                k = int(np.searchsorted(lf, start))
-                if k == len(lf):
-                    break
-                end, ended = int(lf[k]), k + 1
-            self._add_boundary(base + end + 1, self.records + ended, self.lines + ended)
+        """The counts of a block whose every LF ends a record (`lf`: their positions, when
+        known)."""
         ended = data.count(b"\n") if lf is None else len(lf)
+        if self.first_start is None and ended:
+            end = data.find(b"\n")
+            self.first_start = (base + end + 1, self.records + 1, self.lines + 1)
         self.records += ended
         self.lines += ended
         last = data.rfind(b"\n")
@@ -347,19 +289,12 @@ class _Scanner:
         if len(ends) and self.pending_content:
             nonempty[0] = True
         records_to = self.records + np.cumsum(nonempty)  # records ended up to each end
-        is_lf = arr[ends] == _LF
-        for target in self._targets_within(base, n):
-            # The first LF ending a record at or after target - 1 (after the header).
-            eligible = is_lf & (ends >= target - 1 - base)
-            if d.kind == "csv" and d.header:
-                eligible &= records_to >= 1
-            hits = np.flatnonzero(eligible)
-            if not len(hits):
-                break
-            k = int(hits[0])
-            end = int(ends[k])
-            lines = self.lines + int(np.searchsorted(lf, end, side="right"))
-            self._add_boundary(base + end + 1, int(records_to[k]), lines)
+        if self.first_start is None:
+            hits = np.flatnonzero((arr[ends] == _LF) & (records_to >= 1))
+            if len(hits):
+                end = int(ends[hits[0]])
+                self.first_start = (base + end + 1, int(records_to[hits[0]]),
+                                    self.lines + int(np.searchsorted(lf, end, side="right")))
         if len(ends):
             self.records = int(records_to[-1])
             last = int(ends[-1])
@@ -419,17 +354,6 @@ class _Scanner:
         run = np.searchsorted(run_start, positions, side="right") - 1
         return np.where(run >= 0, state[np.maximum(run, 0)], initial)
 
-    def _targets_within(self, base: int, n: int) -> list[int]:
-        """Targets a boundary of this block can serve (the rest wait for later blocks)."""
-        return [t for t in self.targets if t - 1 < base + n]
-
-    def _add_boundary(self, offset: int, records: int, lines: int) -> None:
-        if self.boundaries and self.boundaries[-1].offset >= offset:
-            return  # targets within one record share its boundary
-        rows = records - (1 if self.dialect.kind == "csv" and self.dialect.header else 0)
-        self.boundaries.append(Boundary(offset, rows, lines))
-        self.targets = [t for t in self.targets if t > offset]
-
 
 def _quote_free_cut(data: bytes, quote: int | None) -> int:
     """The end of `data` without a trailing run of quotes or a trailing CR (which the next
@@ -464,57 +388,6 @@ def _blocks(read: Callable[[int], bytes], quote: int | None,
             return
 
 
-def _speculate(dialect: TextDialect, targets: Sequence[int], data: bytes, base: int) -> _Scanner:
-    scanner = _Scanner.speculating(dialect, targets, base)
-    scanner.feed(data, base)
-    return scanner
-
-
-def find_boundaries(read: Callable[[int], bytes], targets: Sequence[int],
-                    dialect: TextDialect, block_bytes: int = BLOCK_BYTES,
-                    threads: int = 1) -> Scan:
-    """Scans a file (`read(n)` returns its next bytes, b"" at the end) for the first record
-    start at or after each target offset.
-
-    Targets beyond the last record start find nothing; targets falling in one record share
-    its boundary. Reads the whole file once, one block at a time; `threads` > 1 scans up to
-    that many blocks at once, speculatively (module docstring), holding at most twice as
-    many blocks in memory.
-    """
-    scanner = _Scanner(dialect, targets)
-    size = 0
-    if threads <= 1:
-        for base, data in _blocks(read, dialect.quote, block_bytes):
-            scanner.feed(data, base)
-            size = base + len(data)
-    else:
-        pending: collections.deque[tuple[int, bytes, Future | None]] = collections.deque()
-        all_targets = list(scanner.targets)
-
-        def settle(base: int, data: bytes, future: Future | None) -> None:
-            speculated = future.result() if future is not None else None
-            if speculated is not None and scanner.continues_as_speculated(base):
-                scanner.absorb(speculated)
-            else:
-                scanner.feed(data, base)
-
-        with ThreadPoolExecutor(threads) as pool:
-            for base, data in _blocks(read, dialect.quote, block_bytes):
-                future = (pool.submit(_speculate, dialect, all_targets, data, base)
-                          if base else None)
-                pending.append((base, data, future))
-                size = base + len(data)
-                while len(pending) > 2 * threads:
-                    settle(*pending.popleft())
-            while pending:
-                settle(*pending.popleft())
-    boundaries = tuple(b for b in scanner.boundaries if 0 < b.offset < size)
-    return Scan(size=size, boundaries=boundaries, open_quote=scanner.quoted)
-
-
-# ---- Counting a range on its own, for cuts found in the workers (`range_cuts`)
-
-
 @dataclasses.dataclass(frozen=True)
 class RangeCount:
     """What reading some bytes of a file found, given the state at their start.
@@ -523,11 +396,14 @@ class RangeCount:
       records: non-empty records ended in them (a CSV header among them included).
       lines: LF bytes in them.
       quoted_at_end: whether their end lies inside a quoted field.
+      first_start: (offset, records, lines) at the first record start after a record end
+        in them, once they ended a non-empty record (None: none).
     """
 
     records: int
     lines: int
     quoted_at_end: bool
+    first_start: tuple[int, int, int] | None = None
 
 
 def count_range(read: Callable[[int], bytes], start: int, dialect: TextDialect,
@@ -541,22 +417,133 @@ def count_range(read: Callable[[int], bytes], start: int, dialect: TextDialect,
     The two readings share everything after the first block at whose end their states agree
     (a quoted field closing, in most files within the first block), so the second costs
     about one block."""
-    outside = (_Scanner(dialect, []) if start == 0
-               else _Scanner.resuming(dialect, start, quoted=False))
+    outside = _Scanner(dialect, start)
     can_be_inside = start > 0 and dialect.kind == "csv" and dialect.quote is not None
-    inside = _Scanner.resuming(dialect, start, quoted=True) if can_be_inside else None
+    inside = _Scanner(dialect, start, quoted=True) if can_be_inside else None
     joined = None  # (outside's counts, inside's counts) where the two readings became one
     for base, data in _blocks(read, dialect.quote, block_bytes, base=start):
         outside.feed(data, base)
         if inside is not None and joined is None:
             inside.feed(data, base)
-            if inside.state() == outside.state():
+            if inside.state() == outside.state() and inside.first_start is not None:
                 joined = (outside.records, outside.lines), (inside.records, inside.lines)
-    counted = RangeCount(outside.records, outside.lines, outside.quoted)
+    counted = RangeCount(outside.records, outside.lines, outside.quoted, outside.first_start)
     if inside is None:
         return counted, None
     if joined is None:
-        return counted, RangeCount(inside.records, inside.lines, inside.quoted)
+        return counted, RangeCount(inside.records, inside.lines, inside.quoted, inside.first_start)
     (records_at, lines_at), (inside_records, inside_lines) = joined
     return counted, RangeCount(inside_records + outside.records - records_at,
-                               inside_lines + outside.lines - lines_at, outside.quoted)
+                               inside_lines + outside.lines - lines_at, outside.quoted,
+                               inside.first_start)
+
+
+@dataclasses.dataclass(frozen=True)
+class RangeScan:
+    """One range of a file cut in the workers, counted without knowing what comes before it.
+
+    A range k > 0 of a file cut at targets t_1 < t_2 < ... is read from `start`, the byte
+    after the first LF at or after t_k - 1 (its candidate record start), to `end`, the next
+    range's `start` (or the file's size). That LF either ended a record outside quotes or
+    lay inside a quoted field; `outside` and `inside` are the counts in either case. The
+    first range starts at 0 in the file's own initial state (`outside` only).
+
+    Attributes:
+      range: k, the range's position in its file.
+      start, end: the bytes counted.
+      outside: the counts when the LF before `start` ended a record (range 0: from the
+        file's start).
+      inside: the counts when it lay inside a quoted field; None where none can be (JSON
+        Lines, CSV without quoting, the first range).
+    """
+
+    range: int
+    start: int
+    end: int
+    outside: RangeCount
+    inside: RangeCount | None = None
+
+
+#: Bytes read at once looking for the LF after a cut target.
+_SEEK_BYTES = 64 << 10
+
+
+def _candidate_start(f, target: int, size: int) -> int:
+    """The byte after the first LF at or after `target` - 1 in the seekable file `f`
+    (`size`: there is none)."""
+    position = target - 1
+    f.seek(position)
+    while position < size:
+        chunk = f.read(min(_SEEK_BYTES, size - position))
+        if not chunk:
+            break
+        at = chunk.find(b"\n")
+        if at >= 0:
+            return position + at + 1
+        position += len(chunk)
+    return size
+
+
+def scan_range(f, k: int, cuts: Sequence[int], dialect: TextDialect,
+               block_bytes: int = BLOCK_BYTES) -> RangeScan:
+    """The `RangeScan` of range `k` of the seekable binary file `f`, cut at `cuts` (0, the
+    targets t_1 < ... < t_{n-1}, then the file's size): reads from its candidate record start
+    to the next range's, both found from the targets alone."""
+    size = cuts[-1]
+    start = 0 if k == 0 else _candidate_start(f, cuts[k], size)
+    end = size if k + 2 >= len(cuts) else max(_candidate_start(f, cuts[k + 1], size), start)
+    f.seek(start)  # finding `end` moved it (and RangeReader seeks only past 0)
+    outside, inside = count_range(RangeReader(f, start, end).read, start, dialect, block_bytes)
+    return RangeScan(k, start, end, outside, inside)
+
+
+def cuts_of(scans: Sequence[RangeScan], size: int, dialect: TextDialect
+            ) -> tuple[Scan, dict[int, int]]:
+    """The record starts of a file, chained from its start over its ranges' counts: (a
+    `Scan` of the file, {boundary offset: the range it starts}).
+
+    A range's candidate start is its boundary when the true state there is outside quotes
+    and the CSV header lies before it; otherwise its boundary is the first record start its
+    counts found after that (the first record start at or after its cut target, as a
+    sequential reading of the file finds it), and where they found none it joins the range
+    before. `scans` must be every range of the file, in any order.
+    """
+    ordered = sorted(scans, key=lambda scan: scan.range)
+    if [scan.range for scan in ordered] != list(range(len(ordered))):
+        raise ValueError(f"ranges {[scan.range for scan in ordered]} are not 0..{len(ordered) - 1}")
+    header = 1 if dialect.kind == "csv" and dialect.header else 0
+    records = lines = 0
+    quoted = False
+    boundaries: list[Boundary] = []
+    owners: dict[int, int] = {}
+    for scan in ordered:
+        counted = scan.inside if quoted else scan.outside
+        if counted is None:
+            raise ValueError(f"range {scan.range} was not counted inside a quoted field")
+        if scan.range:
+            found = (scan.start, 0, 0) if not quoted and records >= header else counted.first_start
+            if found is not None and found[0] < min(scan.end, size):  # else the next range's
+                boundaries.append(Boundary(found[0], records + found[1] - header, lines + found[2]))
+                owners[found[0]] = scan.range
+        records += counted.records
+        lines += counted.lines
+        quoted = counted.quoted_at_end
+    return Scan(size=size, boundaries=tuple(boundaries), open_quote=quoted), owners
+
+
+def cut_targets(size: int, count: int) -> list[int]:
+    """Evenly spread cut targets for `count` ranges of a file of `size` bytes."""
+    return [size * k // count for k in range(1, count)]
+
+
+def scan_ranges(scan: Scan) -> list[tuple[int, int, dict]]:
+    """(start, end, extra) of the byte ranges a scan's boundaries cut its file into, in file
+    order; extra holds the unit's `size`, `row_offset` and `line_offset`."""
+    ranges = []
+    start, rows, lines = 0, 0, 0
+    for boundary in (*scan.boundaries, None):
+        end = scan.size if boundary is None else boundary.offset
+        ranges.append((start, end, {"size": end - start, "row_offset": rows, "line_offset": lines}))
+        if boundary is not None:
+            start, rows, lines = boundary.offset, boundary.rows_before, boundary.lines_before
+    return ranges

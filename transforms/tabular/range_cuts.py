@@ -1,8 +1,10 @@
-"""Finding the record starts of large text files in the workers: `CutRangesInWorkers`.
+"""Making raw byte ranges of large text files exact: `CutRangesInWorkers`.
 
-On Dask, Dataflow and other distributed runners the launcher does not read the files it
-cuts (`split_text_units(..., cut_in_workers=True)`): it plans raw ranges at even byte
-targets, and this step, the first after the plan, makes them exact byte ranges:
+The planner cuts a large file at even byte targets into raw ranges
+(`split_units.split_text_units`); this step makes them exact byte ranges, with the
+formulation of `transforms.tabular.byte_ranges`, wherever it runs: on the launcher's
+threads before the run (`cut_now`: the local runner), as tasks of a Dask cluster before the
+run (`cut_now` too), or as the graph's first step on runners whose workers read the files:
 
     work units -> ScanRanges: each raw range counts its own bytes, in parallel, in both
                   states its candidate record start can be in (`scan_range`)
@@ -38,111 +40,17 @@ from apache_beam.io.filesystems import FileSystems
 
 from transforms.records import WorkUnit
 from transforms.tabular.byte_ranges import (
-    BLOCK_BYTES,
-    Boundary,
-    RangeCount,
-    RangeReader,
-    Scan,
+    RangeScan,
     TextDialect,
-    count_range,
+    cut_targets,
+    cuts_of,
+    scan_range,
+    scan_ranges,
 )
-from transforms.tabular.split_units import cut_targets, scan_ranges
 
-__all__ = ["CutRangesInWorkers", "RangeScan", "cuts_of", "scan_range"]
+__all__ = ["CutRangesInWorkers", "cut_now"]
 
 _LOG = logging.getLogger(__name__)
-
-
-@dataclasses.dataclass(frozen=True)
-class RangeScan:
-    """One range of a file cut in the workers, counted without knowing what comes before it.
-
-    A range k > 0 of a file cut at targets t_1 < t_2 < ... is read from `start`, the byte
-    after the first LF at or after t_k - 1 (its candidate record start), to `end`, the next
-    range's `start` (or the file's size). That LF either ended a record outside quotes or
-    lay inside a quoted field; `outside` and `inside` are the counts in either case. The
-    first range starts at 0 in the file's own initial state (`outside` only).
-
-    Attributes:
-      range: k, the range's position in its file.
-      start, end: the bytes counted.
-      outside: the counts when the LF before `start` ended a record (range 0: from the
-        file's start).
-      inside: the counts when it lay inside a quoted field; None where none can be (JSON
-        Lines, CSV without quoting, the first range).
-    """
-
-    range: int
-    start: int
-    end: int
-    outside: RangeCount
-    inside: RangeCount | None = None
-
-
-#: Bytes read at once looking for the LF after a cut target.
-_SEEK_BYTES = 64 << 10
-
-
-def _candidate_start(f, target: int, size: int) -> int:
-    """The byte after the first LF at or after `target` - 1 in the seekable file `f`
-    (`size`: there is none)."""
-    position = target - 1
-    f.seek(position)
-    while position < size:
-        chunk = f.read(min(_SEEK_BYTES, size - position))
-        if not chunk:
-            break
-        at = chunk.find(b"\n")
-        if at >= 0:
-            return position + at + 1
-        position += len(chunk)
-    return size
-
-
-def scan_range(f, k: int, cuts: Sequence[int], dialect: TextDialect,
-               block_bytes: int = BLOCK_BYTES) -> RangeScan:
-    """The `RangeScan` of range `k` of the seekable binary file `f`, cut at `cuts` (0, the
-    targets t_1 < ... < t_{n-1}, then the file's size): reads from its candidate record start
-    to the next range's, both found from the targets alone."""
-    size = cuts[-1]
-    start = 0 if k == 0 else _candidate_start(f, cuts[k], size)
-    end = size if k + 2 >= len(cuts) else max(_candidate_start(f, cuts[k + 1], size), start)
-    f.seek(start)  # finding `end` moved it (and RangeReader seeks only past 0)
-    outside, inside = count_range(RangeReader(f, start, end).read, start, dialect, block_bytes)
-    return RangeScan(k, start, end, outside, inside)
-
-
-def cuts_of(scans: Sequence[RangeScan], size: int, dialect: TextDialect
-            ) -> tuple[Scan, dict[int, int]]:
-    """The exact record starts among the ranges' candidates, chained from the file's start:
-    (a `Scan` of the file whose boundaries are those starts, {boundary offset: the range
-    whose candidate it is}).
-
-    A candidate is a boundary when the true state there is outside quotes and the CSV
-    header lies before it; otherwise its range joins the one before (fewer, longer ranges:
-    the cut is only ever coarser than `find_boundaries`', never wrong). `scans` must be
-    every range of the file, in any order.
-    """
-    ordered = sorted(scans, key=lambda scan: scan.range)
-    if [scan.range for scan in ordered] != list(range(len(ordered))):
-        raise ValueError(f"ranges {[scan.range for scan in ordered]} are not 0..{len(ordered) - 1}")
-    header = 1 if dialect.kind == "csv" and dialect.header else 0
-    records = lines = 0
-    quoted = False
-    boundaries: list[Boundary] = []
-    owners: dict[int, int] = {}
-    for scan in ordered:
-        if (scan.range and not quoted and records >= header and 0 < scan.start < size
-                and (not boundaries or boundaries[-1].offset < scan.start)):
-            boundaries.append(Boundary(scan.start, records - header, lines))
-            owners[scan.start] = scan.range
-        counted = scan.inside if quoted else scan.outside
-        if counted is None:
-            raise ValueError(f"range {scan.range} was not counted inside a quoted field")
-        records += counted.records
-        lines += counted.lines
-        quoted = counted.quoted_at_end
-    return Scan(size=size, boundaries=tuple(boundaries), open_quote=quoted), owners
 
 
 def _cut_of(unit: WorkUnit) -> dict | None:
@@ -208,7 +116,6 @@ def _placed_unit(unit: WorkUnit, placements: _Placements) -> WorkUnit | None:
     if placed is None:  # read whole, as its first range
         if k != 0:
             return None
-        _LOG.warning("%s: read whole, as one unit: %s", unit.path, why)
         return dataclasses.replace(unit, start=None, end=None,
                                    extra={**kept, "size": int(cut["file_size"])})
     if k not in placed:
@@ -244,6 +151,9 @@ class _PlaceRange(beam.DoFn):
             self._placements = _placements(scans, self._dialect)
         placed = _placed_unit(unit, self._placements or {})
         if placed is not None:
+            if placed.start is None and placed is not unit:
+                _LOG.warning("%s: read whole, as one unit: %s", unit.path,
+                             self._placements[unit.path][1])
             yield placed
 
 
@@ -263,11 +173,23 @@ class CutRangesInWorkers(beam.PTransform):
     def cut_now(self, units: Sequence[WorkUnit],
                 map_scans: Callable[[Callable[[WorkUnit], Any], list[WorkUnit]], list]
                 ) -> list[WorkUnit]:
-        """The same cut outside a pipeline: what `expand` gives for `units`, in plan order,
-        the raw ranges' scans run by `map_scans(fn, raw_ranges)` (e.g. a Dask client's
-        map, so that the workers read the files and the caller gets one small summary per
-        range), the placing done here."""
-        raw = [unit for unit in units if _cut_of(unit) is not None]
-        scans = list(map_scans(functools.partial(_scan_unit, dialect=self._dialect), raw))
-        placements = _placements(scans, self._dialect)
-        return [placed for unit in units if (placed := _placed_unit(unit, placements)) is not None]
+        """The same cut outside a pipeline (`cut_now`), each file read whole named in a
+        warning."""
+        cut, whole = cut_now(units, self._dialect, map_scans)
+        for path, why in whole.items():
+            _LOG.warning("%s: read whole, as one unit: %s", path, why)
+        return cut
+
+
+def cut_now(units: Sequence[WorkUnit], dialect: TextDialect,
+            map_scans: Callable[[Callable[[WorkUnit], Any], list[WorkUnit]], list]
+            ) -> tuple[list[WorkUnit], dict[str, str]]:
+    """What `CutRangesInWorkers` gives for `units`, outside a pipeline, in plan order, the raw
+    ranges' scans run by `map_scans(fn, raw_ranges)` (a thread pool's map on the launcher, a
+    Dask client's map, so that the workers read the files and the caller gets one small
+    summary per range), the placing done here; and {path: why it is read whole}."""
+    raw = [unit for unit in units if _cut_of(unit) is not None]
+    scans = list(map_scans(functools.partial(_scan_unit, dialect=dialect), raw))
+    placements = _placements(scans, dialect)
+    whole = {path: why for path, (placed, why) in placements.items() if placed is None}
+    return [placed for unit in units if (placed := _placed_unit(unit, placements)) is not None], whole

@@ -20,7 +20,15 @@ from tests.helpers import in_memory_args
 from transforms.manifest import read_manifest
 from transforms.records import WorkUnit, batch_key
 from transforms.tabular import byte_ranges
-from transforms.tabular.byte_ranges import TextDialect, count_range, cuts_of, scan_range, scan_ranges
+from transforms.tabular.byte_ranges import (
+    TextDialect,
+    count_range,
+    cuts_of,
+    last_record_end,
+    open_quote_start,
+    scan_range,
+    scan_ranges,
+)
 from transforms.tabular.plan import plan_tabular
 from transforms.tabular.read import read_chunks
 from transforms.tabular.spec import ConversionSpec, CsvOptions
@@ -230,6 +238,29 @@ def test_boundaries_agree_with_a_byte_by_byte_reading():
                                                     header), (seed, data, targets)
         whole, _ = count_range(io.BytesIO(data).read, 0, dialect, block_bytes=64)
         assert scan.open_quote == whole.quoted_at_end, (seed, data)
+
+
+def test_a_block_is_cut_where_its_last_record_ends_and_an_open_quote_where_its_record_starts():
+    """The CSV reader's block cuts (`last_record_end`, from a block's tail where it can) are
+    true record starts, none earlier than the block's last LF that ends a record; a file's
+    last block ending inside quotes is known with the start of the record left open."""
+    dialect = TextDialect("csv", quote=0x22, delimiter=0x2C)
+    for seed in range(3000):
+        rng = random.Random(seed)
+        data, _ = byte_soup(rng, 0, 120)
+        data = data.removeprefix(b"\xef\xbb\xbf") * rng.choice([1, 1, 20])  # long: the tail path
+        after_lf = _reference_record_starts(data, header=False)
+        every = {0, *after_lf, *_reference_record_starts(data.replace(b"\r", b"\n"), False)}
+        cut = last_record_end(data, dialect)
+        end = len(data.rstrip(b'\r"'))
+        assert cut == 0 or cut in every, (seed, data, cut)
+        assert cut >= max([s for s in after_lf if s <= end], default=0), (seed, data, cut)
+        whole, _ = count_range(io.BytesIO(data).read, 0, dialect)
+        opened = open_quote_start(data, dialect)
+        assert (opened is not None) == whole.quoted_at_end, (seed, data)
+        if opened is not None:
+            assert opened in every, (seed, data, opened)
+            assert max([s for s in after_lf if s <= len(data)], default=0) <= opened
 
 
 def _quoted_csv(rng: random.Random, rows: int, line_ends_in_quotes: bool, literal_quote: bool

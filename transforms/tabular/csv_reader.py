@@ -276,14 +276,14 @@ def csv_chunks(unit: WorkUnit, fmt: str, spec: ConversionSpec, batch_rows: int) 
                 pending, block_bytes = block, block_bytes * 2
                 continue
             pending = block[cut:]
-            yield from reading.chunk(block[:cut])
+            yield from reading.chunk(block, cut)
         if not block:
             return
         opened = open_quote_start(block, dialect) if quote else None
         if opened is None:
-            yield from reading.chunk(block)
+            yield from reading.chunk(block, len(block))
             return
-        yield from reading.chunk(block[:opened])
+        yield from reading.chunk(block, opened)
         yield reading.unterminated(block[opened:], quote)
 
 
@@ -300,16 +300,18 @@ class _Reading:
         self.lines = 0  # line breaks in the blocks read
         self.chunks = 0
 
-    def chunk(self, block: bytes) -> Iterator[Chunk]:
-        """The chunk of one block of whole records (none for a block without data rows)."""
-        if not block:
+    def chunk(self, block: bytes, end: int) -> Iterator[Chunk]:
+        """The chunk of the whole records `block[:end]` (none for a block without data rows)."""
+        if not end:
             return
         options, delimiter = self.spec.csv, self.spec.csv.delimiter_for(self.fmt)
-        self.lines += int(np.count_nonzero(np.frombuffer(block, np.uint8) == 0x0A))
-        if b"\r" in block:  # lone CRs end lines too
-            self.lines += block.count(b"\r") - block.count(b"\r\n")
+        self.lines += int(np.count_nonzero(np.frombuffer(block, np.uint8, end) == 0x0A))
+        if block.find(b"\r", 0, end) >= 0:  # lone CRs end lines too
+            self.lines += block.count(b"\r", 0, end) - block.count(b"\r\n", 0, end)
+        data = pa.py_buffer(block).slice(0, end)  # no copy
         if block.startswith(b"\xef\xbb\xbf") and not self.header:
-            block = b"\n" + block  # Arrow drops a byte order mark opening its input: here text
+            # Arrow drops a byte order mark opening its input: here it is text.
+            data = pa.py_buffer(b"\n" + block[:end])
         ragged: list[tuple[int, str]] = []
 
         def on_invalid_row(row) -> str:
@@ -318,9 +320,9 @@ class _Reading:
 
         header_rows = int(self.header)
         table = pacsv.read_csv(
-            pa.py_buffer(block),
+            data,
             read_options=pacsv.ReadOptions(
-                use_threads=False, block_size=len(block) + 1,
+                use_threads=False, block_size=data.size + 1,
                 column_names=None if header_rows else self.file_names),
             parse_options=_parse_options(self.spec, self.fmt, on_invalid_row),
             convert_options=pacsv.ConvertOptions(
@@ -344,7 +346,8 @@ class _Reading:
         numbers = np.arange(1, n + len(failures) + 1)
         if failures:
             numbers = np.setdiff1d(numbers, [number - header_rows for number, _ in ragged])
-        columns = dict(zip(self.names, (c.combine_chunks() for c in table.columns), strict=True))
+        columns = dict(zip(self.names, (c.chunk(0) if c.num_chunks == 1 else c.combine_chunks()
+                                        for c in table.columns), strict=True))
         escapes = self.stream.escapes
         yield Chunk(
             index=self.chunks, mode="text", num_rows=n, columns=columns,

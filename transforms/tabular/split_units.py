@@ -60,10 +60,6 @@ BALANCE_UNITS = 8
 #: reader's start) shows, and the launcher's scan would cost more than it saves.
 MIN_RANGE_BYTES = 8 << 20
 
-#: Ranges counted at once on the launcher at least (the count is mostly I/O on remote
-#: filesystems; numpy releases the GIL on local ones).
-_SCAN_THREADS = 4
-
 #: Files the plan summary names one by one.
 _LISTED_FILES = 50
 
@@ -238,7 +234,7 @@ def split_text_units(units: Sequence[WorkUnit], fmt: str, csv: CsvOptions | None
                                            extra={**(unit.extra or {}), **extra}))
     if cut_in_workers or not any(f.cut_in_workers for f in files):
         return SplitPlan(tuple(out), tuple(files), work_unit_bytes, balance_bytes, dialect)
-    with ThreadPoolExecutor(max(default_threads(), _SCAN_THREADS)) as pool:
+    with ThreadPoolExecutor(default_threads()) as pool:  # numpy releases the GIL
         cut, whole = cut_now(out, dialect, lambda fn, raw: list(pool.map(fn, raw)))
     release_freed_memory()  # the counts' blocks, before converters fork (see allocator)
     ranges_of = collections.Counter(unit.path for unit in cut)

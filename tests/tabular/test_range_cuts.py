@@ -25,9 +25,9 @@ from tests.tabular.test_splittable import (
 )
 from transforms.records import WorkUnit
 from transforms.tabular import byte_ranges, split_units
-from transforms.tabular.byte_ranges import TextDialect, count_range, cuts_of, scan_range
+from transforms.tabular.byte_ranges import TextDialect, count_range
 from transforms.tabular.plan import plan_tabular
-from transforms.tabular.range_cuts import CutRangesInWorkers
+from transforms.tabular.range_cuts import CutRangesInWorkers, cuts_of, scan_range
 from transforms.tabular.split_units import split_text_units, text_dialect
 
 CSV = TextDialect("csv", quote=0x22, delimiter=0x2C, header=True, bom=True)

@@ -20,16 +20,9 @@ from tests.helpers import in_memory_args
 from transforms.manifest import read_manifest
 from transforms.records import WorkUnit, batch_key
 from transforms.tabular import byte_ranges
-from transforms.tabular.byte_ranges import (
-    TextDialect,
-    count_range,
-    cuts_of,
-    last_record_end,
-    open_quote_start,
-    scan_range,
-    scan_ranges,
-)
+from transforms.tabular.byte_ranges import TextDialect, count_range, last_record_end, open_quote_start
 from transforms.tabular.plan import plan_tabular
+from transforms.tabular.range_cuts import cuts_of, scan_range, scan_ranges
 from transforms.tabular.read import read_chunks
 from transforms.tabular.spec import ConversionSpec, CsvOptions
 from transforms.tabular.split_units import (

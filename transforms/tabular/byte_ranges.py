@@ -1,13 +1,12 @@
-"""Cutting a CSV/TSV or JSON Lines file into byte ranges read independently, exactly with
-quoted newlines, in one formulation wherever it runs (the launcher's threads, the workers'
-tasks, a Beam step): the file is cut at fixed targets (`cut_targets`, a function of its size
-and the range count only); range k is read from its candidate start, the byte after the
-first LF at or after target k - 1, to the next range's (`scan_range`), and counted in both
-states that LF can leave (`count_range`): it ended a record outside quotes, or it lay inside
-a quoted field. Chaining the counts from the file's start (`cuts_of`) then says which
-candidates are record starts, with the data rows and lines before them; a candidate that is
-none (inside quotes, or in the CSV header) joins its range to the one before. The cut hence
-depends on the file's bytes and the targets alone, never on who computes it or how many.
+"""Where a CSV/TSV or JSON Lines file's records start, exactly with quoted newlines: the
+counting behind the one formulation of a text file's cut (`transforms.tabular.range_cuts`,
+wherever it runs: the launcher's threads, the workers' tasks, a Beam step). The file is cut
+at fixed targets; each range, from the byte after an LF, is counted in both states that LF
+can leave (`count_range`): it ended a record outside quotes, or it lay inside a quoted field;
+the chain of the counts from the file's start says which state is true, hence where each
+range's first record starts, with the data rows and lines before it. The CSV reader cuts
+its blocks where their last record ends the same way (`last_record_end`), and finds a file
+ending inside a quoted field from its last block (`open_quote_start`).
 
 The contract is that of Beam's splittable text source: the range [start, end) holds the
 records that start in it, so cutting at record starts reads every record exactly once. A
@@ -37,13 +36,12 @@ from __future__ import annotations
 
 import dataclasses
 import io
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 
 import numpy as np
 
-__all__ = ["BLOCK_BYTES", "Boundary", "RangeCount", "RangeReader", "RangeScan", "Scan",
-           "TextDialect", "count_range", "cut_targets", "cuts_of", "scan_range",
-           "last_record_end", "open_quote_start", "scan_ranges"]
+__all__ = ["BLOCK_BYTES", "Boundary", "RangeCount", "RangeReader", "Scan", "TextDialect",
+           "count_range", "last_record_end", "open_quote_start"]
 
 #: Bytes counted at once (numpy works on one block; its position arrays scale with it).
 #: Measured on a 155 MB CSV: 2 MiB blocks scan as fast as 8 MiB ones with a quarter of
@@ -441,117 +439,6 @@ def count_range(read: Callable[[int], bytes], start: int, dialect: TextDialect,
     return counted, RangeCount(inside_records + outside.records - records_at,
                                inside_lines + outside.lines - lines_at, outside.quoted,
                                inside.first_start)
-
-
-@dataclasses.dataclass(frozen=True)
-class RangeScan:
-    """One range of a file cut in the workers, counted without knowing what comes before it.
-
-    A range k > 0 of a file cut at targets t_1 < t_2 < ... is read from `start`, the byte
-    after the first LF at or after t_k - 1 (its candidate record start), to `end`, the next
-    range's `start` (or the file's size). That LF either ended a record outside quotes or
-    lay inside a quoted field; `outside` and `inside` are the counts in either case. The
-    first range starts at 0 in the file's own initial state (`outside` only).
-
-    Attributes:
-      range: k, the range's position in its file.
-      start, end: the bytes counted.
-      outside: the counts when the LF before `start` ended a record (range 0: from the
-        file's start).
-      inside: the counts when it lay inside a quoted field; None where none can be (JSON
-        Lines, CSV without quoting, the first range).
-    """
-
-    range: int
-    start: int
-    end: int
-    outside: RangeCount
-    inside: RangeCount | None = None
-
-
-#: Bytes read at once looking for the LF after a cut target.
-_SEEK_BYTES = 64 << 10
-
-
-def _candidate_start(f, target: int, size: int) -> int:
-    """The byte after the first LF at or after `target` - 1 in the seekable file `f`
-    (`size`: there is none)."""
-    position = target - 1
-    f.seek(position)
-    while position < size:
-        chunk = f.read(min(_SEEK_BYTES, size - position))
-        if not chunk:
-            break
-        at = chunk.find(b"\n")
-        if at >= 0:
-            return position + at + 1
-        position += len(chunk)
-    return size
-
-
-def scan_range(f, k: int, cuts: Sequence[int], dialect: TextDialect,
-               block_bytes: int = BLOCK_BYTES) -> RangeScan:
-    """The `RangeScan` of range `k` of the seekable binary file `f`, cut at `cuts` (0, the
-    targets t_1 < ... < t_{n-1}, then the file's size): reads from its candidate record start
-    to the next range's, both found from the targets alone."""
-    size = cuts[-1]
-    start = 0 if k == 0 else _candidate_start(f, cuts[k], size)
-    end = size if k + 2 >= len(cuts) else max(_candidate_start(f, cuts[k + 1], size), start)
-    f.seek(start)  # finding `end` moved it (and RangeReader seeks only past 0)
-    outside, inside = count_range(RangeReader(f, start, end).read, start, dialect, block_bytes)
-    return RangeScan(k, start, end, outside, inside)
-
-
-def cuts_of(scans: Sequence[RangeScan], size: int, dialect: TextDialect
-            ) -> tuple[Scan, dict[int, int]]:
-    """The record starts of a file, chained from its start over its ranges' counts: (a
-    `Scan` of the file, {boundary offset: the range it starts}).
-
-    A range's candidate start is its boundary when the true state there is outside quotes
-    and the CSV header lies before it; otherwise its boundary is the first record start its
-    counts found after that (the first record start at or after its cut target, as a
-    sequential reading of the file finds it), and where they found none it joins the range
-    before. `scans` must be every range of the file, in any order.
-    """
-    ordered = sorted(scans, key=lambda scan: scan.range)
-    if [scan.range for scan in ordered] != list(range(len(ordered))):
-        raise ValueError(f"ranges {[scan.range for scan in ordered]} are not 0..{len(ordered) - 1}")
-    header = 1 if dialect.kind == "csv" and dialect.header else 0
-    records = lines = 0
-    quoted = False
-    boundaries: list[Boundary] = []
-    owners: dict[int, int] = {}
-    for scan in ordered:
-        counted = scan.inside if quoted else scan.outside
-        if counted is None:
-            raise ValueError(f"range {scan.range} was not counted inside a quoted field")
-        if scan.range:
-            found = (scan.start, 0, 0) if not quoted and records >= header else counted.first_start
-            if found is not None and found[0] < min(scan.end, size):  # else the next range's
-                boundaries.append(Boundary(found[0], records + found[1] - header, lines + found[2]))
-                owners[found[0]] = scan.range
-        records += counted.records
-        lines += counted.lines
-        quoted = counted.quoted_at_end
-    return Scan(size=size, boundaries=tuple(boundaries), open_quote=quoted), owners
-
-
-def cut_targets(size: int, count: int) -> list[int]:
-    """Evenly spread cut targets for `count` ranges of a file of `size` bytes."""
-    return [size * k // count for k in range(1, count)]
-
-
-def scan_ranges(scan: Scan) -> list[tuple[int, int, dict]]:
-    """(start, end, extra) of the byte ranges a scan's boundaries cut its file into, in file
-    order; extra holds the unit's `size`, `row_offset` and `line_offset`."""
-    ranges = []
-    start, rows, lines = 0, 0, 0
-    for boundary in (*scan.boundaries, None):
-        end = scan.size if boundary is None else boundary.offset
-        ranges.append((start, end, {"size": end - start, "row_offset": rows, "line_offset": lines}))
-        if boundary is not None:
-            start, rows, lines = boundary.offset, boundary.rows_before, boundary.lines_before
-    return ranges
 
 
 #: The tails of a block whose two readings may find where the block's last record ends, in

@@ -1,10 +1,15 @@
-"""Making raw byte ranges of large text files exact: `CutRangesInWorkers`.
+"""Making raw byte ranges of large text files exact, in one formulation wherever it runs:
+`cut_now`, `CutRangesInWorkers`.
 
-The planner cuts a large file at even byte targets into raw ranges
-(`split_units.split_text_units`); this step makes them exact byte ranges, with the
-formulation of `transforms.tabular.byte_ranges`, wherever it runs: on the launcher's
-threads before the run (`cut_now`: the local runner), as tasks of a Dask cluster before the
-run (`cut_now` too), or as the graph's first step on runners whose workers read the files:
+The planner cuts a large file at even byte targets (`cut_targets`: a function of its size
+and range count only) into raw ranges (`split_units.split_text_units`). Range k is read from
+its candidate start, the byte after the first LF at or after target k - 1, to the next
+range's (`scan_range`), and counted in both quote states its start can be in
+(`byte_ranges.count_range`); the chain of counts (`cuts_of`) then makes the raw ranges exact
+byte ranges starting at the first record start at or after each target. So the cut depends
+on the file's bytes and the targets alone: on the launcher's threads before the run
+(`cut_now`: the local runner), as tasks of a Dask cluster before the run (`cut_now` too), or
+as the graph's first step on runners whose workers read the files:
 
     work units -> ScanRanges: each raw range counts its own bytes, in parallel, in both
                   states its candidate record start can be in (`scan_range`)
@@ -13,8 +18,8 @@ run (`cut_now` too), or as the graph's first step on runners whose workers read 
                   and becomes [record start, next record start) with its row and line
                   offsets, as if the launcher had scanned the file
 
-A candidate start that is not a record start (inside a quoted field, or in the CSV header)
-joins its range to the one before: the raw range yields no unit. A file that ends inside a
+A range in which no record starts (one record spans it) joins the one before: the raw range
+yields no unit. A file that ends inside a
 quoted field, or that could not be read, becomes one unit (its first range's index) that
 the converter reads whole, as on the launcher (a warning names it). Units that are not raw
 ranges pass unchanged. The side input is one small record per raw range, never data.
@@ -40,17 +45,130 @@ from apache_beam.io.filesystems import FileSystems
 
 from transforms.records import WorkUnit
 from transforms.tabular.byte_ranges import (
-    RangeScan,
+    BLOCK_BYTES,
+    Boundary,
+    RangeCount,
+    RangeReader,
+    Scan,
     TextDialect,
-    cut_targets,
-    cuts_of,
-    scan_range,
-    scan_ranges,
+    count_range,
 )
 
-__all__ = ["CutRangesInWorkers", "cut_now"]
+__all__ = ["CutRangesInWorkers", "RangeScan", "cut_now", "cut_targets", "cuts_of", "scan_range",
+           "scan_ranges"]
 
 _LOG = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class RangeScan:
+    """One range of a file cut in the workers, counted without knowing what comes before it.
+
+    A range k > 0 of a file cut at targets t_1 < t_2 < ... is read from `start`, the byte
+    after the first LF at or after t_k - 1 (its candidate record start), to `end`, the next
+    range's `start` (or the file's size). That LF either ended a record outside quotes or
+    lay inside a quoted field; `outside` and `inside` are the counts in either case. The
+    first range starts at 0 in the file's own initial state (`outside` only).
+
+    Attributes:
+      range: k, the range's position in its file.
+      start, end: the bytes counted.
+      outside: the counts when the LF before `start` ended a record (range 0: from the
+        file's start).
+      inside: the counts when it lay inside a quoted field; None where none can be (JSON
+        Lines, CSV without quoting, the first range).
+    """
+
+    range: int
+    start: int
+    end: int
+    outside: RangeCount
+    inside: RangeCount | None = None
+
+
+#: Bytes read at once looking for the LF after a cut target.
+_SEEK_BYTES = 64 << 10
+
+
+def _candidate_start(f, target: int, size: int) -> int:
+    """The byte after the first LF at or after `target` - 1 in the seekable file `f`
+    (`size`: there is none)."""
+    position = target - 1
+    f.seek(position)
+    while position < size:
+        chunk = f.read(min(_SEEK_BYTES, size - position))
+        if not chunk:
+            break
+        at = chunk.find(b"\n")
+        if at >= 0:
+            return position + at + 1
+        position += len(chunk)
+    return size
+
+
+def scan_range(f, k: int, cuts: Sequence[int], dialect: TextDialect,
+               block_bytes: int = BLOCK_BYTES) -> RangeScan:
+    """The `RangeScan` of range `k` of the seekable binary file `f`, cut at `cuts` (0, the
+    targets t_1 < ... < t_{n-1}, then the file's size): reads from its candidate record start
+    to the next range's, both found from the targets alone."""
+    size = cuts[-1]
+    start = 0 if k == 0 else _candidate_start(f, cuts[k], size)
+    end = size if k + 2 >= len(cuts) else max(_candidate_start(f, cuts[k + 1], size), start)
+    f.seek(start)  # finding `end` moved it (and RangeReader seeks only past 0)
+    outside, inside = count_range(RangeReader(f, start, end).read, start, dialect, block_bytes)
+    return RangeScan(k, start, end, outside, inside)
+
+
+def cuts_of(scans: Sequence[RangeScan], size: int, dialect: TextDialect
+            ) -> tuple[Scan, dict[int, int]]:
+    """The record starts of a file, chained from its start over its ranges' counts: (a
+    `Scan` of the file, {boundary offset: the range it starts}).
+
+    A range's candidate start is its boundary when the true state there is outside quotes
+    and the CSV header lies before it; otherwise its boundary is the first record start its
+    counts found after that (the first record start at or after its cut target, as a
+    sequential reading of the file finds it), and where they found none it joins the range
+    before. `scans` must be every range of the file, in any order.
+    """
+    ordered = sorted(scans, key=lambda scan: scan.range)
+    if [scan.range for scan in ordered] != list(range(len(ordered))):
+        raise ValueError(f"ranges {[scan.range for scan in ordered]} are not 0..{len(ordered) - 1}")
+    header = 1 if dialect.kind == "csv" and dialect.header else 0
+    records = lines = 0
+    quoted = False
+    boundaries: list[Boundary] = []
+    owners: dict[int, int] = {}
+    for scan in ordered:
+        counted = scan.inside if quoted else scan.outside
+        if counted is None:
+            raise ValueError(f"range {scan.range} was not counted inside a quoted field")
+        if scan.range:
+            found = (scan.start, 0, 0) if not quoted and records >= header else counted.first_start
+            if found is not None and found[0] < min(scan.end, size):  # else the next range's
+                boundaries.append(Boundary(found[0], records + found[1] - header, lines + found[2]))
+                owners[found[0]] = scan.range
+        records += counted.records
+        lines += counted.lines
+        quoted = counted.quoted_at_end
+    return Scan(size=size, boundaries=tuple(boundaries), open_quote=quoted), owners
+
+
+def cut_targets(size: int, count: int) -> list[int]:
+    """Evenly spread cut targets for `count` ranges of a file of `size` bytes."""
+    return [size * k // count for k in range(1, count)]
+
+
+def scan_ranges(scan: Scan) -> list[tuple[int, int, dict]]:
+    """(start, end, extra) of the byte ranges a scan's boundaries cut its file into, in file
+    order; extra holds the unit's `size`, `row_offset` and `line_offset`."""
+    ranges = []
+    start, rows, lines = 0, 0, 0
+    for boundary in (*scan.boundaries, None):
+        end = scan.size if boundary is None else boundary.offset
+        ranges.append((start, end, {"size": end - start, "row_offset": rows, "line_offset": lines}))
+        if boundary is not None:
+            start, rows, lines = boundary.offset, boundary.rows_before, boundary.lines_before
+    return ranges
 
 
 def _cut_of(unit: WorkUnit) -> dict | None:

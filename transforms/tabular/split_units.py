@@ -44,8 +44,8 @@ from apache_beam.io.filesystem import CompressionTypes
 from transforms.allocator import release_freed_memory
 from transforms.ordered_pool import default_threads
 from transforms.records import WorkUnit
-from transforms.tabular.byte_ranges import TextDialect, cut_targets
-from transforms.tabular.range_cuts import cut_now
+from transforms.tabular.byte_ranges import TextDialect
+from transforms.tabular.range_cuts import cut_now, cut_targets
 from transforms.tabular.spec import CsvOptions
 
 __all__ = ["BALANCE_UNITS", "DEFAULT_WORK_UNIT_BYTES", "MIN_RANGE_BYTES", "FileSplit",

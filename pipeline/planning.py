@@ -79,11 +79,6 @@ def _given_spec(conv: ConvertOptions) -> ConversionSpec | None:
 #: How many input files `_check_input_formats` sniffs (the first ones, in plan order).
 _SNIFFED_FILES = 8
 
-#: Work units a large text input is cut into at least (each at least the splitter's
-#: `MIN_RANGE_BYTES`): a constant, so that the plan, and so the output, is the same on any
-#: number of processes or workers.
-MIN_WORK_UNITS = 16
-
 
 def _check_input_formats(units, fmt: str, spec: ConversionSpec | None) -> None:
     """Refuses input whose first bytes show it is not `fmt` (see `transforms.tabular.sniff`)."""
@@ -123,12 +118,10 @@ def _plan_tabular(conv: ConvertOptions, input_path: str, output: str,
     _check_input_formats(units, conv.format, given)
     spec = resolve_spec(units, conv.format, given, sample_rows=conv.sample_rows)
     # After inference, which samples whole files from their start; the cut needs the CSV dialect.
-    # A fixed number of work units at least, whatever the processes or workers, so that the
-    # output (which follows the work units) is the same bytes on any of them, and none idles
-    # at the end of a run on a few dozen.
+    # Balanced for any parallelism alike: the units (and output bytes) never depend on it.
     processes = conv.converter_processes or default_threads()
     splitting = split_text_units(units, conv.format, spec.csv, conv.work_unit_bytes,
-                                 min_units=MIN_WORK_UNITS, cut_in_workers=cut_in_workers)
+                                 balance=True, cut_in_workers=cut_in_workers)
     units = list(splitting.units)
     config = TabularConfig(spec=spec, fmt=conv.format, batch_rows=conv.batch_rows,
                            threads=conv.converter_threads)

@@ -110,7 +110,7 @@ def test_a_dask_cluster_cuts_a_split_file_in_its_workers_before_the_run(tmp_path
     def no_reading(*args, **kwargs):
         raise AssertionError("the launcher scanned a file the workers cut")
 
-    monkeypatch.setattr(split_units, "find_boundaries", no_reading)
+    monkeypatch.setattr(split_units, "cut_now", no_reading)
     # Worker processes, as on any cluster: Beam 2.77's DaskRunner shares one output list per
     # step between the tasks that a worker runs without unpickling them (threads in the
     # launcher's own process), which the commit refuses as batches reaching it twice.

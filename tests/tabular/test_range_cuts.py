@@ -17,26 +17,20 @@ from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 
 from tests.tabular.test_splittable import (
     SEEDS,
+    _expected_boundaries,
     _jsonl,
-    _reference_record_starts,
     _rows,
     _tricky_csv,
     byte_soup,
 )
 from transforms.records import WorkUnit
 from transforms.tabular import byte_ranges, split_units
-from transforms.tabular.byte_ranges import TextDialect, find_boundaries
+from transforms.tabular.byte_ranges import TextDialect, count_range
 from transforms.tabular.plan import plan_tabular
 from transforms.tabular.range_cuts import CutRangesInWorkers, cuts_of, scan_range
 from transforms.tabular.split_units import split_text_units, text_dialect
 
 CSV = TextDialect("csv", quote=0x22, delimiter=0x2C, header=True, bom=True)
-
-
-def _candidate(data: bytes, target: int) -> int:
-    """The byte after the first LF at or after target - 1 (the file's size: none)."""
-    at = data.find(b"\n", target - 1)
-    return len(data) if at < 0 else at + 1
 
 
 def _worker_cut(data: bytes, targets, dialect: TextDialect, block_bytes: int, rng):
@@ -47,11 +41,11 @@ def _worker_cut(data: bytes, targets, dialect: TextDialect, block_bytes: int, rn
     return cuts_of(scans, len(data), dialect)
 
 
-def test_the_chain_finds_exactly_the_candidates_that_are_record_starts():
-    """Random byte soup of quotes, delimiters and line ends, tiny blocks: a candidate is a
-    boundary exactly when a byte-by-byte reading of the whole file says it is a record
-    start (after the header), with the same rows and lines before it; the file's end state
-    (an unclosed quote) is the whole-file scan's."""
+def test_the_chain_finds_exactly_the_first_record_start_after_each_target():
+    """Random byte soup of quotes, delimiters and line ends, tiny blocks, ranges in any order:
+    the boundaries are the first record starts at or after the targets that a byte-by-byte
+    reading of the whole file finds (after the header), with the same rows and lines before
+    them; the file's end state (an unclosed quote) is the whole-file count's."""
     boundaries = 0
     for seed in range(4000):
         rng = random.Random(seed)
@@ -59,13 +53,11 @@ def test_the_chain_finds_exactly_the_candidates_that_are_record_starts():
         dialect = TextDialect("csv", quote=0x22, delimiter=0x2C, header=header, bom=True)
         targets = sorted({rng.randint(1, len(data) - 1) for _ in range(rng.randint(1, 5))})
         scan, owners = _worker_cut(data, targets, dialect, rng.choice([1, 2, 5, 64]), rng)
-        starts = _reference_record_starts(data, header)
-        expected = {(p, *starts[p]) for p in (_candidate(data, t) for t in targets)
-                    if p in starts and p < len(data)}
+        expected = set(_expected_boundaries(data, targets, header))
         assert {(b.offset, b.rows_before, b.lines_before) for b in scan.boundaries} == expected, \
             (seed, data, targets)
         assert sorted(owners) == [b.offset for b in scan.boundaries]
-        assert scan.open_quote == find_boundaries(io.BytesIO(data).read, [], dialect).open_quote
+        assert scan.open_quote == count_range(io.BytesIO(data).read, 0, dialect)[0].quoted_at_end
         boundaries += len(expected)
     assert boundaries > 2000  # most candidates are record starts
 
@@ -169,6 +161,23 @@ def test_a_file_ending_inside_quotes_or_unreadable_is_one_unit(tmp_path, caplog,
         in caplog.text
 
 
+@pytest.mark.parametrize("seed", SEEDS[:6])
+def test_the_launcher_cuts_the_units_the_workers_cut(tmp_path, seed):
+    """One formulation wherever it runs: the launcher's cut (its threads) and the workers'
+    (a Beam step, or tasks before the run) give the same units, byte for byte."""
+    rng = random.Random(seed)
+    path = tmp_path / "data.csv"
+    path.write_bytes(_tricky_csv(rng, 300, crlf=rng.random() < 0.5, bom=rng.random() < 0.5,
+                                 final_newline=rng.random() < 0.5))
+    size = -(-path.stat().st_size // rng.randint(3, 12))
+    launcher = split_text_units(plan_tabular(str(path), "csv"), "csv", work_unit_bytes=size).units
+    raw = split_text_units(plan_tabular(str(path), "csv"), "csv", work_unit_bytes=size,
+                           cut_in_workers=True).units
+    assert len(launcher) > 1
+    assert list(launcher) == _cut(list(raw), CSV, tmp_path / "now", "now") \
+        == _cut(list(raw), CSV, tmp_path / "beam", "beam")
+
+
 def test_the_launcher_reads_nothing_of_a_file_the_workers_cut(tmp_path, monkeypatch):
     path = tmp_path / "data.csv"
     path.write_bytes(b"id,text\n" + b"".join(b"%d,x\n" % i for i in range(2000)))
@@ -176,7 +185,7 @@ def test_the_launcher_reads_nothing_of_a_file_the_workers_cut(tmp_path, monkeypa
     def no_reading(*args, **kwargs):
         raise AssertionError("the launcher read the file")
 
-    monkeypatch.setattr(split_units, "find_boundaries", no_reading)
+    monkeypatch.setattr(split_units, "cut_now", no_reading)
     plan = split_text_units(plan_tabular(str(path), "csv"), "csv", work_unit_bytes=4000,
                             cut_in_workers=True)
     assert len(plan.units) == 4 and plan.cut_in_workers

@@ -20,13 +20,13 @@ from tests.helpers import in_memory_args
 from transforms.manifest import read_manifest
 from transforms.records import WorkUnit, batch_key
 from transforms.tabular import byte_ranges
-from transforms.tabular.byte_ranges import TextDialect, find_boundaries
+from transforms.tabular.byte_ranges import TextDialect, count_range, last_record_end, open_quote_start
 from transforms.tabular.plan import plan_tabular
+from transforms.tabular.range_cuts import cuts_of, scan_range, scan_ranges
 from transforms.tabular.read import read_chunks
 from transforms.tabular.spec import ConversionSpec, CsvOptions
 from transforms.tabular.split_units import (
     MIN_RANGE_BYTES,
-    scan_ranges,
     split_text_units,
     text_dialect,
 )
@@ -107,12 +107,20 @@ def _rows(units, fmt: str, spec: ConversionSpec = READ_SPEC) -> list[tuple]:
     return out
 
 
+def _cut(read_at, size: int, targets, dialect: TextDialect, block_bytes: int = 4096):
+    """The cut of a file (`read_at`: a seekable binary file of `size` bytes) at `targets`, as
+    the launcher and the workers make it: each range counted on its own, then chained."""
+    cuts = [0, *sorted(set(targets)), size]
+    scans = [scan_range(read_at, k, cuts, dialect, block_bytes) for k in range(len(cuts) - 1)]
+    return cuts_of(scans, size, dialect)[0]
+
+
 def _units_at(path: pathlib.Path, fmt: str, targets, csv_options=None) -> list[WorkUnit]:
-    """The byte-range units of `path` cut at the first record starts after `targets`."""
+    """The byte-range units of `path` cut at `targets` (each candidate that is a record start)."""
     dialect, why = text_dialect(fmt, csv_options or CsvOptions())
     assert why is None
     with open(path, "rb") as f:
-        scan = find_boundaries(f.read, targets, dialect, block_bytes=4096, threads=2)
+        scan = _cut(f, path.stat().st_size, targets, dialect)
     return [WorkUnit(str(path), k, start=start, end=end, extra=extra)
             for k, (start, end, extra) in enumerate(scan_ranges(scan))]
 
@@ -156,7 +164,7 @@ def _expected_boundaries(data: bytes, targets, header: bool) -> list[tuple[int, 
     by the byte-by-byte reading; targets in one record share it."""
     starts = _reference_record_starts(data, header)
     expected = []
-    for target in targets:
+    for target in sorted(set(targets)):
         after = [s for s in sorted(starts) if target <= s < len(data)]
         if after and (not expected or expected[-1][0] != after[0]):
             expected.append((after[0], *starts[after[0]]))
@@ -208,20 +216,44 @@ def byte_soup(rng: random.Random, shortest: int, longest: int) -> tuple[bytes, b
     return data, rng.random() < 0.5
 
 
-@pytest.mark.parametrize("threads", [1, 3])
-def test_boundaries_agree_with_a_byte_by_byte_reading(threads):
+def test_boundaries_agree_with_a_byte_by_byte_reading():
     """Random byte soup of quotes, delimiters and line ends, tiny blocks: the vectorised
-    scan finds exactly the record starts (and counts) of a sequential reading, also when
-    blocks are scanned speculatively on threads (most soups break the speculation)."""
+    count of each range and their chain find exactly the record starts (and counts) of a
+    sequential reading, and whether the file ends inside quotes."""
     for seed in range(3000):
         rng = random.Random(seed)
         data, header = byte_soup(rng, 0, 60)
+        dialect = TextDialect("csv", quote=0x22, delimiter=0x2C, header=header, bom=True)
         targets = sorted({rng.randint(1, max(len(data), 1)) for _ in range(3)})
-        scan = find_boundaries(io.BytesIO(data).read, targets,
-                               TextDialect("csv", quote=0x22, delimiter=0x2C, header=header,
-                                           bom=True), block_bytes=rng.choice([1, 2, 5, 64]),
-                               threads=threads)
-        assert _found(scan) == _expected_boundaries(data, targets, header), (seed, data, targets)
+        scan = _cut(io.BytesIO(data), len(data), [t for t in targets if t < len(data)], dialect,
+                    block_bytes=rng.choice([1, 2, 5, 64]))
+        assert _found(scan) == _expected_boundaries(data, [t for t in targets if t < len(data)],
+                                                    header), (seed, data, targets)
+        whole, _ = count_range(io.BytesIO(data).read, 0, dialect, block_bytes=64)
+        assert scan.open_quote == whole.quoted_at_end, (seed, data)
+
+
+def test_a_block_is_cut_where_its_last_record_ends_and_an_open_quote_where_its_record_starts():
+    """The CSV reader's block cuts (`last_record_end`, from a block's tail where it can) are
+    true record starts, none earlier than the block's last LF that ends a record; a file's
+    last block ending inside quotes is known with the start of the record left open."""
+    dialect = TextDialect("csv", quote=0x22, delimiter=0x2C)
+    for seed in range(3000):
+        rng = random.Random(seed)
+        data, _ = byte_soup(rng, 0, 120)
+        data = data.removeprefix(b"\xef\xbb\xbf") * rng.choice([1, 1, 20])  # long: the tail path
+        after_lf = _reference_record_starts(data, header=False)
+        every = {0, *after_lf, *_reference_record_starts(data.replace(b"\r", b"\n"), False)}
+        cut = last_record_end(data, dialect)
+        end = len(data.rstrip(b'\r"'))
+        assert cut == 0 or cut in every, (seed, data, cut)
+        assert cut >= max([s for s in after_lf if s <= end], default=0), (seed, data, cut)
+        whole, _ = count_range(io.BytesIO(data).read, 0, dialect)
+        opened = open_quote_start(data, dialect)
+        assert (opened is not None) == whole.quoted_at_end, (seed, data)
+        if opened is not None:
+            assert opened in every, (seed, data, opened)
+            assert max([s for s in after_lf if s <= len(data)], default=0) <= opened
 
 
 def _quoted_csv(rng: random.Random, rows: int, line_ends_in_quotes: bool, literal_quote: bool
@@ -238,15 +270,15 @@ def _quoted_csv(rng: random.Random, rows: int, line_ends_in_quotes: bool, litera
     return ("\n".join(lines) + rng.choice(["\n", ""])).encode()
 
 
-@pytest.mark.parametrize("threads", [1, 2])
-def test_simply_quoted_csv_takes_the_fast_path_and_agrees_with_a_byte_by_byte_reading(
-        threads, monkeypatch):
-    """Quoted fields without line ends are scanned without the general path, exactly;
-    a line end inside quotes anywhere falls back to it, exactly too."""
+def test_simply_quoted_csv_takes_the_fast_path_and_agrees_with_a_byte_by_byte_reading(monkeypatch):
+    """Quoted fields without line ends are scanned without the general path, exactly (but
+    for the reading of a range as if it started inside quotes); a line end inside quotes
+    anywhere falls back to it, exactly too."""
     general = []
     original = byte_ranges._Scanner._feed_general
     monkeypatch.setattr(byte_ranges._Scanner, "_feed_general",
-                        lambda self, data, base: general.append(base) or original(self, data, base))
+                        lambda self, data, base: general.append(self.quoted and base)
+                        or original(self, data, base))
     fast = 0
     for seed in range(300):
         rng = random.Random(seed)
@@ -255,10 +287,11 @@ def test_simply_quoted_csv_takes_the_fast_path_and_agrees_with_a_byte_by_byte_re
         targets = sorted({rng.randint(1, len(data)) for _ in range(4)})
         general.clear()
         block_bytes = rng.choice([7, 30, 100, 4096])
-        scan = find_boundaries(io.BytesIO(data).read, targets,
-                               TextDialect("csv", quote=0x22, delimiter=0x2C, header=True),
-                               block_bytes=block_bytes, threads=threads)
+        targets = [t for t in targets if t < len(data)]
+        scan = _cut(io.BytesIO(data), len(data), targets,
+                    TextDialect("csv", quote=0x22, delimiter=0x2C, header=True), block_bytes)
         assert _found(scan) == _expected_boundaries(data, targets, True), (seed, data, targets)
+        general = [base for base in general if base is False]  # not a range read as inside
         # Blocks of 100 bytes and more hold whole rows (but a last row without a line end
         # may be cut in a quote run); a literal quote takes the general path.
         if block_bytes >= 100 and data.endswith(b"\n") and not with_line_ends and not literal_quote:
@@ -284,6 +317,9 @@ def test_a_csv_file_split_anywhere_reads_every_row_once(tmp_path, seed):
         targets = sorted(rng.sample(range(1, len(data)), rng.randint(1, 12)))
         units = _units_at(path, "csv", targets)
         assert len(units) > 1
+        # Cut at the first record start at or after each target, with the counts before it.
+        assert [(u.start, u.extra["row_offset"], u.extra["line_offset"]) for u in units[1:]] \
+            == _expected_boundaries(data, targets, True)
         split = _rows(units, "csv")
         # The same rows, each once, with the same row numbers and raw text.
         assert sorted(split, key=repr) == sorted(whole, key=repr)
@@ -362,7 +398,8 @@ def test_units_of_one_file_are_consecutive_and_keep_the_plan_order(tmp_path):
     paths = [pathlib.Path(u.path).name for u in plan.units]
     assert paths[0] == "a.csv" and paths.count("b.csv") > 5 and paths.count("c.csv") > 5
     assert paths == sorted(paths)
-    assert [u.index for u in plan.units] == list(range(len(plan.units)))
+    indices = [u.index for u in plan.units]  # a range joined to the one before leaves a gap
+    assert indices == sorted(set(indices))
     for name in ("b.csv", "c.csv"):
         ranges = [(u.start, u.end) for u in plan.units if u.path.endswith(name)]
         assert ranges[0][0] == 0 and all(a[1] == b[0] for a, b in zip(ranges, ranges[1:], strict=False))
@@ -403,21 +440,25 @@ def test_few_work_units_are_cut_for_balance_but_not_below_the_minimum_range(tmp_
     units = plan_tabular(str(tmp_path / "*.csv"), "csv")
     alone = split_text_units(units, "csv")  # nothing asked: one unit per file
     assert len(alone.units) == 2 and alone.balance_bytes is None
-    balanced = split_text_units(units, "csv", min_units=8)
+    balanced = split_text_units(units, "csv", balance=True)
     ranges = [u for u in balanced.units if u.path.endswith("big.csv")]
     assert len(ranges) == 2 and all(u.end - u.start >= MIN_RANGE_BYTES for u in ranges)
     assert balanced.summary()["balance_range_bytes"] == MIN_RANGE_BYTES
     assert _rows(balanced.units, "csv") == _rows(units, "csv")
 
 
-def test_the_planner_asks_four_units_per_converter_process(tmp_path, capsys):
+def test_the_work_units_are_the_same_for_any_number_of_processes(tmp_path, capsys):
+    """Balance is a constant rule: the units (so the output's bytes) never depend on the
+    parallelism."""
     _sized_csv(tmp_path / "data.csv", 5 * MIN_RANGE_BYTES // 2)
-    counts = {}
-    for processes in ("1", "2"):
+    plans = {}
+    for processes in ("1", "2", "3"):
         assert convert("--input", str(tmp_path / "data.csv"), "--format", "csv", "--output",
                        str(tmp_path / "out"), "--dry-run", "--converter-processes", processes) == 0
-        counts[processes] = json.loads(capsys.readouterr().out)["work_units"]
-    assert counts == {"1": 1, "2": 2}
+        summary = json.loads(capsys.readouterr().out)
+        plans[processes] = (summary["work_units"], summary["work_unit_splitting"])
+    assert plans["1"] == plans["2"] == plans["3"]
+    assert plans["1"][0] == 2
 
 
 def test_work_unit_bytes_is_not_an_output_option():

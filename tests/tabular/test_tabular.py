@@ -14,7 +14,6 @@ import io
 import json
 import math
 import random
-import time
 
 import apache_beam as beam
 import numpy as np
@@ -917,45 +916,23 @@ def _csv_of_blocks(tmp_path, rows: int):
     return plan_module.plan_tabular(str(path), "csv")[0], spec
 
 
-def test_csv_reader_reads_a_few_blocks_ahead_of_the_batches_taken(tmp_path, monkeypatch):
-    # Arrow alone reads up to 32 blocks ahead on its own thread: a whole file held by
-    # a slow consumer. Paced, it stays _READAHEAD_BLOCKS ahead.
-    monkeypatch.setattr(csv_reader, "_READAHEAD_BLOCKS", 3)
+def test_csv_reader_reads_every_row_of_many_blocks_and_records_longer_than_one(tmp_path):
+    """The reader cuts its blocks where records end (no thread reads ahead): every row of a
+    file of many blocks once, in order, also where a record spans several blocks."""
     unit, spec = _csv_of_blocks(tmp_path, 30_000)
-    ahead = []
-    before_read = csv_reader._ReadAhead.before_read
-
-    def counting_before_read(self):
-        before_read(self)
-        ahead.append(self._reads - self._taken)
-
-    monkeypatch.setattr(csv_reader._ReadAhead, "before_read", counting_before_read)
-    ids = []
-    for chunk in read_chunks(unit, "csv", spec, batch_rows=300):
-        ids.extend(chunk.columns["id"].to_pylist())
-        time.sleep(0.003)  # a consumer slower than the reads
-    assert ids == [str(i) for i in range(30_000)]
-    assert len(ahead) > 30  # the file took many blocks ...
-    assert max(ahead) <= 3  # ... never more than 3 ahead (unpaced: 32)
-
-
-def test_csv_reader_paced_tighter_than_a_batch_needs_still_reads_everything(tmp_path, monkeypatch):
-    # A batch needs up to two blocks past the batches taken; with room for one, every
-    # such read waits out the stall timeout and goes through: slower, never stuck.
-    monkeypatch.setattr(csv_reader, "_READAHEAD_BLOCKS", 1)
-    unit, spec = _csv_of_blocks(tmp_path, 4_000)
-    beyond_the_pace = []
-    before_read = csv_reader._ReadAhead.before_read
-
-    def counting_before_read(self):
-        before_read(self)
-        beyond_the_pace.append(self._reads - self._taken > 1)
-
-    monkeypatch.setattr(csv_reader._ReadAhead, "before_read", counting_before_read)
-    ids = [i for chunk in read_chunks(unit, "csv", spec, batch_rows=300)
-           for i in chunk.columns["id"].to_pylist()]
-    assert ids == [str(i) for i in range(4_000)]
-    assert any(beyond_the_pace)  # reads went through past the pace after the stall wait
+    chunks = list(read_chunks(unit, "csv", spec, batch_rows=300))
+    ids = [i for chunk in chunks for i in chunk.columns["id"].to_pylist()]
+    assert ids == [str(i) for i in range(30_000)] and len(chunks) > 30
+    assert [n for chunk in chunks for n in chunk.row_numbers.tolist()] == list(range(1, 30_001))
+    long_field = '"' + "x\n" * 200_000 + '"'  # 400 KB with line ends, over several blocks
+    (tmp_path / "long.csv").write_text(f"id,text\n1,a\n2,{long_field}\n3,c\n")
+    (long_unit,) = plan_module.plan_tabular(str(tmp_path / "long.csv"), "csv")
+    chunks = list(read_chunks(long_unit, "csv", spec, batch_rows=300))
+    rows = [(n, i, len(t)) for chunk in chunks for n, i, t in zip(
+        chunk.row_numbers.tolist(), chunk.columns["id"].to_pylist(),
+        chunk.columns["text"].to_pylist(), strict=True)]
+    assert rows == [(1, "1", 1), (2, "2", 400_000), (3, "3", 1)]
+    assert not any(chunk.failures for chunk in chunks)
 
 
 @pytest.mark.parametrize("seed", range(40))

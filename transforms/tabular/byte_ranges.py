@@ -1,8 +1,12 @@
-"""Where a CSV/TSV or JSON Lines file can be cut into byte ranges that are read independently:
-`find_boundaries` scans a file once and returns exact record starts at or after target
-offsets, each with the data rows and lines before it; `RangeReader` reads one range;
-`count_range` counts one range on its own, in both states its start can be in (for cuts
-found in the workers: `transforms.tabular.range_cuts`).
+"""Where a CSV/TSV or JSON Lines file's records start, exactly with quoted newlines: the
+counting behind the one formulation of a text file's cut (`transforms.tabular.range_cuts`,
+wherever it runs: the launcher's threads, the workers' tasks, a Beam step). The file is cut
+at fixed targets; each range, from the byte after an LF, is counted in both states that LF
+can leave (`count_range`): it ended a record outside quotes, or it lay inside a quoted field;
+the chain of the counts from the file's start says which state is true, hence where each
+range's first record starts, with the data rows and lines before it. The CSV reader cuts
+its blocks where their last record ends the same way (`last_record_end`), and finds a file
+ending inside a quoted field from its last block (`open_quote_start`).
 
 The contract is that of Beam's splittable text source: the range [start, end) holds the
 records that start in it, so cutting at record starts reads every record exactly once. A
@@ -13,47 +17,40 @@ their true `row` and `line`).
 CSV quoting follows Arrow's CSV parser, which the reader uses: a quote opens a quoted field
 only at the start of a field (after a delimiter or a line end, or at the file start); inside
 one a doubled quote is a quote and a single one closes it, after which the field goes on
-unquoted; anywhere else a quote is an ordinary byte. Whether a newline ends a record hence
-depends on every quote before it, so no range can find its start on its own: the scan runs
-sequentially over the file, but vectorised over runs of consecutive quotes. A run of k
-quotes (k odd) toggles the state when inside a quoted field or at a field start, and closes
-(or leaves unquoted) elsewhere; even runs change nothing. The state after each run is then a
-cumulative sum since the last "close". Blocks with no blank line and no carriage return take
-shorter paths: without a quote, plain `bytes` searches; where every odd quote run at an even
-position opens a field and no line end lies between it and the next (quoted fields without
-line ends, most CSV files), the line ends alone (2.5x faster than the general path).
+unquoted; anywhere else a quote is an ordinary byte. The count runs sequentially over a
+range, but vectorised over runs of consecutive quotes. A run of k quotes (k odd) toggles the
+state when inside a quoted field or at a field start, and closes (or leaves unquoted)
+elsewhere; even runs change nothing. The state after each run is then a cumulative sum since
+the last "close". Blocks with no blank line and no carriage return take shorter paths:
+without a quote, plain `bytes` searches; where every odd quote run at an even position opens
+a field and no line end lies between it and the next (quoted fields without line ends, most
+CSV files), the line ends alone (2.5x faster than the general path).
 
 Records as the readers count them: CSV rows are the records that are not empty lines
 (Arrow's `ignore_empty_lines`; LF, CRLF and a lone CR end a line), minus the header; JSON
 Lines rows are the lines holding more than whitespace. Beam-free and format-agnostic: the
 caller says the bytes (`TextDialect`), valid for UTF-8 and ASCII-compatible single-byte text.
-
-With `threads` > 1 the blocks are scanned speculatively in parallel (numpy releases the GIL):
-every block after the first is cut just after an LF, so it is scanned as if that LF ended a
-record outside quotes, with counts relative to its start. The exact state is then carried
-over the blocks in order: where the block before really ended that way (the common case)
-the block's result is shifted by the counts before it; where not (the LF was inside a quoted
-field, or a block held no LF), the block is scanned again from the exact state. The result is
-the sequential scan's, whatever the threads.
 """
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import io
-from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections.abc import Callable, Iterator
 
 import numpy as np
 
 __all__ = ["BLOCK_BYTES", "Boundary", "RangeCount", "RangeReader", "Scan", "TextDialect",
-           "count_range", "find_boundaries"]
+           "count_range", "last_record_end", "open_quote_start"]
 
-#: Bytes scanned at once (numpy works on one block; its position arrays scale with it).
-#: Measured on a 155 MB CSV: 2 MiB blocks scan as fast as 8 MiB ones (0.65 s on one thread,
-#: 0.42 s on two) with a quarter of the memory (16 and 44 MiB against 62 and 160 MiB).
+#: Bytes counted at once (numpy works on one block; its position arrays scale with it).
+#: Measured on a 155 MB CSV: 2 MiB blocks scan as fast as 8 MiB ones with a quarter of
+#: the memory.
 BLOCK_BYTES = 2 << 20
+
+#: The first block counted of a range: the reading as if inside quotes (the general path,
+#: about twice as slow) mostly joins the other within it.
+_FIRST_BLOCK_BYTES = 64 << 10
 
 _LF, _CR = 0x0A, 0x0D
 _BOM = b"\xef\xbb\xbf"
@@ -104,12 +101,12 @@ class Boundary:
 
 @dataclasses.dataclass(frozen=True)
 class Scan:
-    """The outcome of `find_boundaries`.
+    """A file's cut (`cuts_of`).
 
     Attributes:
-      size: bytes read (the file's size).
-      boundaries: the first record start at or after each target, increasing, distinct,
-        inside the file (0 < offset < size), after the CSV header.
+      size: the file's size.
+      boundaries: the candidates that are record starts, increasing, distinct, inside the
+        file (0 < offset < size), after the CSV header.
       open_quote: the file ends inside a quoted field (the reader then dead-letters the
         lines the unclosed quote would swallow, which needs the whole file in one unit).
     """
@@ -150,71 +147,28 @@ class RangeReader(io.RawIOBase):
 
 
 class _Scanner:
-    """The sequential state of one scan: fed consecutive blocks that never end inside a run
+    """The sequential state of one count: fed consecutive blocks that never end inside a run
     of quotes or on a CR (so a block's quote runs and CRLFs are whole)."""
 
-    def __init__(self, dialect: TextDialect, targets: Sequence[int]):
+    def __init__(self, dialect: TextDialect, base: int = 0, quoted: bool = False):
+        """From the file's start (`base` 0), or from `base`, just after an LF that either ended
+        a record outside quotes (`quoted` False) or lay inside a quoted field (True: the
+        record it is part of goes on, and holds data). Counts start at 0."""
         self.dialect = dialect
-        self.targets = sorted(set(int(t) for t in targets if t > 0))
-        self.boundaries: list[Boundary] = []
-        self.quoted = False  # inside a quoted field at the current position
-        self.prev_byte: int | None = None  # the byte before the block (None: file start)
+        self.quoted = quoted  # inside a quoted field at the current position
+        self.prev_byte: int | None = _LF if base else None  # the byte before (None: file start)
         self.records = 0  # non-empty records (the CSV header included) ended so far
         self.lines = 0  # LF bytes so far
-        self.record_start = 0  # where the record being read started
-        self.pending_content = False  # that record holds data bytes before the block
+        self.record_start = base  # where the record being read started
+        self.pending_content = quoted  # that record holds data bytes before the block
+        #: (offset, records, lines) at the first record start after a record end, once a
+        #: non-empty record ended: where a range whose start is no record start begins.
+        self.first_start: tuple[int, int, int] | None = None
         self.bom_end = -1  # where a leading byte order mark ends
-
-    # ---- speculation (see the module docstring)
-    @property
-    def _header_records(self) -> int:
-        return 1 if self.dialect.kind == "csv" and self.dialect.header else 0
-
-    @classmethod
-    def speculating(cls, dialect: TextDialect, targets: Sequence[int], base: int) -> _Scanner:
-        """A scanner for the block at `base` that assumes the byte before it is an LF ending
-        a record outside quotes, after the header; its counts start there."""
-        scanner = cls(dialect, [t for t in targets if t > base])
-        scanner.prev_byte = _LF
-        scanner.record_start = base
-        scanner.records = scanner._header_records
-        return scanner
-
-    @classmethod
-    def resuming(cls, dialect: TextDialect, base: int, quoted: bool) -> _Scanner:
-        """A scanner for the bytes from `base`, just after an LF that either ended a record
-        outside quotes (`quoted` False: what `speculating` assumes) or lay inside a quoted
-        field (True: the record it is part of goes on, and holds data). No targets; its
-        counts start at 0."""
-        scanner = cls(dialect, [])
-        scanner.prev_byte = _LF
-        scanner.record_start = base
-        scanner.quoted = scanner.pending_content = quoted
-        return scanner
 
     def state(self) -> tuple:
         """What decides how the scanner reads the bytes to come (its counts aside)."""
         return self.quoted, self.prev_byte, self.record_start, self.pending_content
-
-    def continues_as_speculated(self, base: int) -> bool:
-        """Whether the exact state at `base` is the one `speculating` assumes, with no target
-        left over for the block at `base` to serve."""
-        return (not self.quoted and self.prev_byte == _LF and self.record_start == base
-                and not self.pending_content and self.records >= self._header_records
-                and not any(t <= base for t in self.targets))
-
-    def absorb(self, block: _Scanner) -> None:
-        """Takes over a speculating scanner's result for the next block, shifted by the
-        counts so far (valid when `continues_as_speculated`)."""
-        records, lines = self.records - block._header_records, self.lines
-        for boundary in block.boundaries:
-            self._add_boundary(boundary.offset,
-                               boundary.rows_before + self._header_records + records,
-                               boundary.lines_before + lines)
-        self.records = block.records + records
-        self.lines = block.lines + lines
-        self.quoted, self.prev_byte = block.quoted, block.prev_byte
-        self.record_start, self.pending_content = block.record_start, block.pending_content
 
     def feed(self, data: bytes, base: int) -> None:
         if base == 0 and self.dialect.bom and data.startswith(_BOM):
@@ -249,22 +203,12 @@ class _Scanner:
         return True
 
     def _count_lines(self, data: bytes, base: int, lf: np.ndarray | None = None) -> None:
-        """Boundaries and counts of a block whose every LF ends a record (`lf`: their
-        positions, when known)."""
-        for target in self._targets_within(base, len(data)):
-            start = max(target - 1 - base, 0)
-            if lf is None:
-                end = data.find(b"\n", start)
-                if end < 0:
-                    break
-                ended = data.count(b"\n", 0, end + 1)
-            else:
-                k = int(np.searchsorted(lf, start))
-                if k == len(lf):
-                    break
-                end, ended = int(lf[k]), k + 1
-            self._add_boundary(base + end + 1, self.records + ended, self.lines + ended)
+        """The counts of a block whose every LF ends a record (`lf`: their positions, when
+        known)."""
         ended = data.count(b"\n") if lf is None else len(lf)
+        if self.first_start is None and ended:
+            end = data.find(b"\n")
+            self.first_start = (base + end + 1, self.records + 1, self.lines + 1)
         self.records += ended
         self.lines += ended
         last = data.rfind(b"\n")
@@ -347,19 +291,12 @@ class _Scanner:
         if len(ends) and self.pending_content:
             nonempty[0] = True
         records_to = self.records + np.cumsum(nonempty)  # records ended up to each end
-        is_lf = arr[ends] == _LF
-        for target in self._targets_within(base, n):
-            # The first LF ending a record at or after target - 1 (after the header).
-            eligible = is_lf & (ends >= target - 1 - base)
-            if d.kind == "csv" and d.header:
-                eligible &= records_to >= 1
-            hits = np.flatnonzero(eligible)
-            if not len(hits):
-                break
-            k = int(hits[0])
-            end = int(ends[k])
-            lines = self.lines + int(np.searchsorted(lf, end, side="right"))
-            self._add_boundary(base + end + 1, int(records_to[k]), lines)
+        if self.first_start is None:
+            hits = np.flatnonzero((arr[ends] == _LF) & (records_to >= 1))
+            if len(hits):
+                end = int(ends[hits[0]])
+                self.first_start = (base + end + 1, int(records_to[hits[0]]),
+                                    self.lines + int(np.searchsorted(lf, end, side="right")))
         if len(ends):
             self.records = int(records_to[-1])
             last = int(ends[-1])
@@ -419,17 +356,6 @@ class _Scanner:
         run = np.searchsorted(run_start, positions, side="right") - 1
         return np.where(run >= 0, state[np.maximum(run, 0)], initial)
 
-    def _targets_within(self, base: int, n: int) -> list[int]:
-        """Targets a boundary of this block can serve (the rest wait for later blocks)."""
-        return [t for t in self.targets if t - 1 < base + n]
-
-    def _add_boundary(self, offset: int, records: int, lines: int) -> None:
-        if self.boundaries and self.boundaries[-1].offset >= offset:
-            return  # targets within one record share its boundary
-        rows = records - (1 if self.dialect.kind == "csv" and self.dialect.header else 0)
-        self.boundaries.append(Boundary(offset, rows, lines))
-        self.targets = [t for t in self.targets if t > offset]
-
 
 def _quote_free_cut(data: bytes, quote: int | None) -> int:
     """The end of `data` without a trailing run of quotes or a trailing CR (which the next
@@ -444,10 +370,11 @@ def _blocks(read: Callable[[int], bytes], quote: int | None,
             block_bytes: int, base: int = 0) -> Iterator[tuple[int, bytes]]:
     """(offset, bytes) of consecutive blocks of the file (`read` starting at offset `base`),
     each cut after its last LF (or at least off a trailing quote run or CR) so that quote
-    runs and CRLFs are never split."""
+    runs and CRLFs are never split. The first is short: two readings mostly agree in it."""
     carry = b""
+    size = min(block_bytes, _FIRST_BLOCK_BYTES)
     while True:
-        more = read(block_bytes)
+        more, size = read(size), block_bytes
         data = carry + more if carry else more
         if more and base == 0 and len(data) < len(_BOM):
             carry = data  # the first block shows whether a byte order mark opens the file
@@ -464,57 +391,6 @@ def _blocks(read: Callable[[int], bytes], quote: int | None,
             return
 
 
-def _speculate(dialect: TextDialect, targets: Sequence[int], data: bytes, base: int) -> _Scanner:
-    scanner = _Scanner.speculating(dialect, targets, base)
-    scanner.feed(data, base)
-    return scanner
-
-
-def find_boundaries(read: Callable[[int], bytes], targets: Sequence[int],
-                    dialect: TextDialect, block_bytes: int = BLOCK_BYTES,
-                    threads: int = 1) -> Scan:
-    """Scans a file (`read(n)` returns its next bytes, b"" at the end) for the first record
-    start at or after each target offset.
-
-    Targets beyond the last record start find nothing; targets falling in one record share
-    its boundary. Reads the whole file once, one block at a time; `threads` > 1 scans up to
-    that many blocks at once, speculatively (module docstring), holding at most twice as
-    many blocks in memory.
-    """
-    scanner = _Scanner(dialect, targets)
-    size = 0
-    if threads <= 1:
-        for base, data in _blocks(read, dialect.quote, block_bytes):
-            scanner.feed(data, base)
-            size = base + len(data)
-    else:
-        pending: collections.deque[tuple[int, bytes, Future | None]] = collections.deque()
-        all_targets = list(scanner.targets)
-
-        def settle(base: int, data: bytes, future: Future | None) -> None:
-            speculated = future.result() if future is not None else None
-            if speculated is not None and scanner.continues_as_speculated(base):
-                scanner.absorb(speculated)
-            else:
-                scanner.feed(data, base)
-
-        with ThreadPoolExecutor(threads) as pool:
-            for base, data in _blocks(read, dialect.quote, block_bytes):
-                future = (pool.submit(_speculate, dialect, all_targets, data, base)
-                          if base else None)
-                pending.append((base, data, future))
-                size = base + len(data)
-                while len(pending) > 2 * threads:
-                    settle(*pending.popleft())
-            while pending:
-                settle(*pending.popleft())
-    boundaries = tuple(b for b in scanner.boundaries if 0 < b.offset < size)
-    return Scan(size=size, boundaries=boundaries, open_quote=scanner.quoted)
-
-
-# ---- Counting a range on its own, for cuts found in the workers (`range_cuts`)
-
-
 @dataclasses.dataclass(frozen=True)
 class RangeCount:
     """What reading some bytes of a file found, given the state at their start.
@@ -523,11 +399,14 @@ class RangeCount:
       records: non-empty records ended in them (a CSV header among them included).
       lines: LF bytes in them.
       quoted_at_end: whether their end lies inside a quoted field.
+      first_start: (offset, records, lines) at the first record start after a record end
+        in them, once they ended a non-empty record (None: none).
     """
 
     records: int
     lines: int
     quoted_at_end: bool
+    first_start: tuple[int, int, int] | None = None
 
 
 def count_range(read: Callable[[int], bytes], start: int, dialect: TextDialect,
@@ -541,22 +420,93 @@ def count_range(read: Callable[[int], bytes], start: int, dialect: TextDialect,
     The two readings share everything after the first block at whose end their states agree
     (a quoted field closing, in most files within the first block), so the second costs
     about one block."""
-    outside = (_Scanner(dialect, []) if start == 0
-               else _Scanner.resuming(dialect, start, quoted=False))
+    outside = _Scanner(dialect, start)
     can_be_inside = start > 0 and dialect.kind == "csv" and dialect.quote is not None
-    inside = _Scanner.resuming(dialect, start, quoted=True) if can_be_inside else None
+    inside = _Scanner(dialect, start, quoted=True) if can_be_inside else None
     joined = None  # (outside's counts, inside's counts) where the two readings became one
     for base, data in _blocks(read, dialect.quote, block_bytes, base=start):
         outside.feed(data, base)
         if inside is not None and joined is None:
             inside.feed(data, base)
-            if inside.state() == outside.state():
+            if inside.state() == outside.state() and inside.first_start is not None:
                 joined = (outside.records, outside.lines), (inside.records, inside.lines)
-    counted = RangeCount(outside.records, outside.lines, outside.quoted)
+    counted = RangeCount(outside.records, outside.lines, outside.quoted, outside.first_start)
     if inside is None:
         return counted, None
     if joined is None:
-        return counted, RangeCount(inside.records, inside.lines, inside.quoted)
+        return counted, RangeCount(inside.records, inside.lines, inside.quoted, inside.first_start)
     (records_at, lines_at), (inside_records, inside_lines) = joined
     return counted, RangeCount(inside_records + outside.records - records_at,
-                               inside_lines + outside.lines - lines_at, outside.quoted)
+                               inside_lines + outside.lines - lines_at, outside.quoted,
+                               inside.first_start)
+
+
+#: The tails of a block whose two readings may find where the block's last record ends, in
+#: the order tried: short ones are cheap, and the readings agree within a line or two.
+_TAIL_BYTES = (4 << 10, 128 << 10)
+
+
+def last_record_end(data: bytes, dialect: TextDialect) -> int:
+    """Where the last record of `data` ends (the byte after its line end; 0: none in it),
+    `data` starting at a record start outside quotes (a range's start, or a previous cut).
+
+    Read from the block's tail alone, in both states its first LF can leave, when the two
+    readings agree at its end (a quoted field closing: almost always, within a line or
+    two); otherwise from the block's start, in its one known state."""
+    end = _quote_free_cut(data, dialect.quote)
+    last = data.rfind(b"\n", 0, end)
+    line = data.rfind(b"\n", 0, last) + 1  # the block's last whole line, after an LF
+    if 0 < line and last - line <= _LINE_BYTES and _last_line_ends_a_record(data, line, last, dialect):
+        return last + 1
+    for tail_bytes in _TAIL_BYTES:
+        tail = data.find(b"\n", max(end - tail_bytes, 0), end) + 1
+        if not 0 < tail < end:
+            continue
+        outside = _Scanner(dialect, tail)
+        inside = _Scanner(dialect, tail, quoted=True)
+        outside.feed(data[tail:end], tail)
+        inside.feed(data[tail:end], tail)
+        if outside.state() == inside.state() and outside.record_start > tail:
+            return outside.record_start
+    scanner = _Scanner(dialect)
+    if end:
+        scanner.feed(data[:end], 0)
+    return scanner.record_start
+
+
+#: The longest last line a block's cut is checked on byte by byte (shorter than numpy's setup).
+_LINE_BYTES = 512
+
+
+def _last_line_ends_a_record(data: bytes, start: int, lf: int, dialect: TextDialect) -> bool:
+    """Whether the LF at `lf` ends a record, known from the bytes since `start` (just after an
+    LF) alone: read byte by byte, as `_Scanner` reads them, in both states that LF can leave
+    (a record start, inside a quoted field), the two readings meet before `lf`."""
+    quote, delimiter = dialect.quote, dialect.delimiter
+
+    def step(state: str, byte: int) -> str:  # start, field, quoted, or closing (a quote in it)
+        if state == "quoted":
+            return "closing" if byte == quote else "quoted"
+        if state == "closing" and byte == quote:
+            return "quoted"  # a doubled quote is a quote
+        if byte == delimiter or byte == _LF or byte == _CR:
+            return "start"
+        return "quoted" if byte == quote and state == "start" else "field"
+
+    outside, inside = "start", "quoted"
+    for at in range(start, lf):
+        outside, inside = step(outside, data[at]), step(inside, data[at])
+        if outside == inside:
+            for byte in data[at + 1:lf]:
+                outside = step(outside, byte)
+            return outside != "quoted"
+    return False
+
+
+def open_quote_start(data: bytes, dialect: TextDialect) -> int | None:
+    """Where the record that a quoted field never closed starts in `data`, the last bytes of
+    a file from a record start outside quotes on; None: the file ends outside quotes."""
+    scanner = _Scanner(dialect)
+    if data:
+        scanner.feed(data, 0)
+    return scanner.record_start if scanner.quoted else None

@@ -1,33 +1,35 @@
 """Reading CSV/TSV work units in chunks: `csv_chunks`.
 
-Arrow's CSV reader parses the bytes (quotes, escaped quotes, quoted newlines) into string
-columns; the value rules then apply to whole columns. Bytes are decoded with the spec's
-`csv.encoding`: valid UTF-8 passes through undecoded; bytes invalid in the encoding are
-carried as private-use escapes (`transforms.tabular.values.ESCAPE_BASE`) so that only the
-rows holding them become `invalid_encoding` dead letters. Arrow reads at most
-`_READAHEAD_BLOCKS` blocks ahead of the batches taken, so memory stays bounded; closing the
-reader early (a sample) stops Arrow's reading thread before the file closes. A ragged row
-(a field count other than the header's) is a `Failure` of its own. A unit may be a byte range
-of a file cut at record boundaries (`transforms.tabular.split_units`): it reads its column
-names from the file's header and numbers its rows on from the rows before it."""
+The unit's text is read in blocks cut where a record ends (`byte_ranges.last_record_end`:
+exact with quoted newlines), each parsed whole by Arrow's CSV reader (quotes, escaped
+quotes, quoted newlines) into string columns; the value rules then apply to whole columns.
+No thread reads ahead: a converter holds one block, and closing the reader early (a sample)
+leaves nothing running. A record longer than a block makes the block grow until it holds
+it. Bytes are decoded with the spec's `csv.encoding`: valid UTF-8 passes through undecoded;
+bytes invalid in the encoding are carried as private-use escapes
+(`transforms.tabular.values.ESCAPE_BASE`) so that only the rows holding them become
+`invalid_encoding` dead letters. A ragged row (a field count other than the header's) is a
+`Failure` of its own. A file ending inside a quoted field (`byte_ranges.open_quote_start` on
+its last block) has every line from the one the quote opened on to the end as an
+`unterminated_quote` dead letter, one per line, so the counts still cover every row. A unit
+may be a byte range of a file cut at record boundaries (`transforms.tabular.split_units`): it
+reads its column names from the file's header."""
 
 from __future__ import annotations
 
 import codecs
-import collections
 import csv
-import dataclasses
 import io
-import math
 import threading
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.csv as pacsv
 
 from transforms.records import WorkUnit
+from transforms.tabular.byte_ranges import TextDialect, last_record_end, open_quote_start
 from transforms.tabular.chunks import (
     KEY_SEPARATOR,
     MIN_BLOCK,
@@ -40,25 +42,12 @@ from transforms.tabular.chunks import (
 )
 from transforms.tabular.columns import key_text_array
 from transforms.tabular.spec import ConversionSpec
-from transforms.tabular.unclosed_quote import unterminated_tail
 from transforms.tabular.values import ESCAPE_BASE, unescape
 
 __all__ = []
 
 
-_MAX_RETRY_BLOCK = 1 << 30  # pyarrow block sizes are 32-bit
-
-
-# Blocks Arrow's CSV reader may read ahead of the batches taken from it (see _ReadAhead).
-_READAHEAD_BLOCKS = 4
-
-
 _ESCAPE_ERRORS = "tfrecord_pipeline.escape"
-
-
-# The longest last line `_EscapingReader` keeps; a longer one is looked at by reading the
-# file again (it may end inside a quoted field).
-_MAX_LAST_LINE = 16 << 20
 
 
 # Whether the error handler escaped bytes in the current thread's decode call: only then
@@ -78,10 +67,9 @@ def _escape_invalid(error: UnicodeError):
 codecs.register_error(_ESCAPE_ERRORS, _escape_invalid)
 
 
-# Python's csv module refuses fields over 128 KiB; here it only reads text already in memory
-# (a ragged row, the tail an unclosed quote swallowed, reported line by line), at most one of
-# Arrow's blocks. The limit is process-wide: only ever raised.
-csv.field_size_limit(max(csv.field_size_limit(), _MAX_RETRY_BLOCK))
+# Python's csv module refuses fields over 128 KiB; here it only reads a ragged row's text,
+# already in memory. The limit is process-wide: only ever raised.
+csv.field_size_limit(max(csv.field_size_limit(), 1 << 30))
 
 
 class _EscapingReader(io.RawIOBase):
@@ -108,13 +96,6 @@ class _EscapingReader(io.RawIOBase):
         self._position = 0
         #: Bytes invalid in the encoding were escaped (see `tabular_values.unescape`).
         self.escapes = False
-        #: Set while Arrow reads this stream: paces its reads (see `_ReadAhead`).
-        self.read_ahead: _ReadAhead | None = None
-        self._finished = False
-        #: The last line read, with the line breaks after it (None: too long to keep):
-        #: the only trace of a quote left open on the last line when Arrow's record of it
-        #: holds no line break (see `unclosed_quote.unterminated_tail`).
-        self.last_line: bytearray | None = bytearray()
 
     def readable(self) -> bool:
         return True
@@ -145,15 +126,7 @@ class _EscapingReader(io.RawIOBase):
         self._fill(size)
         return bytes(self._buffer[:size])
 
-    def finish(self) -> None:
-        """Ends the stream early: every later read is at its end (see `_stop_reading`)."""
-        self._finished = True
-
     def read(self, size: int = -1) -> bytes:
-        if self._finished:
-            return b""
-        if self.read_ahead is not None:
-            self.read_ahead.before_read()
         self._fill(size)
         if size < 0 or size >= len(self._buffer):
             out, self._buffer = bytes(self._buffer), bytearray()
@@ -161,21 +134,7 @@ class _EscapingReader(io.RawIOBase):
             out = bytes(self._buffer[:size])
             del self._buffer[:size]
         self._position += len(out)
-        self._keep_last_line(out)
         return out
-
-    def _keep_last_line(self, out: bytes) -> None:
-        stop = len(out)
-        while stop and out[stop - 1] in b"\r\n":
-            stop -= 1
-        cut = out.rfind(b"\n", 0, stop)
-        cut = max(cut, out.rfind(b"\r", cut + 1, stop))
-        if cut >= 0:
-            self.last_line = bytearray(out[cut + 1:])
-        elif self.last_line is not None:
-            self.last_line += out
-            if len(self.last_line) > _MAX_LAST_LINE:
-                self.last_line = None
 
     def readinto(self, buffer) -> int:
         data = self.read(len(buffer))
@@ -184,87 +143,6 @@ class _EscapingReader(io.RawIOBase):
 
     def tell(self) -> int:
         return self._position
-
-
-class _ReadAhead:
-    """Paces Arrow's streaming CSV reader to a few blocks ahead of the batches taken.
-
-    The reader reads its input on a background thread up to 32 blocks ahead of the
-    batches it has handed out (not configurable, ARROW-12090), so a converter held up to
-    32 blocks of every file it read: a whole 16 MB file, or 140 MB of a 20-column table's
-    4 MB blocks. The stream calls `before_read()` on that thread before each block, which
-    waits while `blocks` more blocks have been read than batches taken.
-
-    Batch k needs blocks up to about k + 2 (the header's block, and the next block to
-    know whether a block is the last), so `blocks` = 4 never holds back a read that the
-    batch being waited for needs. Should some input need more (e.g. batches with no
-    rows), a read the consumer has waited `stall_seconds` for goes through anyway: a
-    pause, never a deadlock.
-    """
-
-    def __init__(self, blocks: int = _READAHEAD_BLOCKS, stall_seconds: float = 0.05):
-        self._blocks = blocks
-        self._stall_seconds = stall_seconds
-        self._condition = threading.Condition()
-        self._reads = 0
-        self._taken = 0
-        self._consumer_waiting = False
-        self._closed = False
-
-    def _may_read(self) -> bool:
-        return self._closed or self._reads - self._taken < self._blocks
-
-    def before_read(self) -> None:
-        with self._condition:
-            while not self._condition.wait_for(self._may_read, self._stall_seconds):
-                if self._consumer_waiting:
-                    break
-            self._reads += 1
-
-    @contextmanager
-    def consumer_waiting(self):
-        with self._condition:
-            self._consumer_waiting = True
-        try:
-            yield
-        finally:
-            with self._condition:
-                self._consumer_waiting = False
-
-    def batches(self, reader) -> Iterator[pa.RecordBatch]:
-        """The batches of `reader`, counted as taken."""
-        while True:
-            with self.consumer_waiting():
-                try:
-                    batch = reader.read_next_batch()
-                except StopIteration:
-                    return
-            with self._condition:
-                self._taken += 1
-                self._condition.notify_all()
-            yield batch
-
-    def close(self) -> None:
-        """Lets every read through: the consumer is gone."""
-        with self._condition:
-            self._closed = True
-            self._condition.notify_all()
-
-
-def _stop_reading(reader, stream: _EscapingReader, read_ahead: _ReadAhead) -> None:
-    """Stops Arrow's reading of `stream` and waits until it is over: Arrow reads on a thread
-    of its own, which neither dropping nor closing its reader waits for, and a read under way
-    at interpreter exit aborted it ("Fatal Python error: PyGILState_Release"). The stream
-    ends at once and the reader is drained (one call when it was read to its end)."""
-    stream.finish()
-    read_ahead.close()  # a read held back for the consumer would wait for the drain
-    while True:
-        try:
-            reader.read_next_batch()
-        except StopIteration:
-            return
-        except Exception:  # noqa: BLE001 - a failed reader has stopped reading too
-            return
 
 
 def _complete_utf8(data: bytes) -> int:
@@ -350,21 +228,6 @@ def _csv_cells(text: str, delimiter: str, quotechar: str | None) -> list[str]:
     return next(reader, [])
 
 
-@dataclasses.dataclass
-class _CsvProgress:
-    """What earlier passes over a CSV file emitted (a pass restarts with a bigger block
-    when a row does not fit in one)."""
-
-    good_rows: int = 0  # good rows emitted
-    ragged_number: int = 0  # pyarrow row number of the last ragged row emitted
-    # For ragged row i (in file order): how many good rows precede it. A good row's
-    # 0-based data index is its good index plus the ragged rows before it.
-    ragged_before: list[int] = dataclasses.field(default_factory=list)
-    chunks: int = 0
-    block_size: int | None = None
-    row_offset: int = 0  # data rows of the file before the unit (a byte range: see split_units)
-
-
 def _header_names(path: str, spec: ConversionSpec, fmt: str, batch_rows: int) -> list[str] | None:
     """The column names in the header at the start of the file `path`."""
     with ExitStack() as stack:
@@ -373,74 +236,21 @@ def _header_names(path: str, spec: ConversionSpec, fmt: str, batch_rows: int) ->
     return names
 
 
-def csv_chunks(unit: WorkUnit, fmt: str, spec: ConversionSpec,
-                batch_rows: int) -> Iterator[Chunk]:
-    progress = _CsvProgress()
-    while True:
-        try:
-            yield from _csv_pass(unit, fmt, spec, batch_rows, progress)
-            return
-        except pa.ArrowInvalid as error:
-            # A row larger than the block: read again with bigger blocks, skipping what
-            # was already emitted.
-            if "straddl" not in str(error) or (progress.block_size or 0) >= _MAX_RETRY_BLOCK:
-                raise
-            progress.block_size = min((progress.block_size or MIN_BLOCK) * 4, _MAX_RETRY_BLOCK)
-
-
-def _csv_pass(unit: WorkUnit, fmt: str, spec: ConversionSpec, batch_rows: int,
-              progress: _CsvProgress) -> Iterator[Chunk]:
+def csv_chunks(unit: WorkUnit, fmt: str, spec: ConversionSpec, batch_rows: int) -> Iterator[Chunk]:
     options = spec.csv
     delimiter = options.delimiter_for(fmt)
     # A byte range after the file's first starts at a record boundary, past the header
-    # (which names its columns all the same); its rows are numbered on from `row_offset`.
+    # (which names its columns all the same).
     later_range = bool(unit.start)
-    if later_range:
-        progress.row_offset = int((unit.extra or {}).get("row_offset", 0))
-    header_rows = 1 if options.header and not later_range else 0
-    # Arrow reports ragged rows as it parses, blocks ahead of the batches taken (on its
-    # reading thread): each waits here until the good rows before it are taken, so that it
-    # joins the chunk it lies in (the last record of the file, which an unclosed quote may
-    # have made ragged, then is in the last chunk, where `unterminated_tail` finds it).
-    ragged: collections.deque[tuple[int, str]] = collections.deque()
-
-    def on_invalid_row(row) -> str:
-        if row.number > progress.ragged_number:
-            ragged.append((row.number, row.text))
-        return "skip"
-
-    def failures(taken: float) -> list[Failure]:
-        """The ragged rows after no more than `taken` good rows of the unit."""
-        out = []
-        while ragged and ragged[0][0] - header_rows - 1 - len(progress.ragged_before) <= taken:
-            number, text = ragged.popleft()
-            data_row = number - header_rows
-            progress.ragged_before.append(data_row - 1 - len(progress.ragged_before))
-            progress.ragged_number = number
-            cells = _csv_cells(text, delimiter, options.quotechar)
-            if spec.split_key:
-                by_name = dict(zip(names, cells, strict=False))
-                key = KEY_SEPARATOR.join(by_name.get(c, "").encode("utf-8")
-                                         for c in spec.split_key)
-            else:
-                key = KEY_SEPARATOR.join(c.encode("utf-8") for c in cells)
-            out.append(Failure(row=data_row + progress.row_offset, reason="ragged_row",
-                               message=f"expected {len(names)} fields, got {len(cells)}",
-                               raw=_raw_text(text, options.encoding, stream.escapes), key=key))
-        return out
-
     with ExitStack() as stack:
         given = None
         if later_range and options.header:
             given = _header_names(unit.path, spec, fmt, batch_rows)
             if given is None:
                 return
-        # A later range is read from the newline before it: Arrow drops a byte order mark
-        # opening its input, and U+FEFF opening a later line is text. The empty line is no row.
-        start = unit.start - 1 if later_range else unit.start
-        stream = _EscapingReader(open_input(unit.path, stack, start, unit.end),
+        stream = _EscapingReader(open_input(unit.path, stack, unit.start, unit.end),
                                  options.encoding, bom=not later_range)
-        file_names, block_size = _probe_csv(stream, spec, fmt, batch_rows, given)
+        file_names, block_bytes = _probe_csv(stream, spec, fmt, batch_rows, given)
         if file_names is None:
             return
         # A header cell without a name (R's row names) is the column's 1-based position.
@@ -452,83 +262,133 @@ def _csv_pass(unit: WorkUnit, fmt: str, spec: ConversionSpec, batch_rows: int,
             duplicates = sorted({name for name in names if names.count(name) > 1})
             raise ValueError(f"duplicate column names {duplicates} in {unit.path}: give the "
                              f"columns distinct names in the spec's csv.column_names")
-        read_ahead = stream.read_ahead = _ReadAhead(_READAHEAD_BLOCKS)
-        stack.callback(read_ahead.close)  # before the file closes: no read may stay waiting
-        stack.callback(stream.finish)  # an open that fails reads no further either
-        with read_ahead.consumer_waiting():  # opening reads the first block(s)
-            reader = pacsv.open_csv(
-                stream,
-                read_options=pacsv.ReadOptions(
-                    use_threads=False, block_size=progress.block_size or block_size,
-                    column_names=None if header_rows else file_names),
-                parse_options=_parse_options(spec, fmt, on_invalid_row),
-                convert_options=pacsv.ConvertOptions(
-                    column_types={name: pa.string() for name in file_names},
-                    strings_can_be_null=True, null_values=[""],
-                    quoted_strings_can_be_null=False,
-                    check_utf8=False),  # `_EscapingReader` only ever yields valid UTF-8
-            )
-        # Before the file closes: Arrow's reading thread must be done with the stream.
-        stack.callback(_stop_reading, reader, stream, read_ahead)
-        skip = progress.good_rows  # good rows a previous pass emitted
-        held = None  # the latest chunk's rows: the file's last record may need a second look
-        taken = 0  # good rows of the batches taken in this pass
-        for batch in read_ahead.batches(reader):
-            taken += batch.num_rows
-            if skip >= batch.num_rows:
-                skip -= batch.num_rows
-                batch = batch.slice(batch.num_rows)
-            elif skip:
-                batch, skip = batch.slice(skip), 0
-            rejected = failures(taken)
-            if not batch.num_rows and not rejected:
+        reading = _Reading(spec, fmt, names, file_names, stream,
+                           header=options.header and not later_range)
+        quote = options.quotechar
+        dialect = TextDialect("csv", quote=ord(quote) if quote else None, delimiter=ord(delimiter))
+        pending = b""
+        while True:
+            data = stream.read(block_bytes)
+            block = pending + data if pending else data
+            if not data:
+                break
+            cut = last_record_end(block, dialect)
+            if not cut:  # a record longer than the block: read on until it ends
+                pending, block_bytes = block, block_bytes * 2
                 continue
-            if held is not None:
-                yield _csv_chunk(*held, progress, stream.escapes, options, delimiter)
-            held = (batch, names, rejected)
-        trailing = failures(math.inf)
-        # A file split into byte ranges has no unclosed quote (its planning made sure).
-        record, swallowed = (None, []) if unit.start is not None else unterminated_tail(
-            unit, spec, fmt, names, held, trailing, stream.last_line)
-        first_row = None
-        if swallowed:  # take the record that swallowed the lines out of the output
-            rejected = held[2] if held is not None else []
-            if trailing and trailing[-1].raw == record:
-                first_row = trailing.pop().row
-            elif rejected and rejected[-1].raw == record:
-                first_row = rejected.pop().row
-            else:
-                batch, _, rejected = held
-                held = (batch.slice(0, batch.num_rows - 1), names, rejected)
-        if held is not None:
-            yield _csv_chunk(*held, progress, stream.escapes, options, delimiter)
-        if trailing:
-            yield _csv_chunk(None, names, trailing, progress, stream.escapes, options, delimiter)
-        if swallowed:
-            if first_row is None:
-                first_row = progress.good_rows + len(progress.ragged_before) + 1
-            for offset, failure in enumerate(swallowed):
-                failure.row = first_row + offset
-            yield _csv_chunk(None, names, swallowed, progress, stream.escapes, options, delimiter)
+            pending = block[cut:]
+            yield from reading.chunk(block, cut)
+        if not block:
+            return
+        opened = open_quote_start(block, dialect) if quote else None
+        if opened is None:
+            yield from reading.chunk(block, len(block))
+            return
+        yield from reading.chunk(block, opened)
+        yield reading.unterminated(block[opened:], quote)
 
 
-def _csv_chunk(batch: pa.RecordBatch | None, names: list[str], rejected: list[Failure],
-               progress: _CsvProgress, escapes: bool, options, delimiter: str) -> Chunk:
-    n = batch.num_rows if batch is not None else 0
-    good = progress.good_rows + np.arange(n)
-    if progress.ragged_before:
-        good = good + np.searchsorted(np.asarray(progress.ragged_before), good, side="right")
-    columns = dict(zip(names, batch.columns, strict=True)) if batch is not None else {}
-    chunk = Chunk(
-        index=progress.chunks, mode="text", num_rows=n, columns=columns,
-        row_numbers=good + 1 + progress.row_offset,
-        raw=_csv_raw(columns, names, delimiter, options.quotechar, options.encoding, escapes),
-        whole_row_keys=_joined_keys(columns, names),
-        failures=rejected, escapes=escapes,
-    )
-    progress.good_rows += n
-    progress.chunks += 1
-    return chunk
+class _Reading:
+    """The rows of a unit's blocks, each parsed whole by Arrow, numbered on from the
+    blocks before (ragged rows among them)."""
+
+    def __init__(self, spec: ConversionSpec, fmt: str, names: list[str], file_names: list[str],
+                 stream: _EscapingReader, header: bool):
+        self.spec, self.fmt, self.names, self.file_names = spec, fmt, names, file_names
+        self.stream = stream
+        self.header = header  # the next block opens with the header row
+        self.rows = 0  # data rows (ragged ones included) in the blocks read
+        self.lines = 0  # line breaks in the blocks read
+        self.chunks = 0
+
+    def chunk(self, block: bytes, end: int) -> Iterator[Chunk]:
+        """The chunk of the whole records `block[:end]` (none for a block without data rows)."""
+        if not end:
+            return
+        options, delimiter = self.spec.csv, self.spec.csv.delimiter_for(self.fmt)
+        self.lines += int(np.count_nonzero(np.frombuffer(block, np.uint8, end) == 0x0A))
+        if block.find(b"\r", 0, end) >= 0:  # lone CRs end lines too
+            self.lines += block.count(b"\r", 0, end) - block.count(b"\r\n", 0, end)
+        data = pa.py_buffer(block).slice(0, end)  # no copy
+        if block.startswith(b"\xef\xbb\xbf") and not self.header:
+            # Arrow drops a byte order mark opening its input: here it is text.
+            data = pa.py_buffer(b"\n" + block[:end])
+        ragged: list[tuple[int, str]] = []
+
+        def on_invalid_row(row) -> str:
+            ragged.append((row.number, row.text))
+            return "skip"
+
+        header_rows = int(self.header)
+        table = pacsv.read_csv(
+            data,
+            read_options=pacsv.ReadOptions(
+                use_threads=False, block_size=data.size + 1,
+                column_names=None if header_rows else self.file_names),
+            parse_options=_parse_options(self.spec, self.fmt, on_invalid_row),
+            convert_options=pacsv.ConvertOptions(
+                column_types={name: pa.string() for name in self.file_names},
+                strings_can_be_null=True, null_values=[""],
+                quoted_strings_can_be_null=False,
+                check_utf8=False),  # `_EscapingReader` only ever yields valid UTF-8
+        )
+        self.header = False
+        failures = []
+        for number, text in ragged:
+            cells = _csv_cells(text, delimiter, options.quotechar)
+            failures.append(Failure(
+                row=self.rows + number - header_rows, reason="ragged_row",
+                message=f"expected {len(self.names)} fields, got {len(cells)}",
+                raw=_raw_text(text, options.encoding, self.stream.escapes),
+                key=self._key(cells)))
+        n = table.num_rows
+        if not n and not failures:
+            return
+        numbers = np.arange(1, n + len(failures) + 1)
+        if failures:
+            numbers = np.setdiff1d(numbers, [number - header_rows for number, _ in ragged])
+        columns = dict(zip(self.names, (c.chunk(0) if c.num_chunks == 1 else c.combine_chunks()
+                                        for c in table.columns), strict=True))
+        escapes = self.stream.escapes
+        yield Chunk(
+            index=self.chunks, mode="text", num_rows=n, columns=columns,
+            row_numbers=self.rows + numbers,
+            raw=_csv_raw(columns, self.names, delimiter, options.quotechar, options.encoding,
+                         escapes),
+            whole_row_keys=_joined_keys(columns, self.names),
+            failures=failures, escapes=escapes,
+        )
+        self.rows += n + len(failures)
+        self.chunks += 1
+
+    def _key(self, cells: Sequence[str]) -> bytes:
+        if self.spec.split_key:
+            by_name = dict(zip(self.names, cells, strict=False))
+            return KEY_SEPARATOR.join(by_name.get(c, "").encode("utf-8") for c in self.spec.split_key)
+        return KEY_SEPARATOR.join(c.encode("utf-8") for c in cells)
+
+    def unterminated(self, tail: bytes, quotechar: str) -> Chunk:
+        """The `unterminated_quote` dead letters of the lines a quoted field never closed
+        swallows (`tail`: from the record it opened in to the file's end), one per line."""
+        options, delimiter = self.spec.csv, self.spec.csv.delimiter_for(self.fmt)
+        opened = self.lines + 1
+        failures = []
+        for offset, line in enumerate(tail.decode("utf-8").splitlines()):
+            where = (f"a quoted field opened on line {opened} is never closed" if offset == 0 else
+                     f"line {opened + offset} follows a quoted field opened on line {opened} "
+                     f"that is never closed")
+            failures.append(Failure(
+                row=self.rows + offset + 1, reason="unterminated_quote",
+                message=f"{where} (quote character {quotechar!r})",
+                raw=_raw_text(line, options.encoding, self.stream.escapes),
+                key=self._key(line.split(delimiter)), details={"line": opened + offset}))
+        chunk = Chunk(index=self.chunks, mode="text", num_rows=0,
+                      columns={},
+                      row_numbers=np.zeros(0, np.int64), raw=lambda i: None,
+                      whole_row_keys=lambda: [], failures=failures,
+                      escapes=self.stream.escapes)
+        self.chunks += 1
+        return chunk
 
 
 def _raw_text(text: str, encoding: str, escapes: bool) -> str | bytes:

@@ -242,8 +242,7 @@ def _sample_unit(sample: _Sample, unit: WorkUnit, fmt: str, csv: CsvOptions | No
                  sample_rows: int) -> None:
     if fmt in ("csv", "tsv"):
         spec = _reading_spec(csv)
-        # Closed on leaving, not whenever the garbage collector gets to it: the reader's
-        # thread must be done with the file (see `csv_reader._stop_reading`).
+        # Closed on leaving, not whenever the garbage collector gets to it: the file with it.
         with closing(read_chunks(unit, fmt, spec, min(sample_rows, 65536))) as chunks:
             for chunk in chunks:
                 take = min(chunk.num_rows, sample_rows - sample.rows)

@@ -1,7 +1,7 @@
 """Reading JSON Lines work units in chunks: `JsonLinesReader`. Each line is one JSON object;
 a line that is not (invalid JSON, not an object) is a `Failure` with its line number, and the
 rest of the file converts. A unit may be a byte range of a file, cut after a newline (a JSON
-string holds no raw newline), whose rows and lines are numbered as in the whole file. Column
+string holds no raw newline). Column
 types are learned from the values of each chunk (see `transforms.tabular.values` for the
 rules)."""
 
@@ -231,10 +231,7 @@ class JsonLinesReader:
             stream = open_input(unit.path, stack, unit.start, unit.end)
             target = MIN_BLOCK  # adapted to batch_rows after the first chunk
             pending: list[bytes] = []
-            # A byte range of a file (see `split_units`) numbers its rows and lines on from
-            # those before it, as reading the whole file would.
-            placed = (unit.extra or {}) if unit.start is not None else {}
-            rows_before, lines_before = placed.get("row_offset", 0), placed.get("line_offset", 0)
+            rows_before = lines_before = 0  # in the unit (`read.read_chunks` adds the file's)
             index = 0
             while True:
                 data = stream.read(target)

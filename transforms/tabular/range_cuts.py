@@ -1,8 +1,15 @@
-"""Finding the record starts of large text files in the workers: `CutRangesInWorkers`.
+"""Making raw byte ranges of large text files exact, in one formulation wherever it runs:
+`cut_now`, `CutRangesInWorkers`.
 
-On Dask, Dataflow and other distributed runners the launcher does not read the files it
-cuts (`split_text_units(..., cut_in_workers=True)`): it plans raw ranges at even byte
-targets, and this step, the first after the plan, makes them exact byte ranges:
+The planner cuts a large file at even byte targets (`cut_targets`: a function of its size
+and range count only) into raw ranges (`split_units.split_text_units`). Range k is read from
+its candidate start, the byte after the first LF at or after target k - 1, to the next
+range's (`scan_range`), and counted in both quote states its start can be in
+(`byte_ranges.count_range`); the chain of counts (`cuts_of`) then makes the raw ranges exact
+byte ranges starting at the first record start at or after each target. So the cut depends
+on the file's bytes and the targets alone: on the launcher's threads before the run
+(`cut_now`: the local runner), as tasks of a Dask cluster before the run (`cut_now` too), or
+as the graph's first step on runners whose workers read the files:
 
     work units -> ScanRanges: each raw range counts its own bytes, in parallel, in both
                   states its candidate record start can be in (`scan_range`)
@@ -11,8 +18,8 @@ targets, and this step, the first after the plan, makes them exact byte ranges:
                   and becomes [record start, next record start) with its row and line
                   offsets, as if the launcher had scanned the file
 
-A candidate start that is not a record start (inside a quoted field, or in the CSV header)
-joins its range to the one before: the raw range yields no unit. A file that ends inside a
+A range in which no record starts (one record spans it) joins the one before: the raw range
+yields no unit. A file that ends inside a
 quoted field, or that could not be read, becomes one unit (its first range's index) that
 the converter reads whole, as on the launcher (a warning names it). Units that are not raw
 ranges pass unchanged. The side input is one small record per raw range, never data.
@@ -46,9 +53,9 @@ from transforms.tabular.byte_ranges import (
     TextDialect,
     count_range,
 )
-from transforms.tabular.split_units import cut_targets, scan_ranges
 
-__all__ = ["CutRangesInWorkers", "RangeScan", "cuts_of", "scan_range"]
+__all__ = ["CutRangesInWorkers", "RangeScan", "cut_now", "cut_targets", "cuts_of", "scan_range",
+           "scan_ranges"]
 
 _LOG = logging.getLogger(__name__)
 
@@ -114,14 +121,14 @@ def scan_range(f, k: int, cuts: Sequence[int], dialect: TextDialect,
 
 def cuts_of(scans: Sequence[RangeScan], size: int, dialect: TextDialect
             ) -> tuple[Scan, dict[int, int]]:
-    """The exact record starts among the ranges' candidates, chained from the file's start:
-    (a `Scan` of the file whose boundaries are those starts, {boundary offset: the range
-    whose candidate it is}).
+    """The record starts of a file, chained from its start over its ranges' counts: (a
+    `Scan` of the file, {boundary offset: the range it starts}).
 
-    A candidate is a boundary when the true state there is outside quotes and the CSV
-    header lies before it; otherwise its range joins the one before (fewer, longer ranges:
-    the cut is only ever coarser than `find_boundaries`', never wrong). `scans` must be
-    every range of the file, in any order.
+    A range's candidate start is its boundary when the true state there is outside quotes
+    and the CSV header lies before it; otherwise its boundary is the first record start its
+    counts found after that (the first record start at or after its cut target, as a
+    sequential reading of the file finds it), and where they found none it joins the range
+    before. `scans` must be every range of the file, in any order.
     """
     ordered = sorted(scans, key=lambda scan: scan.range)
     if [scan.range for scan in ordered] != list(range(len(ordered))):
@@ -132,17 +139,36 @@ def cuts_of(scans: Sequence[RangeScan], size: int, dialect: TextDialect
     boundaries: list[Boundary] = []
     owners: dict[int, int] = {}
     for scan in ordered:
-        if (scan.range and not quoted and records >= header and 0 < scan.start < size
-                and (not boundaries or boundaries[-1].offset < scan.start)):
-            boundaries.append(Boundary(scan.start, records - header, lines))
-            owners[scan.start] = scan.range
         counted = scan.inside if quoted else scan.outside
         if counted is None:
             raise ValueError(f"range {scan.range} was not counted inside a quoted field")
+        if scan.range:
+            found = (scan.start, 0, 0) if not quoted and records >= header else counted.first_start
+            if found is not None and found[0] < min(scan.end, size):  # else the next range's
+                boundaries.append(Boundary(found[0], records + found[1] - header, lines + found[2]))
+                owners[found[0]] = scan.range
         records += counted.records
         lines += counted.lines
         quoted = counted.quoted_at_end
     return Scan(size=size, boundaries=tuple(boundaries), open_quote=quoted), owners
+
+
+def cut_targets(size: int, count: int) -> list[int]:
+    """Evenly spread cut targets for `count` ranges of a file of `size` bytes."""
+    return [size * k // count for k in range(1, count)]
+
+
+def scan_ranges(scan: Scan) -> list[tuple[int, int, dict]]:
+    """(start, end, extra) of the byte ranges a scan's boundaries cut its file into, in file
+    order; extra holds the unit's `size`, `row_offset` and `line_offset`."""
+    ranges = []
+    start, rows, lines = 0, 0, 0
+    for boundary in (*scan.boundaries, None):
+        end = scan.size if boundary is None else boundary.offset
+        ranges.append((start, end, {"size": end - start, "row_offset": rows, "line_offset": lines}))
+        if boundary is not None:
+            start, rows, lines = boundary.offset, boundary.rows_before, boundary.lines_before
+    return ranges
 
 
 def _cut_of(unit: WorkUnit) -> dict | None:
@@ -208,7 +234,6 @@ def _placed_unit(unit: WorkUnit, placements: _Placements) -> WorkUnit | None:
     if placed is None:  # read whole, as its first range
         if k != 0:
             return None
-        _LOG.warning("%s: read whole, as one unit: %s", unit.path, why)
         return dataclasses.replace(unit, start=None, end=None,
                                    extra={**kept, "size": int(cut["file_size"])})
     if k not in placed:
@@ -244,6 +269,9 @@ class _PlaceRange(beam.DoFn):
             self._placements = _placements(scans, self._dialect)
         placed = _placed_unit(unit, self._placements or {})
         if placed is not None:
+            if placed.start is None and placed is not unit:
+                _LOG.warning("%s: read whole, as one unit: %s", unit.path,
+                             self._placements[unit.path][1])
             yield placed
 
 
@@ -263,11 +291,23 @@ class CutRangesInWorkers(beam.PTransform):
     def cut_now(self, units: Sequence[WorkUnit],
                 map_scans: Callable[[Callable[[WorkUnit], Any], list[WorkUnit]], list]
                 ) -> list[WorkUnit]:
-        """The same cut outside a pipeline: what `expand` gives for `units`, in plan order,
-        the raw ranges' scans run by `map_scans(fn, raw_ranges)` (e.g. a Dask client's
-        map, so that the workers read the files and the caller gets one small summary per
-        range), the placing done here."""
-        raw = [unit for unit in units if _cut_of(unit) is not None]
-        scans = list(map_scans(functools.partial(_scan_unit, dialect=self._dialect), raw))
-        placements = _placements(scans, self._dialect)
-        return [placed for unit in units if (placed := _placed_unit(unit, placements)) is not None]
+        """The same cut outside a pipeline (`cut_now`), each file read whole named in a
+        warning."""
+        cut, whole = cut_now(units, self._dialect, map_scans)
+        for path, why in whole.items():
+            _LOG.warning("%s: read whole, as one unit: %s", path, why)
+        return cut
+
+
+def cut_now(units: Sequence[WorkUnit], dialect: TextDialect,
+            map_scans: Callable[[Callable[[WorkUnit], Any], list[WorkUnit]], list]
+            ) -> tuple[list[WorkUnit], dict[str, str]]:
+    """What `CutRangesInWorkers` gives for `units`, outside a pipeline, in plan order, the raw
+    ranges' scans run by `map_scans(fn, raw_ranges)` (a thread pool's map on the launcher, a
+    Dask client's map, so that the workers read the files and the caller gets one small
+    summary per range), the placing done here; and {path: why it is read whole}."""
+    raw = [unit for unit in units if _cut_of(unit) is not None]
+    scans = list(map_scans(functools.partial(_scan_unit, dialect=dialect), raw))
+    placements = _placements(scans, dialect)
+    whole = {path: why for path, (placed, why) in placements.items() if placed is None}
+    return [placed for unit in units if (placed := _placed_unit(unit, placements)) is not None], whole

@@ -6,8 +6,10 @@ thousands of input rows, as columns (Arrow arrays, or Python values for JSON lin
 cannot read), plus the rows that failed while reading (ragged CSV rows, invalid JSON lines)
 as `Failure`s. Every file is opened through Beam's `FileSystems` (gs:// and the other Beam
 filesystems work); `.gz` inputs are decompressed transparently (with `isal` when installed).
-A CSV or JSON Lines unit may be a byte range of a file (`split_units`): its rows keep their
-numbers within the whole file.
+A CSV or JSON Lines unit may be a byte range of a file (`split_units`): its readers number its
+rows (and lines) from its start, and `read_chunks` adds the rows and lines of the file before
+it (`extra["row_offset"]`, `extra["line_offset"]`), so they keep their numbers within the
+whole file.
 
 CSV specifics:
 * All columns are read as strings, so that every conversion error is ours, row by row.
@@ -22,6 +24,8 @@ CSV specifics:
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 from collections.abc import Iterator
 
 from transforms.input_formats import check_tabular_format
@@ -42,10 +46,33 @@ def read_chunks(unit: WorkUnit, fmt: str, spec: ConversionSpec, batch_rows: int,
     `whole_row`: the split key is the whole row (all columns must be read).
     """
     if fmt in ("csv", "tsv"):
-        return csv_chunks(unit, fmt, spec, batch_rows)
+        return _in_file(csv_chunks(unit, fmt, spec, batch_rows), unit)
     if fmt == "jsonl":
-        return JsonLinesReader(spec, batch_rows).chunks(unit)
+        return _in_file(JsonLinesReader(spec, batch_rows).chunks(unit), unit)
     if fmt == "parquet":
         return parquet_chunks(unit, spec, batch_rows, whole_row)
     check_tabular_format(fmt)
     raise AssertionError(f"no reader for {fmt!r}")
+
+
+def _in_file(chunks: Iterator[Chunk], unit: WorkUnit) -> Iterator[Chunk]:
+    """The chunks of a text unit numbered within its file: a byte range's rows and lines
+    follow those of the file before it (see `split_units`)."""
+    placed = (unit.extra or {}) if unit.start else {}
+    rows, lines = int(placed.get("row_offset", 0)), int(placed.get("line_offset", 0))
+    if not rows and not lines:
+        return chunks
+    return _shifted(chunks, rows, lines)
+
+
+def _shifted(chunks: Iterator[Chunk], rows: int, lines: int) -> Iterator[Chunk]:
+    def in_file(details: dict) -> dict:
+        return {**details, "line": details["line"] + lines} if "line" in details else details
+
+    with contextlib.closing(chunks):
+        for chunk in chunks:
+            for failure in chunk.failures:
+                failure.row = None if failure.row is None else failure.row + rows
+                failure.details = in_file(failure.details)
+            yield dataclasses.replace(chunk, row_numbers=chunk.row_numbers + rows,
+                                      details=lambda i, of=chunk.details: in_file(of(i)))

@@ -1,38 +1,36 @@
 """Cutting large CSV/TSV and JSON Lines files into byte-range work units: `split_text_units`.
 
 One file is one work unit by default, so a large file converts on one core. Here every
-uncompressed text file larger than `work_unit_bytes` is scanned once on the launcher
-(`transforms.tabular.byte_ranges.find_boundaries`: vectorised, exact with quoted newlines,
-its blocks spread over the launcher's CPUs) and cut into about size / work_unit_bytes
-ranges at record starts. A range's unit has `start`/`end` (bytes) and
-`extra = {"size", "row_offset", "line_offset"}`: the data rows and lines of the file before
-it, so the readers number rows (and JSON Lines lines) as in the whole file and every dead
-letter keeps its true `row`. Ranges of one file get consecutive unit indices, so batch keys
-stay unique and in file order.
+uncompressed text file larger than `work_unit_bytes` is cut at even byte targets into about
+size / work_unit_bytes raw ranges, whose record starts `transforms.tabular.range_cuts` then
+finds (`transforms.tabular.byte_ranges`: exact with quoted newlines): on the launcher's
+threads here, or with `cut_in_workers` (a Dask cluster, Dataflow: runners whose workers can
+read the files) in the workers, where the raw ranges' `extra["cut"]` = {"range", "ranges",
+"file_size"} says which they are. Either way the same formulation gives the same units: a
+range's unit has `start`/`end` (bytes) and `extra = {"size", "row_offset", "line_offset"}`,
+the data rows and lines of the file before it, so the readers number rows (and JSON Lines
+lines) as in the whole file and every dead letter keeps its true `row`. A file's ranges keep
+their raw ranges' unit indices (a range joined to the one before leaves a gap), so batch
+keys stay unique and in file order.
 
 A plan with few work units leaves workers idle at its end (one 150 MB file was 3 units of
-64 MiB: 2 on one process, 1 on the other). So with `min_units` (the planner asks for 4 per
-process) a file is also cut into ranges of about total input / `min_units` bytes, never
-smaller than `MIN_RANGE_BYTES`: one 150 MB file on 2 processes becomes 8 ranges, while 8
-files of 19 MB stay 8 whole units (no scan). Cutting never changes the output.
-
-With `cut_in_workers` (a Dask cluster, Dataflow: runners whose workers can read the files)
-the launcher reads none of it: a file is cut at even byte targets into raw ranges, units whose
-`extra["cut"]` = {"range", "ranges", "file_size"} says which;
-`transforms.tabular.range_cuts.CutRangesInWorkers` finds their record starts and offsets in
-the workers before the converter reads them (as the graph's first step, or as cluster tasks
-before the run).
+64 MiB: 2 on one process, 1 on the other). So a plan asking for `balance` with fewer than
+`BALANCE_UNITS` units also cuts its files into ranges of about total input / `BALANCE_UNITS`
+bytes, never smaller than `MIN_RANGE_BYTES`: one 150 MB file becomes 8 ranges, while 8 files
+of 19 MB stay 8 whole units (no scan). The rule is a constant: the units, hence the output's
+bytes, never depend on the processes, threads or runner. Cutting never changes the rows read.
 
 Kept whole (one unit, with the reason in the plan summary): compressed files (a compressed
 stream is read from its start), encodings in which a byte value does not stand for one
 character on its own (UTF-16, Shift JIS...), a delimiter or quote that is not ASCII, a CSV
 file ending inside a quoted field (its reader reports every line the unclosed quote
-swallows), and files that cannot be scanned (the converter dead-letters them). Launcher side.
+swallows), and files that cannot be read (the converter dead-letters them). Launcher side.
 """
 
 from __future__ import annotations
 
 import codecs
+import collections
 import dataclasses
 import importlib
 import itertools
@@ -42,25 +40,25 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from apache_beam.io.filesystem import CompressionTypes
-from apache_beam.io.filesystems import FileSystems
 
 from transforms.allocator import release_freed_memory
 from transforms.ordered_pool import default_threads
 from transforms.records import WorkUnit
-from transforms.tabular.byte_ranges import Scan, TextDialect, find_boundaries
+from transforms.tabular.byte_ranges import TextDialect
+from transforms.tabular.range_cuts import cut_now, cut_targets
 from transforms.tabular.spec import CsvOptions
 
-__all__ = ["DEFAULT_WORK_UNIT_BYTES", "MIN_RANGE_BYTES", "FileSplit", "SplitPlan", "cut_targets",
-           "scan_ranges", "split_text_units", "text_dialect"]
+__all__ = ["BALANCE_UNITS", "DEFAULT_WORK_UNIT_BYTES", "MIN_RANGE_BYTES", "FileSplit",
+           "SplitPlan", "split_text_units", "text_dialect"]
 
 DEFAULT_WORK_UNIT_BYTES = 64 << 20
 
-#: The smallest range cut for balance (`min_units`): below it, a range's fixed cost (opening
-#: the file, the reader's start) shows, and the launcher's scan would cost more than it saves.
-MIN_RANGE_BYTES = 8 << 20
+#: A plan of fewer units than this cuts its files for balance (module docstring).
+BALANCE_UNITS = 8
 
-#: Files scanned at once (the scan is mostly I/O on remote filesystems).
-_SCAN_THREADS = 4
+#: The smallest range cut for balance: below it, a range's fixed cost (opening the file, the
+#: reader's start) shows, and the launcher's scan would cost more than it saves.
+MIN_RANGE_BYTES = 8 << 20
 
 #: Files the plan summary names one by one.
 _LISTED_FILES = 50
@@ -183,20 +181,9 @@ def _range_count(size: int, work_unit_bytes: int, balance_bytes: int | None) -> 
     return max(count, 1)
 
 
-def cut_targets(size: int, count: int) -> list[int]:
-    """Evenly spread cut targets for `count` ranges of a file of `size` bytes."""
-    return [size * k // count for k in range(1, count)]
-
-
-def _scan(path: str, targets: Sequence[int], dialect: TextDialect, threads: int) -> Scan:
-    with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
-        return find_boundaries(f.read, targets, dialect, threads=threads)
-
-
-def _file_ranges(unit: WorkUnit, dialect: TextDialect | None, why: str | None, count: int,
-                 threads: int, cut_in_workers: bool = False
+def _file_ranges(unit: WorkUnit, why: str | None, count: int
                  ) -> tuple[list[tuple[int, int, dict]], FileSplit | None]:
-    """(start, end, extra) of each of the `count` ranges wanted of the file of `unit`
+    """(start, end, extra) of each of the `count` raw ranges wanted of the file of `unit`
     ([] = keep the unit), and its FileSplit when more than one is wanted."""
     size = unit.size
     if count <= 1:
@@ -206,46 +193,19 @@ def _file_ranges(unit: WorkUnit, dialect: TextDialect | None, why: str | None, c
         why = f"compressed ({compression}): a compressed stream is read from its start"
     if why:
         return [], FileSplit(unit.path, size, 1, why)
-    if cut_in_workers:
-        cuts = [0, *cut_targets(size, count), size]
-        ranges = [(start, end, {"size": end - start,
-                                "cut": {"range": k, "ranges": count, "file_size": size}})
-                  for k, (start, end) in enumerate(itertools.pairwise(cuts))]
-        return ranges, FileSplit(unit.path, size, count, cut_in_workers=True)
-    try:
-        scan = _scan(unit.path, cut_targets(size, count), dialect, threads)
-    except Exception as error:  # noqa: BLE001 - the converter dead-letters an unreadable file
-        return [], FileSplit(unit.path, size, 1, f"not scanned ({type(error).__name__}: "
-                                                 f"{error}); converted as one unit")
-    if scan.open_quote:
-        return [], FileSplit(unit.path, size, 1, "it ends inside a quoted field (an unclosed "
-                             "quote): read whole, every line it swallows is a dead letter")
-    if not scan.boundaries:
-        return [], FileSplit(unit.path, size, 1, "no record starts after the cut targets "
-                             "(a record longer than a range)")
-    ranges = scan_ranges(scan)
-    return ranges, FileSplit(unit.path, size, len(ranges))
-
-
-def scan_ranges(scan: Scan) -> list[tuple[int, int, dict]]:
-    """(start, end, extra) of the byte ranges a scan's boundaries cut its file into, in file
-    order; extra holds the unit's `size`, `row_offset` and `line_offset`."""
-    ranges = []
-    start, rows, lines = 0, 0, 0
-    for boundary in (*scan.boundaries, None):
-        end = scan.size if boundary is None else boundary.offset
-        ranges.append((start, end, {"size": end - start, "row_offset": rows, "line_offset": lines}))
-        if boundary is not None:
-            start, rows, lines = boundary.offset, boundary.rows_before, boundary.lines_before
-    return ranges
+    cuts = [0, *cut_targets(size, count), size]
+    ranges = [(start, end, {"size": end - start,
+                            "cut": {"range": k, "ranges": count, "file_size": size}})
+              for k, (start, end) in enumerate(itertools.pairwise(cuts))]
+    return ranges, FileSplit(unit.path, size, count, cut_in_workers=True)
 
 
 def split_text_units(units: Sequence[WorkUnit], fmt: str, csv: CsvOptions | None = None,
-                     work_unit_bytes: int = DEFAULT_WORK_UNIT_BYTES,
-                     min_units: int = 1, cut_in_workers: bool = False) -> SplitPlan:
+                     work_unit_bytes: int = DEFAULT_WORK_UNIT_BYTES, *, balance: bool = False,
+                     cut_in_workers: bool = False) -> SplitPlan:
     """The work units of `plan_tabular` with every CSV/TSV/JSON Lines file larger than
-    `work_unit_bytes` cut into byte ranges (module docstring), re-indexed in plan order;
-    with fewer than `min_units` units, large files are cut further for balance.
+    `work_unit_bytes` cut into byte ranges (module docstring), in plan order; with `balance`
+    and fewer than `BALANCE_UNITS` units, large files are cut further.
     `cut_in_workers`: cut at byte targets only, leaving the record starts to the workers.
 
     `csv`: the resolved spec's CSV options (delimiter, quote, header, encoding). Other
@@ -257,21 +217,13 @@ def split_text_units(units: Sequence[WorkUnit], fmt: str, csv: CsvOptions | None
         return SplitPlan(tuple(units), (), work_unit_bytes)
     dialect, why = text_dialect(fmt, csv)
     balance_bytes = None
-    if len(units) < min_units:
-        balance_bytes = max(sum(u.size for u in units) // min_units, MIN_RANGE_BYTES)
-    counts = [_range_count(u.size, work_unit_bytes, balance_bytes) for u in units]
-    # The CPUs go to the files scanned at once, then to the blocks of each file.
-    files_at_once = max(1, min(sum(1 for c in counts if c > 1), _SCAN_THREADS))
-    threads = max(1, default_threads() // files_at_once)
-    with ThreadPoolExecutor(files_at_once) as pool:
-        planned = list(pool.map(
-            lambda u, c: _file_ranges(u, dialect, why, c, threads, cut_in_workers),
-            units, counts))
-    if any(count > 1 for count in counts) and not cut_in_workers:
-        release_freed_memory()  # the scan's blocks, before converters fork (see allocator)
+    if balance and len(units) < BALANCE_UNITS:
+        balance_bytes = max(sum(u.size for u in units) // BALANCE_UNITS, MIN_RANGE_BYTES)
     out: list[WorkUnit] = []
     files = []
-    for unit, (ranges, file_split) in zip(units, planned, strict=True):
+    for unit in units:
+        ranges, file_split = _file_ranges(
+            unit, why, _range_count(unit.size, work_unit_bytes, balance_bytes))
         if file_split is not None:
             files.append(file_split)
         if not ranges:
@@ -280,4 +232,13 @@ def split_text_units(units: Sequence[WorkUnit], fmt: str, csv: CsvOptions | None
         for start, end, extra in ranges:
             out.append(dataclasses.replace(unit, index=len(out), start=start, end=end,
                                            extra={**(unit.extra or {}), **extra}))
-    return SplitPlan(tuple(out), tuple(files), work_unit_bytes, balance_bytes, dialect)
+    if cut_in_workers or not any(f.cut_in_workers for f in files):
+        return SplitPlan(tuple(out), tuple(files), work_unit_bytes, balance_bytes, dialect)
+    with ThreadPoolExecutor(default_threads()) as pool:  # numpy releases the GIL
+        cut, whole = cut_now(out, dialect, lambda fn, raw: list(pool.map(fn, raw)))
+    release_freed_memory()  # the counts' blocks, before converters fork (see allocator)
+    ranges_of = collections.Counter(unit.path for unit in cut)
+    files = [f if not f.cut_in_workers else
+             FileSplit(f.path, f.size, 1, f"{whole[f.path]}: read whole") if f.path in whole else
+             FileSplit(f.path, f.size, ranges_of[f.path]) for f in files]
+    return SplitPlan(tuple(cut), tuple(files), work_unit_bytes, balance_bytes, dialect)

@@ -46,6 +46,8 @@ from typing import TypeVar
 
 from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, StandardOptions
 
+from pipeline.quiet_logs import quiet_beam_workers
+
 __all__ = [
     "LOCAL_PARALLEL_MIN_BYTES",
     "LOCAL_PARALLEL_MIN_IMAGE_BYTES",
@@ -287,6 +289,7 @@ def _local_runner(options: PipelineOptions, argv: Sequence[str], parallel: bool)
         direct.direct_running_mode = "multi_processing"
     if not workers_given:
         direct.direct_num_workers = os.cpu_count() or 1
+    quiet_beam_workers(options)
     return FnApiRunner()
 
 

@@ -15,8 +15,9 @@ before anything else is imported.
   and by the Dask worker that ran the task (`distributed.worker`). The command prints the
   failure as one line and exits with its code, so those loggers are raised to CRITICAL:
   in this process (`drop_runner_noise`), in Beam's local worker processes through Beam's
-  own `--sdk_harness_log_level_overrides` (`quiet_beam_workers`, which also drops the
-  warning `sdk_worker_main` logs on every start about a staging folder local runs lack), and in Dask's LocalCluster workers by their preload hook (`dask_setup`).
+  own `--sdk_harness_log_level_overrides` (`beam_worker_log_levels`, which also drops the
+  warning each worker logs on start about a staging folder local runs lack), and in
+  Dask's LocalCluster workers by their preload hook (`dask_setup`).
   `--log-level debug` leaves Beam's loggers alone, and the command then logs the traceback
   itself.
 """
@@ -26,14 +27,15 @@ from __future__ import annotations
 import logging
 import sys
 
-__all__ = ["dask_setup", "drop_runner_noise", "import_beam_quietly", "quiet_beam_workers"]
+__all__ = ["dask_setup", "drop_runner_noise", "import_beam_quietly", "beam_worker_log_levels"]
 
 #: Beam's loggers of the exception that failed a job: where the DoFn raised it, and the
 #: worker process's log of the failed bundle.
 _BEAM_FAILURE_LOGGERS = ("apache_beam.runners.common", "apache_beam.runners.worker.sdk_worker")
 
-#: Beam's worker processes (`--direct_running_mode=multi_processing`) warn on every start.
-_BEAM_WORKER_START = "apache_beam.runners.worker.sdk_worker_main"
+#: The logger of Beam's worker process's main module (`python -m ...sdk_worker_main`), which
+#: warns on every start that it has no staging folder (local runs have none).
+_BEAM_WORKER_START = "__main__"
 
 #: Dask's worker logs a task that raised ("Compute Failed", with the traceback).
 _DASK_WORKER = "distributed.worker"
@@ -65,15 +67,15 @@ def drop_runner_noise() -> None:
             logging.getLogger(name).setLevel(logging.CRITICAL)
 
 
-def quiet_beam_workers(options) -> None:
-    """The same for Beam's local worker processes, through the `PipelineOptions` they get
-    (unless `--sdk_harness_log_level_overrides` is given, or the root logger is at DEBUG)."""
+def beam_worker_log_levels(options) -> dict[str, str] | None:
+    """The log levels Beam's local worker processes are to set, by logger: the user's
+    `--sdk_harness_log_level_overrides`, else the failure loggers at CRITICAL (None at DEBUG)."""
     from apache_beam.options.pipeline_options import WorkerOptions
 
-    worker = options.view_as(WorkerOptions)
-    if worker.sdk_harness_log_level_overrides is None and not _debugging():
-        worker.sdk_harness_log_level_overrides = {
-            **{name: "CRITICAL" for name in _BEAM_FAILURE_LOGGERS}, _BEAM_WORKER_START: "ERROR"}
+    given = options.view_as(WorkerOptions).sdk_harness_log_level_overrides
+    if given is not None or _debugging():
+        return given
+    return {**{name: "CRITICAL" for name in _BEAM_FAILURE_LOGGERS}, _BEAM_WORKER_START: "ERROR"}
 
 
 def dask_setup(worker) -> None:

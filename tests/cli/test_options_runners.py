@@ -16,7 +16,6 @@ from pipeline import cli
 from pipeline.options import ConvertOptions, fill_date_template, parse_size
 from pipeline.runners import (
     RunnerError,
-    check_runner_installed,
     runner_for,
 )
 from tests.images import image_samples

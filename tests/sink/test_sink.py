@@ -260,27 +260,28 @@ def test_retried_bundle_and_retried_finalize_neither_lose_nor_duplicate(tmp_path
 
 
 def test_finalize_interrupted_after_some_renames_completes_on_retry(tmp_path, monkeypatch):
-    from transforms import commit as commit_module
+    from apache_beam.io.filesystems import FileSystems
 
     config = SinkConfig(output_dir=str(tmp_path), sharding=ShardingConfig(max_shard_bytes=1500),
                         run_id="crash")
     batches = _batches(num_batches=3, per_batch=20)
     counts = [batch_counts(batch)[1] for batch in batches]
     temp_paths = _write_bundle(config, batches)
-    real_commit = commit_module._commit_file
-    calls = {"n": 0}
+    real_rename = FileSystems.rename
+    shard_renames = []
 
-    def crashing_commit(cfg, planned):
-        calls["n"] += 1
-        if calls["n"] == 3:
-            raise OSError("worker lost")
-        real_commit(cfg, planned)
+    def crashing_rename(sources, destinations):
+        if destinations[0].endswith(".tfrecord"):
+            shard_renames.append(destinations[0])
+            if len(shard_renames) == 3:  # the worker is lost while it commits the third shard
+                raise OSError("worker lost")
+        real_rename(sources, destinations)
 
-    monkeypatch.setattr(commit_module, "_commit_file", crashing_commit)
+    monkeypatch.setattr(FileSystems, "rename", crashing_rename)
     with pytest.raises(OSError, match="worker lost"):
         finalize_output(config, temp_paths, counts)
-    assert not (tmp_path / "manifest.json").exists()  # nothing is committed yet
-    monkeypatch.setattr(commit_module, "_commit_file", real_commit)
+    assert len(shard_renames) == 3 and not (tmp_path / "manifest.json").exists()  # nothing committed
+    monkeypatch.setattr(FileSystems, "rename", real_rename)
     finalize_output(config, temp_paths, counts)
     manifest = json.loads((tmp_path / "manifest.json").read_text())
     ids = [i for shard in manifest["shards"] for i in _ids(tmp_path / shard["path"])]

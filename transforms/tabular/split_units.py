@@ -44,6 +44,7 @@ from typing import Any
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
+from transforms.allocator import release_freed_memory
 from transforms.ordered_pool import default_threads
 from transforms.records import WorkUnit
 from transforms.tabular.byte_ranges import Scan, TextDialect, find_boundaries
@@ -266,6 +267,8 @@ def split_text_units(units: Sequence[WorkUnit], fmt: str, csv: CsvOptions | None
         planned = list(pool.map(
             lambda u, c: _file_ranges(u, dialect, why, c, threads, cut_in_workers),
             units, counts))
+    if any(count > 1 for count in counts) and not cut_in_workers:
+        release_freed_memory()  # the scan's blocks, before converters fork (see allocator)
     out: list[WorkUnit] = []
     files = []
     for unit, (ranges, file_split) in zip(units, planned, strict=True):

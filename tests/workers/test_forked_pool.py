@@ -145,14 +145,13 @@ def test_what_waits_in_the_parent_is_bounded_and_the_results_are_complete(tmp_pa
             yield bytes([n]) * chunk + i.to_bytes(4, "little")
 
     results = forked_map(big, range(6), processes=3, max_buffered_bytes=chunk)
-    first = next(results)
+    taken = [next(results) for _ in range(12)]  # item 0's: the parent reads the others meanwhile
     _wait_until_blocked(tmp_path)  # as far as the children can run while the consumer waits
     produced = len(os.listdir(tmp_path))
-    # Item 0's child: what it produced before the consumer took one, plus what its pipe and
-    # the parent hold; the others: the bound plus the message that crossed it, plus a
-    # pipe's worth each. Without the bound, all 72 results would be produced.
+    # Item 0's 12; items 1 and 2: the bound plus the message that crossed it, plus a pipe's
+    # worth each. Without the bound, items 1 and 2 would be produced whole (36 results).
     assert produced <= 12 + 2 * (2 + 1024 * 1024 // chunk + 1)
-    got = [first, *results]
+    got = [*taken, *results]
     assert got == [bytes([n]) * chunk + i.to_bytes(4, "little") for n in range(6) for i in range(12)]
 
 

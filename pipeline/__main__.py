@@ -1,12 +1,13 @@
 """`python -m pipeline ...`: the `tfrecord-pipeline` command (also its console-script entry point).
 
-The command is imported without Beam's spurious BigQuery warning (`pipeline.quiet_logs`).
+Beam is imported first, without its import-time warnings about its optional extras
+(`pipeline.quiet_logs`).
 """
 
-from pipeline.quiet_logs import dropping_import_warnings
+from pipeline.quiet_logs import import_beam_quietly
 
-with dropping_import_warnings():
-    from pipeline.cli import main
+import_beam_quietly()
+from pipeline.cli import main  # noqa: E402 - after Beam's quiet import
 
 if __name__ == "__main__":
     main()

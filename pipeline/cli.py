@@ -26,7 +26,6 @@ from pipeline.errors import (
 from pipeline.options import REQUIRED_FLAGS, ConvertOptions, RaisingParser, command_line_path
 from pipeline.output_lock import OutputBusyError
 from pipeline.runners import RunnerError
-from transforms.gcs import use_anonymous_credentials_for_emulator
 
 __all__ = ["EXIT_CODES", "build_parser", "convert_parser", "main", "run"]
 
@@ -120,7 +119,6 @@ def run(argv: Sequence[str] | None = None) -> int:
     """Runs one CLI command; returns the process exit code."""
     argv = list(sys.argv[1:] if argv is None else argv)
     command = argv[0] if argv else ""
-    use_anonymous_credentials_for_emulator()  # every command may read gs:// paths
     try:
         if command == "convert":
             if any(arg in ("-h", "--help") for arg in argv[1:]):

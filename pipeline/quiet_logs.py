@@ -1,101 +1,88 @@
 """Log records the command's terminal does not show: noise no user can act on, and runners'
-logs of a failure the command reports itself. Import-light (only `logging`): the console
-entry point uses it before anything else is imported.
+logs of a failure the command reports itself. They are chosen by logger and level, never by
+the text of a message. Import-light (`logging`, `sys`): the console entry point uses it
+before anything else is imported.
 
-* Beam installed without its gcp extra (our default install) calls `logging.warning(
-  "apitools not found, and bigquery client libraries are not available...")` on import: a
-  warning about BigQuery, which this tool never uses. The command drops it while it imports
-  (`dropping_import_warnings`: a handler of our own, so that the warning does not configure
-  the root logger before the command does).
-* A failed job's exception is logged, with its traceback, by Beam where a DoFn raised it
-  (in this process, or in a worker process whose log the job service forwards) and by Dask's
-  worker that ran the task; the command prints the failure as one line and exits with its
-  code, so those logs go (`drop_runner_noise`; `--log-level debug` keeps Beam's, and the
-  command then logs the traceback itself). Beam's worker processes also log, on every start,
-  a warning about Beam's own registries that this tool does not use.
-* The worker processes of the Dask LocalCluster a run starts print to the command's
-  terminal: they drop the BigQuery warning and their log of a failed task (`dask_setup`,
-  their preload hook).
+* Importing Beam installed without its gcp extra (our default install) logs, on the root
+  logger, a warning about BigQuery, which this tool never uses. The entry point imports
+  Beam first with a handler of ours on the root logger that prints errors only
+  (`import_beam_quietly`): Beam's import-time warnings are about its own optional extras;
+  warnings logged after it are printed as usual, and the root logger is left unconfigured
+  for the command.
+* A failed job's exception is logged, with its traceback, where a DoFn raised it
+  (`apache_beam.runners.common`), by the Beam worker process that ran the bundle
+  (`apache_beam.runners.worker.sdk_worker`, forwarded to the launcher by its job service),
+  and by the Dask worker that ran the task (`distributed.worker`). The command prints the
+  failure as one line and exits with its code, so those loggers are raised to CRITICAL:
+  in this process (`drop_runner_noise`), in Beam's local worker processes through Beam's
+  own `--sdk_harness_log_level_overrides` (`beam_worker_log_levels`, which also drops the
+  warning each worker logs on start about a staging folder local runs lack), and in
+  Dask's LocalCluster workers by their preload hook (`dask_setup`).
+  `--log-level debug` leaves Beam's loggers alone, and the command then logs the traceback
+  itself.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import sys
-from collections.abc import Iterator
 
-__all__ = ["dask_setup", "drop_runner_noise", "dropping_import_warnings", "not_spurious"]
+__all__ = ["dask_setup", "drop_runner_noise", "import_beam_quietly", "beam_worker_log_levels"]
 
-_SPURIOUS_BEAM_WARNING = "apitools not found, and bigquery client libraries are not available"
+#: Beam's loggers of the exception that failed a job: where the DoFn raised it, and the
+#: worker process's log of the failed bundle.
+_BEAM_FAILURE_LOGGERS = ("apache_beam.runners.common", "apache_beam.runners.worker.sdk_worker")
 
-#: What Beam's worker processes (`--direct_running_mode=multi_processing`) log at WARNING on
-#: every start, forwarded by the launcher's job service.
-_SPURIOUS_WORKER_WARNING = "No semi_persistent_directory found"
+#: The logger of Beam's worker process's main module (`python -m ...sdk_worker_main`), which
+#: warns on every start that it has no staging folder (local runs have none).
+_BEAM_WORKER_START = "__main__"
 
-#: Beam's loggers of a failed job's exception: a DoFn's, raised in this process, and a worker
-#: process's, forwarded by the job service as the text of the worker's log entry: the
-#: exception with its traceback (`trace`), then the failed bundle's.
-_BEAM_STEP_ERRORS = "apache_beam.runners.common"
-_BEAM_JOB_SERVICE = "apache_beam.runners.portability.local_job_service"
-_FORWARDED_FAILURE_MARKS = ('trace: "', "Error processing instruction")
-
-#: How a Dask worker logs a task that raised (the exception and its traceback follow).
+#: Dask's worker logs a task that raised ("Compute Failed", with the traceback).
 _DASK_WORKER = "distributed.worker"
-_DASK_TASK_FAILED = "Compute Failed"
 
 
-def not_spurious(record: logging.LogRecord) -> bool:
-    """A logging filter: False for Beam's BigQuery import warning."""
-    return not str(record.msg).startswith(_SPURIOUS_BEAM_WARNING)
+def _debugging() -> bool:
+    return logging.getLogger().getEffectiveLevel() <= logging.DEBUG
 
 
-@contextlib.contextmanager
-def dropping_import_warnings() -> Iterator[None]:
-    """For the block, warnings logged to the root logger are printed as Python's last-resort
-    handler would, except Beam's BigQuery one, and leave the root logger unconfigured."""
+def import_beam_quietly() -> None:
+    """Imports Beam with a handler of ours on the root logger that prints errors only: its
+    warnings are dropped, and do not configure the root logger (`logging.warning` would
+    configure a root logger that has no handler)."""
     handler = logging.StreamHandler(sys.stderr)
-    handler.setLevel(logging.WARNING)
-    handler.addFilter(not_spurious)
+    handler.setLevel(logging.ERROR)
     root = logging.getLogger()
     root.addHandler(handler)
     try:
-        yield
+        import apache_beam  # noqa: F401 - imported for its import-time logs
     finally:
         root.removeHandler(handler)
 
 
-def _not_spurious_worker_warning(record: logging.LogRecord) -> bool:
-    return _SPURIOUS_WORKER_WARNING not in record.getMessage()
-
-
-def _not_job_failure_trace(record: logging.LogRecord) -> bool:
-    """False for Beam's log of the exception that failed the job, unless the root logger is
-    at DEBUG."""
-    if record.levelno < logging.ERROR or logging.getLogger().getEffectiveLevel() <= logging.DEBUG:
-        return True
-    if record.name == _BEAM_STEP_ERRORS:
-        return record.exc_info is None
-    message = record.getMessage()
-    return not any(mark in message for mark in _FORWARDED_FAILURE_MARKS)
-
-
-def _not_failed_task(record: logging.LogRecord) -> bool:
-    return not str(record.msg).startswith(_DASK_TASK_FAILED)
-
-
 def drop_runner_noise() -> None:
-    """Adds the filters of Beam's logs in this process (each is added once, however often
-    this is called)."""
-    logging.getLogger(_BEAM_JOB_SERVICE).addFilter(_not_spurious_worker_warning)
-    logging.getLogger(_BEAM_JOB_SERVICE).addFilter(_not_job_failure_trace)
-    logging.getLogger(_BEAM_STEP_ERRORS).addFilter(_not_job_failure_trace)
+    """Raises Beam's loggers of a failed job's exception in this process to CRITICAL,
+    unless the root logger is at DEBUG."""
+    if not _debugging():
+        for name in _BEAM_FAILURE_LOGGERS:
+            logging.getLogger(name).setLevel(logging.CRITICAL)
+
+
+def beam_worker_log_levels(options) -> dict[str, str] | None:
+    """The log levels Beam's local worker processes are to set, by logger: the user's
+    `--sdk_harness_log_level_overrides`, else the failure loggers at CRITICAL (None at DEBUG)."""
+    from apache_beam.options.pipeline_options import WorkerOptions
+
+    given = options.view_as(WorkerOptions).sdk_harness_log_level_overrides
+    if given is not None or _debugging():
+        return given
+    return {**{name: "CRITICAL" for name in _BEAM_FAILURE_LOGGERS}, _BEAM_WORKER_START: "ERROR"}
 
 
 def dask_setup(worker) -> None:
-    """Dask's preload hook (`LocalCluster(preload=[__name__])`): the worker process drops
-    Beam's BigQuery warning, which it would print when its first task imports Beam, and its
-    log of a task that raised (the command reports the job's failure)."""
+    """Dask's preload hook (`LocalCluster(preload=[__name__])`): the worker process imports
+    Beam without its import-time warnings (its first task would print them) and does not
+    log a task that raised (the command reports the job's failure)."""
     del worker  # the hook's signature
-    logging.getLogger().addFilter(not_spurious)
-    logging.getLogger(_DASK_WORKER).addFilter(_not_failed_task)
+    import_beam_quietly()
+    logging.getLogger(_DASK_WORKER).setLevel(logging.CRITICAL)
+    logging.getLogger(f"{_DASK_WORKER}.memory").setLevel(logging.WARNING)  # its child: kept

@@ -46,6 +46,8 @@ from typing import TypeVar
 
 from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, StandardOptions
 
+from pipeline.quiet_logs import beam_worker_log_levels
+
 __all__ = [
     "LOCAL_PARALLEL_MIN_BYTES",
     "LOCAL_PARALLEL_MIN_IMAGE_BYTES",
@@ -287,7 +289,23 @@ def _local_runner(options: PipelineOptions, argv: Sequence[str], parallel: bool)
         direct.direct_running_mode = "multi_processing"
     if not workers_given:
         direct.direct_num_workers = os.cpu_count() or 1
-    return FnApiRunner()
+    return FnApiRunner(provision_info=_worker_provision(options))
+
+
+def _worker_provision(options: PipelineOptions):
+    """What Beam's local worker processes are told: only their log levels
+    (`pipeline.quiet_logs`), as a job service tells its workers their pipeline options (the
+    FnApiRunner on its own tells them none)."""
+    from apache_beam.portability.api import beam_provision_api_pb2
+    from apache_beam.runners.portability.fn_api_runner.fn_runner import ExtendedProvisionInfo
+    from google.protobuf import struct_pb2
+
+    told = struct_pb2.Struct()
+    levels = beam_worker_log_levels(options)
+    if levels:
+        told.update({"sdk_harness_log_level_overrides": levels})
+    return ExtendedProvisionInfo(beam_provision_api_pb2.ProvisionInfo(
+        retrieval_token="unused-retrieval-token", pipeline_options=told))
 
 
 #: Bag partitions per worker thread: more than one, so a slow work unit does not hold up a

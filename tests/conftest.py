@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import datetime
+import json
 import os
 
 import pytest
@@ -21,20 +23,29 @@ def tf():
 
 
 @pytest.fixture
-def gcs_emulator(monkeypatch):
-    """A GCS emulator on 127.0.0.1 with bucket `test-bucket`; Beam reaches it anonymously.
+def gcs_emulator(monkeypatch, tmp_path):
+    """A GCS emulator on 127.0.0.1 with bucket `test-bucket`, configured as users configure
+    Google's libraries: `STORAGE_EMULATOR_HOST` (google-cloud-storage), and Application
+    Default Credentials in a file (`GOOGLE_APPLICATION_CREDENTIALS`, google-auth) holding an
+    access token the emulator accepts. Child processes (workers, CLI subprocesses) inherit
+    both. Without credentials Beam would retry its lookup for ~20 s in every process.
 
     Yields the bucket URI prefix, e.g. "gs://test-bucket".
     """
+    import google.oauth2.credentials
     from gcp_storage_emulator.server import create_server
 
-    from transforms.gcs import use_anonymous_credentials_for_emulator
-
+    token = google.oauth2.credentials.Credentials(
+        token="emulator", refresh_token="unused", client_id="emulator", client_secret="unused",
+        expiry=datetime.datetime(2100, 1, 1))  # never refreshed: no request leaves the machine
+    credentials = tmp_path / "application_default_credentials.json"
+    credentials.write_text(json.dumps({**json.loads(token.to_json()), "type": "authorized_user"}))
     port = free_port()
     server = create_server("127.0.0.1", port, in_memory=True, default_bucket="test-bucket")
     server.start()
     monkeypatch.setenv("STORAGE_EMULATOR_HOST", f"http://127.0.0.1:{port}")
-    assert use_anonymous_credentials_for_emulator()
+    monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(credentials))
+    monkeypatch.setenv("GOOGLE_CLOUD_PROJECT", "emulated")
     try:
         yield "gs://test-bucket"
     finally:

@@ -8,6 +8,12 @@ images), a tenth to a quarter of the whole run. Serving blocks up to `MMAP_THRES
 from the heap and trimming it only above `TRIM_THRESHOLD` lets the next chunk reuse the
 same pages. Memory stays bounded: what is kept is what the largest chunk needed.
 
+Measured (issue 33, removal tried): converting 3M rows of the benchmarks' TF tutorial CSV
+without these settings took a median 7.5 % longer, pair by pair (slower in 17 of 24 runs
+alternating with and without, on a shared 2-core VM at load 4-16), for the same CPU time
+(+1 %) and peak memory; 3,000 images took 4 % less. Kept for the CSV figure; a quiet
+machine at 50M rows should decide whether it stays.
+
 The setting is process-wide; the converters and the sink apply it in their `setup()`.
 The launcher does the opposite after a phase whose memory it will not need again (the scan
 of large text files, `release_freed_memory`): forked converters would otherwise each carry

@@ -3,8 +3,8 @@
 Beam's `FileSystems.match` returns a listing whole (and Beam's GCS client keeps every name
 it listed, to drop repeats), so a tree of millions of objects costs the process that lists
 it memory in proportion. Here a gs:// folder is listed through the same client Beam's GCS
-filesystem makes (`GcsIO().client`: its credentials, and the emulator set-up of
-`transforms.gcs`), one page at a time, and a range of names is asked of the server
+filesystem makes (`GcsIO().client`: its credentials, and the emulator named by
+`STORAGE_EMULATOR_HOST`), one page at a time, and a range of names is asked of the server
 (`start_offset`/`end_offset`), so a worker reading one slice of a folder lists that slice,
 not the folder.
 
@@ -23,7 +23,6 @@ import os
 from collections.abc import Iterator
 
 from transforms import fs
-from transforms.gcs import EMULATOR_ENV
 
 __all__ = ["ListedObject", "list_objects", "streams"]
 
@@ -93,7 +92,7 @@ def _client():
     """The GCS client Beam's filesystem would use, one per process and emulator address
     (`STORAGE_EMULATOR_HOST`, read when a client is made): a client made before a fork keeps
     connections its children must not share."""
-    key = (os.getpid(), os.environ.get(EMULATOR_ENV))
+    key = (os.getpid(), os.environ.get("STORAGE_EMULATOR_HOST"))
     if key not in _CLIENTS:
         from apache_beam.io.gcp.gcsio import GcsIO
 

@@ -2,14 +2,13 @@
 
 Every DoFn of ours calls it from `setup()`, so the process-wide settings are applied in one
 place, whichever runner started the process: the allocator thresholds
-(`transforms.allocator`) and, when a GCS emulator is configured, anonymous GCS access
-(`transforms.gcs`).
+(`transforms.allocator`). GCS access (credentials, an emulator) is google-auth's and
+google-cloud-storage's own configuration, read from the environment the process inherits.
 """
 
 from __future__ import annotations
 
 from transforms.allocator import retain_freed_memory
-from transforms.gcs import use_anonymous_credentials_for_emulator
 
 __all__ = ["prepare_worker"]
 
@@ -17,4 +16,3 @@ __all__ = ["prepare_worker"]
 def prepare_worker() -> None:
     """Applies the process-wide settings of a worker; cheap to call again."""
     retain_freed_memory()
-    use_anonymous_credentials_for_emulator()

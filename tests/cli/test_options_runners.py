@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions
 
+from pipeline import cli
 from pipeline.options import ConvertOptions, fill_date_template, parse_size
 from pipeline.runners import (
     RunnerError,
-    check_runner_installed,
     runner_for,
 )
 from tests.images import image_samples
@@ -168,9 +168,17 @@ def test_runner_without_its_extra_is_refused_before_anything_is_read_or_written(
     assert not output.exists()
 
 
-def test_dataflow_with_its_extra_passes_the_check():
+def test_dataflow_with_its_extra_passes_the_check(tmp_path, capsys):
+    """With the extra installed, a Dataflow run gets past the extra's check to Dataflow's own
+    options, and is refused for those (in one line)."""
     pytest.importorskip("google.cloud.dataflow")
-    check_runner_installed(PipelineOptions(["--runner=DataflowRunner"]))  # does not raise
+    source = tmp_path / "in.csv"
+    source.write_text("id\n1\n")
+    assert cli.run(["convert", "--input", str(source), "--format", "csv",
+                    "--output", str(tmp_path / "out"), "--runner", "DataflowRunner"]) == 2
+    err = capsys.readouterr().err
+    assert "missing --temp_location (or --staging_location), --project, --region" in err
+    assert "extra" not in err
 
 
 def _units_written(tmp_path, units):

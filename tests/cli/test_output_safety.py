@@ -6,11 +6,11 @@ dead letters by reason and where they are."""
 from __future__ import annotations
 
 import json
+import os
 import pathlib
 
 import pipeline
 from pipeline.cli import run
-from transforms import fs
 from transforms.output_files import FAILED_RUN_NAME, JOURNAL_NAME, owned_paths
 
 SAMPLE = pathlib.Path(pipeline.__file__).parent / "sample_data" / "tabular"
@@ -152,20 +152,20 @@ def test_the_summary_shows_dead_letters_by_reason_and_where_they_are(tmp_path, c
 
 def test_every_file_the_manifest_names_is_synced_before_it_is_written(tmp_path, monkeypatch):
     events = []
-    real_sync = fs._fsync_path
+    real_fsync = os.fsync
 
-    def recording_sync(path, directory=False):
-        events.append(("sync", pathlib.Path(path).name))
-        real_sync(path, directory)
+    def recording_fsync(descriptor):
+        events.append(("sync", pathlib.Path(os.readlink(f"/proc/self/fd/{descriptor}")).name))
+        real_fsync(descriptor)
 
-    real_replace = fs.os.replace
+    real_replace = os.replace
 
     def recording_replace(source, target):
         events.append(("rename", pathlib.Path(target).name))
         real_replace(source, target)
 
-    monkeypatch.setattr(fs, "_fsync_path", recording_sync)
-    monkeypatch.setattr(fs.os, "replace", recording_replace)
+    monkeypatch.setattr(os, "fsync", recording_fsync)
+    monkeypatch.setattr(os, "replace", recording_replace)
     out = tmp_path / "out"
     assert run(_convert(out)) == 0
     manifest = _manifest(out)

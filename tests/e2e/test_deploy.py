@@ -1064,5 +1064,7 @@ def test_crontab_example():
 # --------------------------------------------------------------------------------- Python lint
 
 def test_deploy_python_files_compile():
-    for path in sorted(DEPLOY.rglob("*.py")):
-        compile(path.read_text(), str(path), "exec")
+    paths = sorted(DEPLOY.rglob("*.py"))
+    assert paths, f"no Python file under {DEPLOY}"
+    for path in paths:  # a SyntaxError fails the test, naming the file
+        assert compile(path.read_text(), str(path), "exec").co_filename == str(path)

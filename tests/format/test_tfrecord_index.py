@@ -10,7 +10,6 @@ import zlib
 import numpy as np
 import pytest
 
-from transforms.format import tfrecord_index
 from transforms.format.compression import Compression, compression_from_path
 from transforms.format.compression_sniffing import SNIFF_BYTES, sniff_compression
 from transforms.format.tfrecord_format import FramedRecords, frame_record, frame_records
@@ -75,10 +74,11 @@ def test_many_records_of_many_sizes(seekable):
 
 
 @pytest.mark.parametrize("seekable", [True, False])
-def test_records_larger_than_the_scan_chunk_are_skipped_not_held(monkeypatch, seekable):
-    # A 64-byte scan chunk: nearly every payload lies beyond the buffered bytes.
-    monkeypatch.setattr(tfrecord_index, "_SCAN_CHUNK", 64)
-    payloads = [b"a" * 5, b"b" * 300, b"c" * 61, b"d" * 1000, b"e"]
+def test_records_larger_than_the_scan_chunk_are_skipped_not_held(seekable):
+    # Payloads larger than the scan's 1 MiB chunk, between small ones: most of their bytes
+    # lie beyond what the scan buffers.
+    chunk = 1 << 20
+    payloads = [b"a" * 5, b"b" * (chunk + 300), b"c" * 61, b"d" * (3 * chunk), b"e"]
     assert _index_of(frame_records(payloads), seekable) == _expected(payloads)
 
 

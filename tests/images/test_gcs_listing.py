@@ -16,7 +16,6 @@ from apache_beam.io.filesystems import FileSystems
 from pipeline.cli import run
 from tests.images import image_samples as samples
 from tests.images.test_images import convert, planned_items, reasons, write
-from transforms import object_listing
 from transforms.images import folder_slices
 from transforms.images.plan import plan_image_folder
 from transforms.records import WorkUnit
@@ -51,9 +50,14 @@ class _FakeStore:
 
 @pytest.fixture
 def fake_store(monkeypatch):
+    """Installs a `_FakeStore` as the client of Beam's GCS filesystem (`GcsIO().client`). A
+    client is kept per emulator address: each store gets an address of its own."""
+    from apache_beam.io.gcp import gcsio
+
     def install(names):
         store = _FakeStore(names)
-        monkeypatch.setattr(object_listing, "_client", lambda: store)
+        monkeypatch.setattr(gcsio, "GcsIO", lambda *args, **kwargs: SimpleNamespace(client=store))
+        monkeypatch.setenv("STORAGE_EMULATOR_HOST", f"http://fake-store-{id(store)}.invalid")
         return store
     return install
 

@@ -119,23 +119,42 @@ def test_a_child_takes_the_next_item_while_another_is_still_busy(tmp_path):
     assert got[0][1] != got[2][1] == got[1][1]
 
 
+def _wait_until_blocked(folder) -> None:
+    """Waits until every child that produced a result (its pid is in the names in `folder`)
+    can run no further: blocked on a pipe (writing a result the parent does not take, or
+    reading for an item) or gone. The kernel says so (`/proc/PID/wchan`): no clock decides."""
+    deadline = time.monotonic() + DEADLOCK_SECONDS
+    while True:
+        pids = {int(name.rsplit("-", 1)[1]) for name in os.listdir(folder)}
+        states = []
+        for pid in pids:
+            try:
+                with open(f"/proc/{pid}/wchan") as wchan, open(f"/proc/{pid}/stat") as stat:
+                    states.append("pipe" in wchan.read() or stat.read().split(")")[1].split()[0] == "Z")
+            except FileNotFoundError:  # reaped
+                states.append(True)
+        if pids and all(states):
+            return
+        assert time.monotonic() < deadline, "the children never stopped: what waits is unbounded"
+        time.sleep(0.001)
+
+
 def test_what_waits_in_the_parent_is_bounded_and_the_results_are_complete(tmp_path):
     chunk = 256 * 1024
 
     def big(n):
         for i in range(12):
-            (tmp_path / f"{n}-{i}").touch()  # produced: seen by the parent through the folder
+            (tmp_path / f"{n}-{i}-{os.getpid()}").touch()  # produced: seen through the folder
             yield bytes([n]) * chunk + i.to_bytes(4, "little")
 
     results = forked_map(big, range(6), processes=3, max_buffered_bytes=chunk)
-    first = next(results)
-    time.sleep(0.3)  # however long the consumer waits, the children cannot run further ahead
+    taken = [next(results) for _ in range(12)]  # item 0's: the parent reads the others meanwhile
+    _wait_until_blocked(tmp_path)  # as far as the children can run while the consumer waits
     produced = len(os.listdir(tmp_path))
-    # Item 0's child: what it produced before the consumer took one, plus what its pipe and
-    # the parent hold; the others: the bound plus the message that crossed it, plus a
-    # pipe's worth each. Without the bound, all 72 results would be produced.
+    # Item 0's 12; items 1 and 2: the bound plus the message that crossed it, plus a pipe's
+    # worth each. Without the bound, items 1 and 2 would be produced whole (36 results).
     assert produced <= 12 + 2 * (2 + 1024 * 1024 // chunk + 1)
-    got = [first, *results]
+    got = [*taken, *results]
     assert got == [bytes([n]) * chunk + i.to_bytes(4, "little") for n in range(6) for i in range(12)]
 
 

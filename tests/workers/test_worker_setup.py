@@ -1,5 +1,5 @@
-"""Worker set-up: the allocator thresholds, `prepare_worker` called by every DoFn's
-`setup()`, and both converter configs refusing a bad thread count."""
+"""Worker set-up: the allocator thresholds applied by every DoFn's `setup()`
+(`prepare_worker`), and both converter configs refusing a bad thread count."""
 
 from __future__ import annotations
 
@@ -32,16 +32,6 @@ def test_retain_freed_memory_is_applied_once_and_by_every_worker_setup(monkeypat
     ConvertAndWrite(ConvertTabular(TabularConfig(spec=SPEC, fmt="csv")),
                     SinkConfig(output_dir="/tmp/unused")).setup()  # its own and its converter's
     assert len(calls) == 4
-
-
-def test_prepare_worker_applies_the_allocator_and_the_emulator_credentials(monkeypatch):
-    calls = []
-    monkeypatch.setattr(worker, "retain_freed_memory", lambda: calls.append("allocator") or True)
-    monkeypatch.setattr(worker, "use_anonymous_credentials_for_emulator",
-                        lambda: calls.append("gcs emulator") or False)
-    worker.prepare_worker()
-    worker.prepare_worker()  # cheap to call again: every DoFn's setup() does
-    assert calls == ["allocator", "gcs emulator"] * 2
 
 
 @pytest.mark.parametrize("threads", [-1, 1.5, "2"])

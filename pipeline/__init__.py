@@ -33,7 +33,6 @@ naming the lines to add or remove, when a module is missing here or listed but g
     commit.py           committing a run's temporary shards as one complete output
     forked_pool.py      an ordered, bounded map over forked worker processes
     fs.py               path and file helpers for any Beam filesystem (local, gs://, ...)
-    gcs.py              fast, credential-free access to a GCS emulator
     input_formats.py    the input formats `convert` reads and their file name endings
     manifest.py         reading the output manifest from any Beam filesystem; the tool version
     object_listing.py   streaming listings of gs:// folders, optionally of a range of names
@@ -130,6 +129,5 @@ naming the lines to add or remove, when a module is missing here or listed but g
     split_units.py      cutting large text files into byte-range work units
     temporal.py         the text of Arrow date and time values
     transform.py        the Beam side: `ConvertTabular`
-    unclosed_quote.py   a CSV quoted field never closed: the `unterminated_quote` dead letter
     values.py           value rules, one value at a time
 """

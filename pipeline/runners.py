@@ -3,25 +3,24 @@
 * Local (default, `--runner direct`/`DirectRunner`): Beam's FnApiRunner, chosen explicitly.
   Beam 2.77's DirectRunner first tries to download the Prism runner binary from the
   internet, which stalls on networks that hang instead of refusing; the FnApiRunner needs
-  no network. Tabular Example and image conversions run in one process whatever their size: the
-  converter gets the work units as one group and converts them on forked children, which
-  start in milliseconds and write their own shards (`runs_in_process`,
-  `pipeline.graph.in_process_plan`, `transforms.forked_pool`); measured faster than Beam's
-  worker processes at 1.5 GB, with half the memory (see `pipeline.convert`). Other inputs
-  (sequences, or where fork is missing) of several work units run in `multi_processing`
-  mode with one worker per core when larger than `LOCAL_PARALLEL_MIN_BYTES` (images:
-  `LOCAL_PARALLEL_MIN_IMAGE_BYTES`), because a
-  worker process costs seconds to start (it imports Beam). Explicit `--direct_running_mode`
-  / `--direct_num_workers` always win.
+  no network. Conversions run in one process whatever their size: the plan's work units
+  travel as one element converted on forked children, which start in milliseconds and write
+  their own shards (`runs_in_process`, `pipeline.graph.ConvertOnForkedProcesses`,
+  `transforms.forked_pool`); measured faster than Beam's worker processes at 1.5 GB, with
+  half the memory (see `pipeline.convert`). Where fork is missing, an input of several work
+  units larger than `LOCAL_PARALLEL_MIN_BYTES` (images: `LOCAL_PARALLEL_MIN_IMAGE_BYTES`)
+  runs in `multi_processing` mode with one worker per core, because a worker process costs
+  seconds to start (it imports Beam). Explicit `--direct_running_mode` /
+  `--direct_num_workers` always win.
   `multi_threading` was seen to lose elements in Beam 2.77 and is refused.
 * `--runner dask`: Beam's DaskRunner on the scheduler at `--dask_client_address`, or on a
   `dask.distributed.LocalCluster` started (and stopped) for the run. The DaskRunner puts up
   to 128 elements of a `beam.Create` in one bag partition, so a plan of 8 work units ran on
   one worker: the work units are cut into `dask_partitions` partitions instead, sized to the
-  cluster (unless `--dask_npartitions`/`--dask_partition_size` is given); the planner cuts
-  large text files into four work units per thread of the cluster (`cluster_threads`), and
-  a cluster at an address finds their record starts in tasks of its own before the run
-  (`dask_cluster`, `workers_cut_large_files`). Dask's
+  cluster (unless `--dask_npartitions`/`--dask_partition_size` is given); a cluster at an
+  address finds the record starts of large text files' byte ranges in tasks of its own
+  before the run (`dask_cluster`, `workers_cut_large_files`), exactly where the launcher
+  would. Dask's
   `dataframe.shuffle.method` is set to "tasks" for the run unless configured: the bag
   groupby's default reaches "tasks" too, but only after importing dask.dataframe.
 * Anything else (DataflowRunner, FlinkRunner, SparkRunner, PortableRunner, ...) is passed

@@ -8,6 +8,8 @@ For each row count, the TF tutorial table as 8 CSV files (GZIP output, default l
 * `ours` and, with `--baseline` (a checkout of another commit, e.g. a `git worktree` of the
   previous main), `baseline`: full conversions, alternated `--repeats` times in one run,
   wall time, CPU seconds and peak RSS of the process tree (median of the repeats);
+* `no statistics`: ours with `TFRECORD_PIPELINE_STATS=0`, for the share of the run the
+  statistics cost;
 * `killed at ~80 %`: ours, SIGKILLed (with its process group) once 80 % of its work units
   have completion records, then `resumed`: the same command again, timed; its output is
   checked against the full run's, shard for shard (sha256 in the manifests).
@@ -96,6 +98,11 @@ def run(rows: int, work: str, baseline: Path | None, repeats: int) -> dict:
         runs["ours"].append(_timed(f"ours_{rows}", ours, work))
         if baseline is not None:
             runs["baseline"].append(_timed(f"baseline_{rows}", _command(baseline, data, output), work))
+    os.environ["TFRECORD_PIPELINE_STATS"] = "0"
+    try:
+        no_stats = _timed(f"ours_no_stats_{rows}", ours, work)
+    finally:
+        del os.environ["TFRECORD_PIPELINE_STATS"]
     full = _timed(f"ours_full_{rows}", ours, work)
     expected = _shards(output)
     units = _planned_units([arg for arg in ours if arg != "--quiet"])
@@ -106,21 +113,22 @@ def run(rows: int, work: str, baseline: Path | None, repeats: int) -> dict:
     shutil.rmtree(data.directory)
     median = {name: {key: statistics.median(run[key] for run in values) for key in values[0]}
               for name, values in runs.items() if values}
-    return {"rows": rows, "input_bytes": data.input_bytes, **median, "full": full,
+    return {"rows": rows, "input_bytes": data.input_bytes, **median, "full": full, "no_stats": no_stats,
             "work_units": units, "units_at_kill": killed,
             "resumed": {"wall": resumed.wall_seconds, "cpu": resumed.cpu_seconds}}
 
 
 def _markdown(results: Sequence[dict]) -> str:
     lines = ["| rows | ours s | baseline s | ours / baseline | ours RSS MB | baseline RSS MB "
-             "| resumed s (after a kill at ~80 %) | resumed / full |",
-             "|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "| no-stats s | resumed s (after a kill at ~80 %) | resumed / full |",
+             "|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in results:
         base = r.get("baseline")
         lines.append(
             f"| {r['rows']:,} | {r['ours']['wall']:.2f} | {base['wall'] if base else float('nan'):.2f} "
             f"| {r['ours']['wall'] / base['wall'] if base else float('nan'):.3f} "
             f"| {r['ours']['rss_mb']:.0f} | {base['rss_mb'] if base else float('nan'):.0f} "
+            f"| {r['no_stats']['wall']:.2f} "
             f"| {r['resumed']['wall']:.2f} | {r['resumed']['wall'] / r['full']['wall']:.3f} |")
     return "\n".join(lines)
 

@@ -18,6 +18,7 @@ import time
 from collections.abc import Sequence
 
 import apache_beam as beam
+from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOptions
 
 from pipeline.errors import (
@@ -238,7 +239,8 @@ def _summary(output: str, manifest: dict, elapsed: float) -> str:
     rows += [("shards", len(manifest["shards"])),
              ("bytes", sum(shard["bytes"] for shard in manifest["shards"]))]
     width = max(len(name) for name, _ in rows)
-    lines = [f"Committed {output}/{MANIFEST_NAME}"]
+    lines = [f"Committed {output}/{MANIFEST_NAME}" + _dead_letter_note(
+        output, counts, [entry["path"] for entry in manifest.get("dead_letter_files") or ()], unit)]
     lines += [f"  {name.ljust(width)}  {value:>14,}" for name, value in rows]
     lines.append(f"  {'elapsed'.ljust(width)}  {elapsed:>13.1f}s")
     if elapsed > 0:
@@ -247,6 +249,32 @@ def _summary(output: str, manifest: dict, elapsed: float) -> str:
         lines.append(f"  dead letters (one JSON line each, with the reason): {output}/{DEAD_LETTER_DIR}/")
     lines += summary_lines(output, manifest)  # the feature table and the drift, if compared
     return "\n".join(lines)
+
+
+#: Dead-letter reasons that stand for a whole input file (one dead letter for all its rows).
+_WHOLE_FILE_REASONS = ("unreadable_file", "missing_file")
+
+
+def _dead_letter_note(output: str, counts: dict, dead_letter_files: Sequence[str], unit: str,
+                      fraction: bool = True) -> str:
+    """What a run's one-line outcome says of its dead letters: `fraction`, their share of the
+    input, and the reason of the first input file dead-lettered whole (read from the dead
+    letters, which only then are scanned); "" without dead letters."""
+    if not counts.get("dead_letter"):
+        return ""
+    note = (f", with {counts['dead_letter']:,} of {counts['input']:,} {unit} dead-lettered "
+            f"({counts['dead_letter'] / max(counts['input'], 1):.2%})") if fraction else ""
+    reasons = counts.get("dead_letter_reasons") or {}
+    files = sum(reasons.get(reason, 0) for reason in _WHOLE_FILE_REASONS)
+    for path in dead_letter_files if files else ():
+        with FileSystems.open(fs.join_path(output, path)) as lines:
+            for line in lines:
+                letter = json.loads(line)
+                if letter.get("reason") in _WHOLE_FILE_REASONS:
+                    more = f" (and {files - 1} more files)" if files > 1 else ""
+                    return (f"{note}; input file {letter.get('source')} dead-lettered whole: "
+                            f"{letter.get('message')}{more}")
+    return note
 
 
 #: The outcomes of a run that committed only its dead letters, by its `failed_run.json`.
@@ -281,7 +309,8 @@ def _outcome_of(error: BaseException, output: str, run_id: str) -> Exception:
     if failed is not None and failed.get("run_id") == run_id:
         outcome = _FAILED_RUN_OUTCOMES.get(failed.get("outcome"))
         if outcome is not None:
-            return outcome(str(failed.get("message", "")))
+            return outcome(str(failed.get("message", "")) + _dead_letter_note(
+                output, failed.get("counts") or {}, failed.get("files") or (), "", fraction=False))
     lines = [line.strip() for line in str(error).splitlines() if line.strip()]
     last = re.sub(r"\s*\[while running [^\]]*\]$", "", lines[-1]) if lines else type(error).__name__
     return CommandFailed(f"conversion failed: {last}")

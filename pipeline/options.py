@@ -52,6 +52,9 @@ __all__ = [
 ]
 
 DEFAULT_LOG_LEVEL = "WARNING"
+#: Any dead letter fails a run unless --max-error-rate allows it (BigQuery's max_bad_records
+#: is 0 too): a half-converted input must not end "Committed", exit 0, in a scheduled job.
+DEFAULT_MAX_ERROR_RATE = 0.0
 #: Destinations of the flags every conversion needs. Not `required` in `ConvertOptions`:
 #: Beam builds its parser from it for every `PipelineOptions`, with or without them.
 REQUIRED_FLAGS = ("input", "format", "output")
@@ -261,9 +264,10 @@ class ConvertOptions(PipelineOptions):
               help="write no shard for a split without records")
         _flag(group, "dry-run", action="store_true", default=False,
               help="read a sample, print the inferred spec and an estimate; write nothing")
-        _flag(group, "max-error-rate", output=True, type=_rate, default=None,
-              help="fail (after writing dead letters) if more than this fraction of input "
-                   "records is dead-lettered")
+        _flag(group, "max-error-rate", output=True, type=_rate, default=DEFAULT_MAX_ERROR_RATE,
+              help="fail (exit 3, only the dead letters committed) if more than this fraction "
+                   "of input records is dead-lettered; default 0: any dead letter fails the run, "
+                   "as trusted loaders do, so a scheduled job notices; 1: never fail")
         tabular_flag = functools.partial(_flag, group, formats=TABULAR_FORMATS)
         tabular_flag("sample-rows", output=True, type=_positive_int, default=10000,
                      help="rows sampled for type inference and --dry-run (default 10000)")

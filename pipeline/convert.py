@@ -10,6 +10,7 @@ see `pipeline.output_lock`).
 from __future__ import annotations
 
 import datetime
+import glob
 import json
 import logging
 import os
@@ -66,7 +67,7 @@ from transforms import manifest as manifest_lib
 from transforms.forked_pool import fork_available
 from transforms.format.compression import Compression, parse_compression
 from transforms.format.manifest_format import MANIFEST_NAME
-from transforms.shard_writers import DEAD_LETTER_DIR
+from transforms.shard_writers import DEAD_LETTER_DIR, TEMP_PREFIX
 from transforms.sink import WriteToShardedTFRecord
 from transforms.stats.document import STATS_NAME
 from transforms.stats.drift import DRIFT_NAME
@@ -105,7 +106,8 @@ def _resolve_paths(conv: ConvertOptions) -> tuple[str, str]:
     )
 
 
-def _sink_for(conv: ConvertOptions, output: str, plan, progress: bool) -> WriteToShardedTFRecord:
+def _sink_for(conv: ConvertOptions, output: str, plan, progress: bool,
+              compare_to: str | None) -> WriteToShardedTFRecord:
     """The sink of a planned conversion; `progress`: the writers leave heartbeat files for the
     progress lines (read by a local run only: elsewhere they would be objects nobody reads)."""
     return WriteToShardedTFRecord(
@@ -119,7 +121,7 @@ def _sink_for(conv: ConvertOptions, output: str, plan, progress: bool) -> WriteT
         manifest_metadata=plan.manifest_metadata,
         report_progress=progress,
         index=conv.index,
-        compare_to=_compared_output(conv, output),
+        compare_to=compare_to,
         fail_on_drift=conv.fail_on_drift,
     )
 
@@ -312,8 +314,12 @@ def _outcome_of(error: BaseException, output: str, run_id: str) -> Exception:
             return outcome(str(failed.get("message", "")) + _dead_letter_note(
                 output, failed.get("counts") or {}, failed.get("files") or (), "", fraction=False))
     lines = [line.strip() for line in str(error).splitlines() if line.strip()]
-    last = re.sub(r"\s*\[while running [^\]]*\]$", "", lines[-1]) if lines else type(error).__name__
-    return CommandFailed(f"conversion failed: {last}")
+    last = re.sub(r"\s*\[while running [^\]]*\]$", "", lines[-1]) if lines else ""
+    while not last and error is not None:  # only Beam's step annotation: the chain's own cause
+        error = error.__cause__ or error.__context__
+        text = (str(error).splitlines() or [""])[0] if error is not None else ""
+        last = f"{type(error).__name__}: {text}" if text else ""
+    return CommandFailed(f"conversion failed: {last or 'the job ended in an error without a message'}")
 
 
 def _cut_on_cluster(plan, cluster: DaskCluster):
@@ -351,9 +357,25 @@ def convert(argv: Sequence[str]) -> None:
         if conv.convert_dry_run:
             print(json.dumps(plan.summary, indent=2, sort_keys=True, default=str))
             return
+        compare_to = _compared_output(conv, output)  # a usage check: before anything is created
+        side_files = [*plan.extra_files, *TFDS_FILE_NAMES, STATS_NAME, DRIFT_NAME,
+                      output_files.REPORT_NAME]
+        if not _has_leftovers(output) and _already_committed(
+                output, plan.manifest_metadata["fingerprint"], conv.overwrite, side_files):
+            if not conv.quiet:  # unlocked: it writes nothing (a read-only output is fine)
+                print(f"{output} already holds this conversion (same inputs and options); "
+                      f"nothing to do. Use --overwrite to redo it.")
+            return
         _check_output_writable(output)
         with output_lock(output):
-            _convert_planned(options, argv, conv, plan, output, started, threads, cluster)
+            _convert_planned(options, argv, conv, plan, output, started, threads, cluster,
+                             side_files, compare_to)
+
+
+def _has_leftovers(output: str) -> bool:
+    """Whether a local `output` may hold an interrupted run's temp folder (which only a
+    locked run removes); a remote one is always checked under the run's own steps."""
+    return "://" in output or bool(glob.glob(glob.escape(os.path.join(output, TEMP_PREFIX)) + "*"))
 
 
 def _check_output_writable(output: str) -> None:
@@ -373,11 +395,10 @@ def _check_output_writable(output: str) -> None:
 
 def _convert_planned(options: PipelineOptions, argv: list[str], conv: ConvertOptions, plan,
                      output: str, started: float, threads: int | None,
-                     cluster: DaskCluster | None) -> None:
+                     cluster: DaskCluster | None, side_files: Sequence[str],
+                     compare_to: str | None) -> None:
     """Runs a planned conversion (under the output's lock); `cluster`: see `dask_cluster`."""
     output_files.discard_interrupted_runs(output)
-    side_files = [*plan.extra_files, *TFDS_FILE_NAMES, STATS_NAME, DRIFT_NAME,
-                  output_files.REPORT_NAME]
     if _already_committed(output, plan.manifest_metadata["fingerprint"], conv.overwrite,
                           side_files):
         if not conv.quiet:
@@ -388,7 +409,7 @@ def _convert_planned(options: PipelineOptions, argv: list[str], conv: ConvertOpt
     if cluster is not None:
         plan = _cut_on_cluster(plan, cluster)
     show_progress = is_local(options) and not conv.quiet
-    sink = _sink_for(conv, output, plan, show_progress)
+    sink = _sink_for(conv, output, plan, show_progress, compare_to)
     progress = None
     with runner_for(options, argv, _beam_workers_pay_off(plan, conv.format),
                     work_units=len(plan.work_units), threads=threads) as runner:

@@ -40,7 +40,7 @@ def test_a_temp_folder_left_after_the_manifest_is_removed_by_a_run_with_nothing_
     assert run(_convert(out)) == 0  # the same conversion: nothing to do
     assert not leftover.exists()
     assert sorted(path.name for path in out.iterdir()) == committed
-    assert LOCK_NAME in committed
+    assert LOCK_NAME not in committed  # removed when the run ends
 
 
 def test_files_merely_named_like_a_temp_folder_are_left_alone(tmp_path):

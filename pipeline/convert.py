@@ -44,7 +44,7 @@ from pipeline.options import (
     normalize_argv,
 )
 from pipeline.output_lock import output_lock
-from pipeline.planning import cut_before_run, plan_conversion, sharding_of
+from pipeline.planning import _input_listing, cut_before_run, plan_conversion, sharding_of
 from pipeline.progress import Progress
 from pipeline.quiet_logs import drop_runner_noise
 from pipeline.report import write_report_after_commit
@@ -162,7 +162,7 @@ def _check_index_flag(conv: ConvertOptions) -> None:
             f"offsets in a {compression.value} stream are not seekable, so no reader can use them")
 
 
-def _already_committed(output: str, fingerprint: str, overwrite: bool,
+def _already_committed(output: str, metadata: dict, overwrite: bool,
                        side_files: Sequence[str]) -> bool:
     """True when `output` holds a committed run of the same inputs and options. A damaged
     manifest is replaced with --overwrite only when no file beside it needs its word to be
@@ -176,7 +176,7 @@ def _already_committed(output: str, fingerprint: str, overwrite: bool,
         return False
     if existing is None or overwrite:
         return False
-    if existing.get("fingerprint") == fingerprint:
+    if existing.get("fingerprint") == metadata["fingerprint"]:
         problems = output_files.listed_size_problems(output, existing)
         if problems:  # "nothing to do" would leave a scheduler's retry on a damaged output
             more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
@@ -186,8 +186,35 @@ def _already_committed(output: str, fingerprint: str, overwrite: bool,
         return True
     raise UsageError(
         f"{output} already holds a committed output of different inputs or options "
-        f"(run {existing.get('run_id')}, {existing.get('created_at')}); use --overwrite to replace it"
-    )
+        f"({_differences(existing, metadata)}; run {existing.get('run_id')}, "
+        f"{existing.get('created_at')}); use --overwrite to replace it")
+
+
+def _differences(existing: dict, metadata: dict) -> str:
+    """What differs between a committed manifest and a planned run's metadata: the options
+    (old and new value; unset and off are alike, as in the fingerprint), the spec, the
+    labels, the input files (added, removed, or changed in size or modification time)."""
+    old, new = existing.get("options") or {}, metadata.get("options") or {}
+    shown = []
+    for name in sorted((set(old) | set(new)) - {"output", "run_date"}):
+        before, after = (None if value is False else value for value in (old.get(name), new.get(name)))
+        if before != after:
+            flag = "--" + name.replace("_", "-")
+            shown.append(f"{flag} {json.dumps(before)} then, {json.dumps(after)} now")
+    shown += [f"the {key}" for key in ("spec", "labels") if existing.get(key) != metadata.get(key)]
+    if existing.get("inputs") is not None and metadata.get("inputs") is not None:
+        was = {path: (size, mtime) for path, size, mtime in existing["inputs"]}
+        now = {path: (size, mtime) for path, size, mtime in metadata["inputs"]}
+        shown += [f"input {path} added" for path in sorted(set(now) - set(was))]
+        shown += [f"input {path} removed" for path in sorted(set(was) - set(now))]
+        shown += [f"input {path} changed ("
+                  + (f"{was[path][0]} bytes then, {now[path][0]} now)" if was[path][0] != now[path][0]
+                     else "modified since)")
+                  for path in sorted(set(was) & set(now)) if was[path] != now[path]]
+    if not shown:
+        shown = ["the input files (added, removed or changed; the earlier run recorded no listing)"]
+    more = f" and {len(shown) - 3} more differences" if len(shown) > 3 else ""
+    return "; ".join(shown[:3]) + more
 
 
 def _beam_workers_pay_off(plan, fmt: str) -> bool:
@@ -354,6 +381,8 @@ def convert(argv: Sequence[str]) -> None:
         plan = plan_conversion(conv, input_path, output,
                                cut_in_workers=workers_cut_large_files(options),
                                runner_threads=threads)
+        if conv.format != "image-folder":  # its planning digests a listing too long to keep
+            plan.manifest_metadata["inputs"] = _input_listing(input_path, conv.format)
         if conv.convert_dry_run:
             print(json.dumps(plan.summary, indent=2, sort_keys=True, default=str))
             return
@@ -361,7 +390,7 @@ def convert(argv: Sequence[str]) -> None:
         side_files = [*plan.extra_files, *TFDS_FILE_NAMES, STATS_NAME, DRIFT_NAME,
                       output_files.REPORT_NAME]
         if not _has_leftovers(output) and _already_committed(
-                output, plan.manifest_metadata["fingerprint"], conv.overwrite, side_files):
+                output, plan.manifest_metadata, conv.overwrite, side_files):
             if not conv.quiet:  # unlocked: it writes nothing (a read-only output is fine)
                 print(f"{output} already holds this conversion (same inputs and options); "
                       f"nothing to do. Use --overwrite to redo it.")
@@ -399,7 +428,7 @@ def _convert_planned(options: PipelineOptions, argv: list[str], conv: ConvertOpt
                      compare_to: str | None) -> None:
     """Runs a planned conversion (under the output's lock); `cluster`: see `dask_cluster`."""
     output_files.discard_interrupted_runs(output)
-    if _already_committed(output, plan.manifest_metadata["fingerprint"], conv.overwrite,
+    if _already_committed(output, plan.manifest_metadata, conv.overwrite,
                           side_files):
         if not conv.quiet:
             print(f"{output} already holds this conversion (same inputs and options); "

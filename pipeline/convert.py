@@ -384,7 +384,9 @@ def convert(argv: Sequence[str]) -> None:
         if conv.format != "image-folder":  # its planning digests a listing too long to keep
             plan.manifest_metadata["inputs"] = _input_listing(input_path, conv.format)
         if conv.convert_dry_run:
-            print(json.dumps(plan.summary, indent=2, sort_keys=True, default=str))
+            # The spec once, as structured JSON (valid spec YAML too), not again as an escaped string.
+            shown = {key: value for key, value in plan.summary.items() if key != "spec_yaml"}
+            print(json.dumps(shown, indent=2, sort_keys=True, default=str))
             return
         compare_to = _compared_output(conv, output)  # a usage check: before anything is created
         side_files = [*plan.extra_files, *TFDS_FILE_NAMES, STATS_NAME, DRIFT_NAME,

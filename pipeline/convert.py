@@ -95,15 +95,24 @@ def _configure_logging(argv: Sequence[str]) -> None:
     drop_runner_noise()
 
 
-def _resolve_paths(conv: ConvertOptions) -> tuple[str, str]:
+def _resolve_paths(conv: ConvertOptions, absolute: bool) -> tuple[str, str]:
+    """--input and --output with their dates filled; `absolute`: local paths made absolute,
+    for workers that run in a working folder of their own (a Dask cluster's)."""
     missing = [flag for flag in REQUIRED_FLAGS if not getattr(conv, flag)]
     if missing:
         raise UsageError("missing required flags: " + ", ".join(f"--{flag}" for flag in missing))
     run_date = conv.run_date or datetime.datetime.now(datetime.timezone.utc).date()
-    return (
+    paths = (
         command_line_path(fs.without_file_scheme(fill_date_template(conv.input, run_date, conv.span))),
         fs.without_file_scheme(fill_date_template(conv.output, run_date, conv.span)).rstrip("/") or "/",
     )
+    if absolute:
+        conv.compare_to = conv.compare_to and _absolute(conv.compare_to)  # read by the commit
+    return tuple(_absolute(path) if absolute else path for path in paths)
+
+
+def _absolute(path: str) -> str:
+    return path if "://" in path else os.path.abspath(path)
 
 
 def _sink_for(conv: ConvertOptions, output: str, plan, progress: bool,
@@ -371,7 +380,8 @@ def convert(argv: Sequence[str]) -> None:
     conv = options.view_as(ConvertOptions)
     check_runner_installed(options)
     check_runner_options(options, no_wait=conv.no_wait)
-    input_path, output = _resolve_paths(conv)
+    # Workers elsewhere (a Dask cluster's) would read and write relative to their own folder.
+    input_path, output = _resolve_paths(conv, absolute=workers_cut_large_files(options))
     if "://" not in output and os.path.exists(output) and not os.path.isdir(output):
         raise UsageError(f"--output {output} is a file, not a folder")
     sharding_of(conv)  # contradicting sharding flags: refused before anything is read

@@ -391,21 +391,20 @@ def convert(argv: Sequence[str]) -> None:
         plan = plan_conversion(conv, input_path, output,
                                cut_in_workers=workers_cut_large_files(options),
                                runner_threads=threads)
-        if conv.format != "image-folder":  # its planning digests a listing too long to keep
-            plan.manifest_metadata["inputs"] = _input_listing(input_path, conv.format)
         if conv.convert_dry_run:
             # The spec once, as structured JSON (valid spec YAML too), not again as an escaped string.
             shown = {key: value for key, value in plan.summary.items() if key != "spec_yaml"}
             print(json.dumps(shown, indent=2, sort_keys=True, default=str))
             return
+        if conv.format != "image-folder":  # its planning digests a listing too long to keep
+            plan.manifest_metadata["inputs"] = _input_listing(input_path, conv.format)
         compare_to = _compared_output(conv, output)  # a usage check: before anything is created
         side_files = [*plan.extra_files, *TFDS_FILE_NAMES, STATS_NAME, DRIFT_NAME,
                       output_files.REPORT_NAME]
-        if not _has_leftovers(output) and _already_committed(
-                output, plan.manifest_metadata, conv.overwrite, side_files):
-            if not conv.quiet:  # unlocked: it writes nothing (a read-only output is fine)
-                print(f"{output} already holds this conversion (same inputs and options); "
-                      f"nothing to do. Use --overwrite to redo it.")
+        # Unlocked, as it writes nothing (a read-only output is fine), unless an interrupted
+        # run's temp folder is to be removed first.
+        leftovers = "://" in output or glob.glob(glob.escape(os.path.join(output, TEMP_PREFIX)) + "*")
+        if not leftovers and _nothing_to_do(output, plan, conv, side_files):
             return
         _check_output_writable(output)
         with output_lock(output):
@@ -413,10 +412,14 @@ def convert(argv: Sequence[str]) -> None:
                              side_files, compare_to)
 
 
-def _has_leftovers(output: str) -> bool:
-    """Whether a local `output` may hold an interrupted run's temp folder (which only a
-    locked run removes); a remote one is always checked under the run's own steps."""
-    return "://" in output or bool(glob.glob(glob.escape(os.path.join(output, TEMP_PREFIX)) + "*"))
+def _nothing_to_do(output: str, plan, conv: ConvertOptions, side_files: Sequence[str]) -> bool:
+    """True (and said) when `output` holds this conversion committed already."""
+    if not _already_committed(output, plan.manifest_metadata, conv.overwrite, side_files):
+        return False
+    if not conv.quiet:
+        print(f"{output} already holds this conversion (same inputs and options); "
+              f"nothing to do. Use --overwrite to redo it.")
+    return True
 
 
 def _check_output_writable(output: str) -> None:
@@ -440,11 +443,7 @@ def _convert_planned(options: PipelineOptions, argv: list[str], conv: ConvertOpt
                      compare_to: str | None) -> None:
     """Runs a planned conversion (under the output's lock); `cluster`: see `dask_cluster`."""
     output_files.discard_interrupted_runs(output)
-    if _already_committed(output, plan.manifest_metadata, conv.overwrite,
-                          side_files):
-        if not conv.quiet:
-            print(f"{output} already holds this conversion (same inputs and options); "
-                  f"nothing to do. Use --overwrite to redo it.")
+    if _nothing_to_do(output, plan, conv, side_files):
         return
     _refuse_foreign_files(output, side_files)
     if cluster is not None:

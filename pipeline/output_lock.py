@@ -4,19 +4,16 @@ Two runs writing the same folder at once would spoil each other: each cleans up 
 other's temporary files at start and renames shards over the other's at commit. Cron
 jobs that overrun, a scheduler retrying a task whose first attempt still runs, or a
 backfill by hand beside a systemd unit (with its own private /tmp) do exactly that. A run
-that writes therefore holds an exclusive `flock` on `LOCK_NAME` inside the output folder:
-the lock lives with the output, so every process that writes that folder sees the same lock
-whatever its temp folder or working directory (a lock in the run's own `.tmp-<run id>`
-folder would not do: each run has its own). The kernel drops the lock when the process
-ends, however it ends, so a lock left by a dead run is simply taken by the next one.
+that writes therefore holds an exclusive `flock` on `LOCK_NAME` inside the output folder,
+the same file for every process whatever its temp folder or working directory (a lock in
+the run's own `.tmp-<run id>` folder would not be: each run has its own). The kernel drops
+the lock when the process ends, however it ends: a dead run's lock is taken by the next.
 
-The lock file is removed when the run ends, so `DIR` holds only the output: the holder
-unlinks it while still holding the lock, and a run that took a lock checks that the file
-it locked is still the one under `LOCK_NAME` (else it locked a removed file, and tries
-again), so two runs never both hold the lock of one folder. A folder the lock created is
-removed again when the run left nothing in it. Only a process killed mid-run leaves the
-file behind (with its temp folder), for the next run to take. Runs that write nothing (a
-refused command, a re-run with nothing to do) take no lock: they create nothing.
+The file is removed when the run ends, so `DIR` holds only the output (and a folder the
+lock created is removed if left empty): the holder unlinks it while still holding the lock,
+and a run that took a lock checks that the file it locked is still the one under the name
+(else it locked a removed file, and tries again), so two runs never both hold it. Runs that
+write nothing (a refused command, a re-run with nothing to do) take no lock.
 
 Outputs on a remote filesystem (gs://, ...) are not locked: that would need the store's
 own preconditions or a lease. Where `fcntl` does not exist (Windows) nothing is locked.

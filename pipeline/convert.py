@@ -206,10 +206,10 @@ def _differences(existing: dict, metadata: dict) -> str:
     old, new = existing.get("options") or {}, metadata.get("options") or {}
     shown = []
     for name in sorted((set(old) | set(new)) - {"output", "run_date"}):
-        before, after = (None if value is False else value for value in (old.get(name), new.get(name)))
+        before, after = ("unset" if value is None or value is False else json.dumps(value)
+                         for value in (old.get(name), new.get(name)))
         if before != after:
-            flag = "--" + name.replace("_", "-")
-            shown.append(f"{flag} {json.dumps(before)} then, {json.dumps(after)} now")
+            shown.append(f"--{name.replace('_', '-')} {before} then, {after} now")
     shown += [f"the {key}" for key in ("spec", "labels") if existing.get(key) != metadata.get(key)]
     if existing.get("inputs") is not None and metadata.get("inputs") is not None:
         was = {path: (size, mtime) for path, size, mtime in existing["inputs"]}

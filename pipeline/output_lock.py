@@ -48,7 +48,7 @@ def lock_path(output: str) -> str:
 
 def _take(output: str, path: str) -> int:
     """A descriptor of the lock file `path`, locked; raises OutputBusyError or OSError."""
-    while True:  # again when the file locked was removed by the run that held it
+    for _ in range(100):  # again when the file locked was removed by the run that held it
         os.makedirs(output, exist_ok=True)
         try:
             descriptor = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
@@ -66,6 +66,7 @@ def _take(output: str, path: str) -> int:
             if os.path.samestat(os.fstat(descriptor), os.stat(path)):
                 return descriptor
         os.close(descriptor)
+    raise OSError(f"{path} could not be created and kept while locked")
 
 
 @contextlib.contextmanager

@@ -108,7 +108,7 @@ def test_a_refused_rerun_names_the_option_that_differs(tmp_path, capsys):
     assert run(_convert(source, out)) == 0
     line = _refusal(capsys, _convert(source, out, "--batch-rows", "7", "--max-shard-records", "5"))
     assert "--batch-rows 16384 then, 7 now" in line
-    assert "--max-shard-records null then, 5 now" in line
+    assert "--max-shard-records unset then, 5 now" in line
 
 
 def test_a_refused_rerun_names_the_files_added_removed_or_changed(tmp_path, capsys):

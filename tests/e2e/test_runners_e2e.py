@@ -65,7 +65,8 @@ def _records_by_split(output: str) -> dict[str, list[bytes]]:
 
 
 def _convert_args(inputs, output, *extra):
-    return ["convert", "--input", str(inputs / "*.csv"), "--format", "csv",
+    """The reference input holds dead letters, which every run here commits."""
+    return ["convert", "--input", str(inputs / "*.csv"), "--format", "csv", "--max-error-rate", "1",
             "--spec", str(inputs / "spec.yaml"), "--output", str(output), *extra]
 
 

@@ -349,9 +349,9 @@ def _outcome_of(error: BaseException, output: str, run_id: str) -> Exception:
         if outcome is not None:
             return outcome(str(failed.get("message", "")) + _dead_letter_note(
                 output, failed.get("counts") or {}, failed.get("files") or (), "", fraction=False))
-    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
-    last = re.sub(r"\s*\[while running [^\]]*\]$", "", lines[-1]) if lines else ""
-    while not last and error is not None:  # only Beam's step annotation: the chain's own cause
+    lines = [re.sub(r"\s*\[while running [^\]]*\]$", "", line.strip()) for line in str(error).splitlines()]
+    last = next((line for line in reversed(lines) if line), "")  # not Beam's step annotation alone
+    while not last and error is not None:  # no text at all: the chain's own cause
         error = error.__cause__ or error.__context__
         text = (str(error).splitlines() or [""])[0] if error is not None else ""
         last = f"{type(error).__name__}: {text}" if text else ""

@@ -54,6 +54,7 @@ EXIT_CODES: tuple[tuple[type[BaseException], int], ...] = (
 )
 
 _LOG = logging.getLogger("tfrecord_pipeline")
+_COMMANDS = ("convert", "verify", "inspect", "index", "export", "report")
 
 
 def _raise_terminated(signum, frame) -> None:
@@ -119,6 +120,8 @@ def run(argv: Sequence[str] | None = None) -> int:
     """Runs one CLI command; returns the process exit code."""
     argv = list(sys.argv[1:] if argv is None else argv)
     command = argv[0] if argv else ""
+    # The name the error lines start with: the command's, when there is one.
+    name = f"tfrecord-pipeline {command}" if command in _COMMANDS else "tfrecord-pipeline"
     try:
         if command == "convert":
             if any(arg in ("-h", "--help") for arg in argv[1:]):
@@ -155,21 +158,21 @@ def run(argv: Sequence[str] | None = None) -> int:
         _LOG.debug("%s failed", command or "command", exc_info=True)
         if not (command == "verify" and isinstance(error, OutputProblems)):  # printed already
             label = "error: " if exit_code_for(error) == EXIT_USAGE else ""
-            print(f"tfrecord-pipeline {command}: {label}{error}", file=sys.stderr)
+            print(f"{name}: {label}{error}", file=sys.stderr)
             hint = getattr(error, "hint", None)
             if hint:
                 print(f"hint: {hint}", file=sys.stderr)
         return exit_code_for(error)
     except KeyboardInterrupt:
-        print(f"tfrecord-pipeline {command}: interrupted", file=sys.stderr)
+        print(f"{name}: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
     except Terminated:
-        print(f"tfrecord-pipeline {command}: terminated (SIGTERM)",
-              file=sys.stderr)
+        print(f"{name}: terminated (SIGTERM)", file=sys.stderr)
         return EXIT_TERMINATED
     except Exception as error:  # noqa: BLE001 - one line, never a traceback (see --log-level debug)
         _LOG.debug("%s failed", command or "command", exc_info=True)
-        print(f"tfrecord-pipeline {command}: failed: {type(error).__name__}: {error}", file=sys.stderr)
+        cause = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
+        print(f"{name}: failed: {cause}", file=sys.stderr)
         return EXIT_FAILED
 
 

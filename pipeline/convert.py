@@ -10,6 +10,7 @@ see `pipeline.output_lock`).
 from __future__ import annotations
 
 import datetime
+import glob
 import json
 import logging
 import os
@@ -18,6 +19,7 @@ import time
 from collections.abc import Sequence
 
 import apache_beam as beam
+from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOptions
 
 from pipeline.errors import (
@@ -42,7 +44,7 @@ from pipeline.options import (
     normalize_argv,
 )
 from pipeline.output_lock import output_lock
-from pipeline.planning import cut_before_run, plan_conversion, sharding_of
+from pipeline.planning import cut_before_run, input_listing, plan_conversion, sharding_of
 from pipeline.progress import Progress, show_phase
 from pipeline.quiet_logs import drop_runner_noise
 from pipeline.report import write_report_after_commit
@@ -65,7 +67,7 @@ from transforms import manifest as manifest_lib
 from transforms.forked_pool import fork_available
 from transforms.format.compression import Compression, parse_compression
 from transforms.format.manifest_format import MANIFEST_NAME
-from transforms.shard_writers import DEAD_LETTER_DIR
+from transforms.shard_writers import DEAD_LETTER_DIR, TEMP_PREFIX
 from transforms.sink import WriteToShardedTFRecord
 from transforms.stats.document import STATS_NAME
 from transforms.stats.drift import DRIFT_NAME
@@ -93,19 +95,28 @@ def _configure_logging(argv: Sequence[str]) -> None:
     drop_runner_noise()
 
 
-def _resolve_paths(conv: ConvertOptions) -> tuple[str, str]:
+def _resolve_paths(conv: ConvertOptions, absolute: bool) -> tuple[str, str]:
+    """--input and --output with their dates filled; `absolute`: local paths made absolute,
+    for workers that run in a working folder of their own (a Dask cluster's)."""
     missing = [flag for flag in REQUIRED_FLAGS if not getattr(conv, flag)]
     if missing:
         raise UsageError("missing required flags: " + ", ".join(f"--{flag}" for flag in missing))
     run_date = conv.run_date or datetime.datetime.now(datetime.timezone.utc).date()
-    return (
+    paths = (
         command_line_path(fs.without_file_scheme(fill_date_template(conv.input, run_date, conv.span))),
         fs.without_file_scheme(fill_date_template(conv.output, run_date, conv.span)).rstrip("/") or "/",
     )
+    if absolute:
+        conv.compare_to = conv.compare_to and _absolute(conv.compare_to)  # read by the commit
+    return tuple(_absolute(path) if absolute else path for path in paths)
+
+
+def _absolute(path: str) -> str:
+    return path if "://" in path else os.path.abspath(path)
 
 
 def _sink_for(conv: ConvertOptions, output: str, plan, progress: bool,
-              run_id: str | None = None) -> WriteToShardedTFRecord:
+              compare_to: str | None, run_id: str | None = None) -> WriteToShardedTFRecord:
     """The sink of a planned conversion; `progress`: the writers leave heartbeat files for the
     progress lines (read by a local run only: elsewhere they would be objects nobody reads);
     `run_id`: an interrupted run's, to resume in its temporary folder."""
@@ -120,7 +131,7 @@ def _sink_for(conv: ConvertOptions, output: str, plan, progress: bool,
         manifest_metadata=plan.manifest_metadata,
         report_progress=progress,
         index=conv.index,
-        compare_to=_compared_output(conv, output),
+        compare_to=compare_to,
         fail_on_drift=conv.fail_on_drift,
         run_id=run_id,
     )
@@ -185,7 +196,7 @@ def _check_index_flag(conv: ConvertOptions) -> None:
             f"offsets in a {compression.value} stream are not seekable, so no reader can use them")
 
 
-def _already_committed(output: str, fingerprint: str, overwrite: bool,
+def _already_committed(output: str, metadata: dict, overwrite: bool,
                        side_files: Sequence[str]) -> bool:
     """True when `output` holds a committed run of the same inputs and options. A damaged
     manifest is replaced with --overwrite only when no file beside it needs its word to be
@@ -199,7 +210,7 @@ def _already_committed(output: str, fingerprint: str, overwrite: bool,
         return False
     if existing is None or overwrite:
         return False
-    if existing.get("fingerprint") == fingerprint:
+    if existing.get("fingerprint") == metadata["fingerprint"]:
         problems = output_files.listed_size_problems(output, existing)
         if problems:  # "nothing to do" would leave a scheduler's retry on a damaged output
             more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
@@ -209,8 +220,35 @@ def _already_committed(output: str, fingerprint: str, overwrite: bool,
         return True
     raise UsageError(
         f"{output} already holds a committed output of different inputs or options "
-        f"(run {existing.get('run_id')}, {existing.get('created_at')}); use --overwrite to replace it"
-    )
+        f"({_differences(existing, metadata)}; run {existing.get('run_id')}, "
+        f"{existing.get('created_at')}); use --overwrite to replace it")
+
+
+def _differences(existing: dict, metadata: dict) -> str:
+    """What differs between a committed manifest and a planned run's metadata: the options
+    (old and new value; unset and off are alike, as in the fingerprint), the spec, the
+    labels, the input files (added, removed, or changed in size or modification time)."""
+    old, new = existing.get("options") or {}, metadata.get("options") or {}
+    shown = []
+    for name in sorted((set(old) | set(new)) - {"output", "run_date"}):
+        before, after = ("unset" if value is None or value is False else json.dumps(value)
+                         for value in (old.get(name), new.get(name)))
+        if before != after:
+            shown.append(f"--{name.replace('_', '-')} {before} then, {after} now")
+    shown += [f"the {key}" for key in ("spec", "labels") if existing.get(key) != metadata.get(key)]
+    if existing.get("inputs") is not None and metadata.get("inputs") is not None:
+        was = {path: (size, mtime) for path, size, mtime in existing["inputs"]}
+        now = {path: (size, mtime) for path, size, mtime in metadata["inputs"]}
+        shown += [f"input {path} added" for path in sorted(set(now) - set(was))]
+        shown += [f"input {path} removed" for path in sorted(set(was) - set(now))]
+        shown += [f"input {path} changed ("
+                  + (f"{was[path][0]} bytes then, {now[path][0]} now)" if was[path][0] != now[path][0]
+                     else "modified since)")
+                  for path in sorted(set(was) & set(now)) if was[path] != now[path]]
+    if not shown:
+        shown = ["the input files (added, removed or changed; the earlier run recorded no listing)"]
+    more = f" and {len(shown) - 3} more differences" if len(shown) > 3 else ""
+    return "; ".join(shown[:3]) + more
 
 
 def _beam_workers_pay_off(plan, fmt: str) -> bool:
@@ -266,7 +304,8 @@ def _summary(output: str, manifest: dict, elapsed: float, reused: int = 0) -> st
     if reused:
         rows.append(("work units reused", reused))
     width = max(len(name) for name, _ in rows)
-    lines = [f"Committed {output}/{MANIFEST_NAME}"]
+    lines = [f"Committed {output}/{MANIFEST_NAME}" + _dead_letter_note(
+        output, counts, [entry["path"] for entry in manifest.get("dead_letter_files") or ()], unit)]
     lines += [f"  {name.ljust(width)}  {value:>14,}" for name, value in rows]
     lines.append(f"  {'elapsed'.ljust(width)}  {elapsed:>13.1f}s")
     if elapsed > 0:
@@ -275,6 +314,32 @@ def _summary(output: str, manifest: dict, elapsed: float, reused: int = 0) -> st
         lines.append(f"  dead letters (one JSON line each, with the reason): {output}/{DEAD_LETTER_DIR}/")
     lines += summary_lines(output, manifest)  # the feature table and the drift, if compared
     return "\n".join(lines)
+
+
+#: Dead-letter reasons that stand for a whole input file (one dead letter for all its rows).
+_WHOLE_FILE_REASONS = ("unreadable_file", "missing_file")
+
+
+def _dead_letter_note(output: str, counts: dict, dead_letter_files: Sequence[str], unit: str,
+                      fraction: bool = True) -> str:
+    """What a run's one-line outcome says of its dead letters: `fraction`, their share of the
+    input, and the reason of the first input file dead-lettered whole (read from the dead
+    letters, which only then are scanned); "" without dead letters."""
+    if not counts.get("dead_letter"):
+        return ""
+    note = (f", with {counts['dead_letter']:,} of {counts['input']:,} {unit} dead-lettered "
+            f"({counts['dead_letter'] / max(counts['input'], 1):.2%})") if fraction else ""
+    reasons = counts.get("dead_letter_reasons") or {}
+    files = sum(reasons.get(reason, 0) for reason in _WHOLE_FILE_REASONS)
+    for path in dead_letter_files if files else ():
+        with FileSystems.open(fs.join_path(output, path)) as lines:
+            for line in lines:
+                letter = json.loads(line)
+                if letter.get("reason") in _WHOLE_FILE_REASONS:
+                    more = f" (and {files - 1} more files)" if files > 1 else ""
+                    return (f"{note}; input file {letter.get('source')} dead-lettered whole: "
+                            f"{letter.get('message')}{more}")
+    return note
 
 
 #: The outcomes of a run that committed only its dead letters, by its `failed_run.json`.
@@ -309,10 +374,15 @@ def _outcome_of(error: BaseException, output: str, run_id: str) -> Exception:
     if failed is not None and failed.get("run_id") == run_id:
         outcome = _FAILED_RUN_OUTCOMES.get(failed.get("outcome"))
         if outcome is not None:
-            return outcome(str(failed.get("message", "")))
-    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
-    last = re.sub(r"\s*\[while running [^\]]*\]$", "", lines[-1]) if lines else type(error).__name__
-    return CommandFailed(f"conversion failed: {last}")
+            return outcome(str(failed.get("message", "")) + _dead_letter_note(
+                output, failed.get("counts") or {}, failed.get("files") or (), "", fraction=False))
+    lines = [re.sub(r"\s*\[while running [^\]]*\]$", "", line.strip()) for line in str(error).splitlines()]
+    last = next((line for line in reversed(lines) if line), "")  # not Beam's step annotation alone
+    while not last and error is not None:  # no text at all: the chain's own cause
+        error = error.__cause__ or error.__context__
+        text = (str(error).splitlines() or [""])[0] if error is not None else ""
+        last = f"{type(error).__name__}: {text}" if text else ""
+    return CommandFailed(f"conversion failed: {last or 'the job ended in an error without a message'}")
 
 
 def _cut_on_cluster(plan, cluster: DaskCluster):
@@ -337,7 +407,8 @@ def convert(argv: Sequence[str]) -> None:
     conv = options.view_as(ConvertOptions)
     check_runner_installed(options)
     check_runner_options(options, no_wait=conv.no_wait)
-    input_path, output = _resolve_paths(conv)
+    # Workers elsewhere (a Dask cluster's) would read and write relative to their own folder.
+    input_path, output = _resolve_paths(conv, absolute=workers_cut_large_files(options))
     if "://" not in output and os.path.exists(output) and not os.path.isdir(output):
         raise UsageError(f"--output {output} is a file, not a folder")
     sharding_of(conv)  # contradicting sharding flags: refused before anything is read
@@ -350,11 +421,34 @@ def convert(argv: Sequence[str]) -> None:
         plan = plan_conversion(conv, input_path, output,
                                cut_in_workers=workers_cut_large_files(options))
         if conv.convert_dry_run:
-            print(json.dumps(plan.summary, indent=2, sort_keys=True, default=str))
+            # The spec once, as structured JSON (valid spec YAML too), not again as an escaped string.
+            shown = {key: value for key, value in plan.summary.items() if key != "spec_yaml"}
+            print(json.dumps(shown, indent=2, sort_keys=True, default=str))
+            return
+        if conv.format != "image-folder":  # its planning digests a listing too long to keep
+            plan.manifest_metadata["inputs"] = input_listing(input_path, conv.format)
+        compare_to = _compared_output(conv, output)  # a usage check: before anything is created
+        side_files = [*plan.extra_files, *TFDS_FILE_NAMES, STATS_NAME, DRIFT_NAME,
+                      output_files.REPORT_NAME]
+        # Unlocked, as it writes nothing (a read-only output is fine), unless an interrupted
+        # run's temp folder is to be removed first.
+        leftovers = "://" in output or glob.glob(glob.escape(os.path.join(output, TEMP_PREFIX)) + "*")
+        if not leftovers and _nothing_to_do(output, plan, conv, side_files):
             return
         _check_output_writable(output)
         with output_lock(output):
-            _convert_planned(options, argv, conv, plan, output, started, threads, cluster)
+            _convert_planned(options, argv, conv, plan, output, started, threads, cluster,
+                             side_files, compare_to)
+
+
+def _nothing_to_do(output: str, plan, conv: ConvertOptions, side_files: Sequence[str]) -> bool:
+    """True (and said) when `output` holds this conversion committed already."""
+    if not _already_committed(output, plan.manifest_metadata, conv.overwrite, side_files):
+        return False
+    if not conv.quiet:
+        print(f"{output} already holds this conversion (same inputs and options); "
+              f"nothing to do. Use --overwrite to redo it.")
+    return True
 
 
 def _check_output_writable(output: str) -> None:
@@ -374,22 +468,17 @@ def _check_output_writable(output: str) -> None:
 
 def _convert_planned(options: PipelineOptions, argv: list[str], conv: ConvertOptions, plan,
                      output: str, started: float, threads: int | None,
-                     cluster: DaskCluster | None) -> None:
+                     cluster: DaskCluster | None, side_files: Sequence[str],
+                     compare_to: str | None) -> None:
     """Runs a planned conversion (under the output's lock); `cluster`: see `dask_cluster`."""
     run_id, resumed = _run_to_resume(output, plan, conv)
-    side_files = [*plan.extra_files, *TFDS_FILE_NAMES, STATS_NAME, DRIFT_NAME,
-                  output_files.REPORT_NAME]
-    if _already_committed(output, plan.manifest_metadata["fingerprint"], conv.overwrite,
-                          side_files):
-        if not conv.quiet:
-            print(f"{output} already holds this conversion (same inputs and options); "
-                  f"nothing to do. Use --overwrite to redo it.")
+    if _nothing_to_do(output, plan, conv, side_files):
         return
     _refuse_foreign_files(output, side_files)
     if cluster is not None:
         plan = _cut_on_cluster(plan, cluster)
     show_progress = is_local(options) and not conv.quiet
-    sink = _sink_for(conv, output, plan, show_progress, run_id)
+    sink = _sink_for(conv, output, plan, show_progress, compare_to, run_id)
     reused = resume.completed_units(resumed, plan.work_units) if resumed else {}
     template = getattr(options.view_as(GoogleCloudOptions), "template_location", None)
     if not template:

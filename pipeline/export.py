@@ -145,7 +145,10 @@ def _plan(path: str, split: str | None) -> tuple[list[_Source], list[ColumnSchem
                for name in splits]
     if not sources:
         raise UsageError(f"{folder} holds no shard to export")
-    return sources, _spec_columns(folder)
+    texts = {feature.get("name") for feature in (manifest.get("spec") or {}).get("features") or ()
+             if isinstance(feature, dict) and feature.get("type") == "string"}
+    return sources, [dataclasses.replace(column, text=column.name in texts)
+                     for column in _spec_columns(folder)]
 
 
 def _read_side_file(folder: str, name: str) -> bytes | None:

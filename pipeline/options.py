@@ -31,6 +31,7 @@ from transforms.images.config import (
 )
 from transforms.input_formats import FORMATS, IMAGE_FORMATS, TABULAR_FORMATS
 from transforms.stats.drift import FAIL_MODES as DRIFT_FAIL_MODES
+from transforms.stats.drift import PRESENCE_DROP, PSI_THRESHOLD
 from transforms.tabular.split_units import DEFAULT_WORK_UNIT_BYTES
 
 __all__ = [
@@ -52,6 +53,9 @@ __all__ = [
 ]
 
 DEFAULT_LOG_LEVEL = "WARNING"
+#: Any dead letter fails a run unless --max-error-rate allows it (BigQuery's max_bad_records
+#: is 0 too): a half-converted input must not end "Committed", exit 0, in a scheduled job.
+DEFAULT_MAX_ERROR_RATE = 0.0
 #: Destinations of the flags every conversion needs. Not `required` in `ConvertOptions`:
 #: Beam builds its parser from it for every `PipelineOptions`, with or without them.
 REQUIRED_FLAGS = ("input", "format", "output")
@@ -261,9 +265,10 @@ class ConvertOptions(PipelineOptions):
               help="write no shard for a split without records")
         _flag(group, "dry-run", action="store_true", default=False,
               help="read a sample, print the inferred spec and an estimate; write nothing")
-        _flag(group, "max-error-rate", output=True, type=_rate, default=None,
-              help="fail (after writing dead letters) if more than this fraction of input "
-                   "records is dead-lettered")
+        _flag(group, "max-error-rate", output=True, type=_rate, default=DEFAULT_MAX_ERROR_RATE,
+              help="fail (exit 3, only the dead letters committed) if more than this fraction "
+                   "of input records is dead-lettered; default 0: any dead letter fails the run, "
+                   "as trusted loaders do, so a scheduled job notices; 1: never fail")
         tabular_flag = functools.partial(_flag, group, formats=TABULAR_FORMATS)
         tabular_flag("sample-rows", output=True, type=_positive_int, default=10000,
                      help="rows sampled for type inference and --dry-run (default 10000)")
@@ -284,10 +289,13 @@ class ConvertOptions(PipelineOptions):
               help="a previous output folder: compare this run's statistics with its stats.json "
                    "(drift.json; default for a --run-date templated --output: the previous "
                    "day's output, when it exists)")
-        _flag(group, "fail-on-drift", choices=DRIFT_FAIL_MODES, default=None,
-              help="schema: fail (exit 6, dead letters only, no shard) when features or labels "
-                   "changed from the compared output; distribution: also on presence or "
-                   "distribution drift")
+        _flag(group, "fail-on-drift", choices=DRIFT_FAIL_MODES, default=None, nargs="?",
+              const="schema",
+              help="schema (also the bare flag): fail (exit 6, dead letters only, no shard) when "
+                   "features, their kinds, labels or splits changed from the compared output; "
+                   f"distribution: on schema drift and also when a feature's presence fell by "
+                   f"more than {PRESENCE_DROP * 100:.0f} points or a numeric feature's population "
+                   f"stability index exceeds {PSI_THRESHOLD}")
         _flag(group, "run-date", type=_run_date, default=None,
               help="date filling {YYYY} {MM} {DD} {SPAN} in --input/--output (default today, UTC)")
         _flag(group, "span", type=_integer, default=None, help="value of {SPAN} (default: days since epoch)")
@@ -379,11 +387,12 @@ def check_arguments(argv: Sequence[str]) -> None:
     parser = _convert_flags()
     ours = {option: action for action in parser._actions for option in action.option_strings}
     given: dict[str, str] = {}  # the destination of each flag of ours given -> its spelling
-    expects_value = False
+    expects_value = may_take_value = False
     for arg in argv:
-        if expects_value:
-            expects_value = False
+        if expects_value or (may_take_value and not arg.startswith("-")):
+            expects_value = may_take_value = False
             continue
+        may_take_value = False
         if arg.startswith("-") and arg != "-":
             name = arg.split("=", 1)[0]
             action = known.get(name)
@@ -394,7 +403,8 @@ def check_arguments(argv: Sequence[str]) -> None:
                                  hint="'tfrecord-pipeline convert --help' lists the flags")
             if name in ours:
                 _note_given(given, ours[name].dest, name, repeatable=action.nargs == 0)
-            expects_value = "=" not in arg and action.nargs != 0
+            expects_value = "=" not in arg and action.nargs not in (0, "?")
+            may_take_value = "=" not in arg and action.nargs == "?"  # --fail-on-drift [MODE]
             continue
         raise UsageError(
             f"unexpected argument {arg!r}: every value belongs to a flag",

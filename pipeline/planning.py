@@ -23,7 +23,7 @@ from transforms.records import DEFAULT_SPLIT
 from transforms.shard_writers import ShardingConfig
 from transforms.tabular.spec import ConversionSpec, load_spec
 
-__all__ = ["cut_before_run", "plan_conversion", "sharding_of"]
+__all__ = ["cut_before_run", "input_listing", "plan_conversion", "sharding_of"]
 
 
 def sharding_of(conv: ConvertOptions) -> ShardingConfig:
@@ -40,7 +40,7 @@ def _options_record(conv: ConvertOptions, input_path: str, output: str) -> dict[
     return json.loads(json.dumps(record, default=str))
 
 
-def _input_listing(input_path: str, fmt: str) -> list[list]:
+def input_listing(input_path: str, fmt: str) -> list[list]:
     """(path, size, mtime) of every input file, for the run fingerprint.
 
     Taken *before* the planner lists the inputs: a file that appears or changes in between
@@ -111,7 +111,7 @@ def _plan_tabular(conv: ConvertOptions, input_path: str, output: str,
     from transforms.tabular.split_units import split_text_units
     from transforms.tabular.transform import ConvertTabular, TabularConfig
 
-    listing = _input_listing(input_path, conv.format)
+    listing = input_listing(input_path, conv.format)
     units = plan_tabular(input_path, conv.format)
     _refuse_inputs_in_output(dict.fromkeys(unit.path for unit in units), output)
     given = _given_spec(conv)
@@ -227,7 +227,7 @@ def _plan_images(conv: ConvertOptions, input_path: str, output: str) -> Conversi
         listing: list = [["listing-sha256", plan.listing_digest]]
         spec_text = ""
     else:
-        listing = _input_listing(input_path, conv.format)
+        listing = input_listing(input_path, conv.format)
         manifests = [path for path, _, _ in listing]
         _refuse_inputs_in_output(manifests, output)
         if not conv.image_column:

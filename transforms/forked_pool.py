@@ -236,9 +236,10 @@ class _ForkedMap(Iterator):
                         break
                     elif kind == _ERROR:
                         error, text = pickle.loads(payload)
-                        if hasattr(error, "add_note"):
+                        if hasattr(error, "add_note"):  # ends on the cause, which Beam's
+                            # step annotation takes from the last line
                             error.add_note(f"raised in a forked converter process, on item "
-                                           f"{self._items[index]!r}:\n{text}")
+                                           f"{self._items[index]!r}:\n{text.rstrip()}")
                         raise error
                     else:
                         raise WorkerDiedError(f"a converter process {payload.decode()} "

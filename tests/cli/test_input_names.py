@@ -68,7 +68,7 @@ def test_a_glob_matching_several_image_manifests_converts_them_together(tmp_path
     glob_ = str(tmp_path / "day*" / ("m.csv.gz" if compressed else "m.csv"))
     assert run(["convert", "--format", "image-manifest", "--input", glob_,
                 "--image-column", "path", "--label-column", "label",
-                "--output", str(out), "--quiet", *in_memory_args()]) == 0
+                "--output", str(out), "--quiet", "--max-error-rate", "1", *in_memory_args()]) == 0
     with open(out / "manifest.json") as handle:
         manifest = json.load(handle)
     assert manifest["labels"] == ["cat", "dog"]
@@ -108,6 +108,7 @@ def test_manifest_file_uris_are_local_paths_and_other_hosts_are_dead_letters(tmp
         f"file://elsewhere{tmp_path}/a.jpg\n")
     out = tmp_path / "out"
     assert run(["convert", "--format", "image-manifest", "--input", str(tmp_path / "m.csv"),
-                "--image-column", "path", "--output", str(out), *in_memory_args()]) == 0
+                "--image-column", "path", "--output", str(out), "--max-error-rate", "1",
+                *in_memory_args()]) == 0
     counts = _counts(out)
     assert counts["written"] == 2 and counts["dead_letter_reasons"] == {"unreadable_uri": 1}

@@ -977,7 +977,9 @@ def test_daily_wrapper_run_twice_leaves_one_committed_output(tmp_path):
     (drop / "part-0.csv").write_text("id,score,label\n1,0.5,cat\n2,1.5,dog\n3,2.5,cat\n")
     env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "TFRECORD_CLI": str(cli),
            "INPUT_GLOB": str(tmp_path / "raw/{YYYY}/{MM}/{DD}/*.csv"), "INPUT_FORMAT": "csv",
-           "OUTPUT_DIR": str(tmp_path / "out/{YYYY}/{MM}/{DD}"), "RUN_DATE": "2024-05-01"}
+           "OUTPUT_DIR": str(tmp_path / "out/{YYYY}/{MM}/{DD}"), "RUN_DATE": "2024-05-01",
+           # the code under test, where the tests run from a checkout beside the installed one
+           **{name: os.environ[name] for name in ("PYTHONPATH",) if name in os.environ}}
     wrapper = DEPLOY / "bin" / "tfrecord-daily.sh"
     first = subprocess.run(["bash", str(wrapper), "--quiet"], env=env, capture_output=True,
                            text=True, timeout=600)
@@ -985,15 +987,13 @@ def test_daily_wrapper_run_twice_leaves_one_committed_output(tmp_path):
     output = tmp_path / "out" / "2024" / "05" / "01"
     manifest = json.loads((output / "manifest.json").read_text())
     assert manifest["counts"]["input"] == 3 and manifest["counts"]["written"] == 3
-    # Every file of the committed output is left as it was (the run's lock file, which
-    # each run takes, is not part of the output).
-    before = {path.name: path.stat().st_mtime_ns for path in output.rglob("*")
-              if path.name != LOCK_NAME}
+    # Every file of the committed output is left as it was, and no lock file is made.
+    before = {path.name: path.stat().st_mtime_ns for path in output.rglob("*")}
+    assert LOCK_NAME not in before
     second = subprocess.run(["bash", str(wrapper), "--quiet"], env=env, capture_output=True,
                             text=True, timeout=600)
     assert second.returncode == 0, second.stderr[-2000:]
-    assert {path.name: path.stat().st_mtime_ns for path in output.rglob("*")
-            if path.name != LOCK_NAME} == before
+    assert {path.name: path.stat().st_mtime_ns for path in output.rglob("*")} == before
     verify = subprocess.run([str(cli), "verify", str(output)], capture_output=True, text=True,
                             timeout=300)
     assert verify.returncode == 0, verify.stdout + verify.stderr

@@ -60,7 +60,7 @@ def _tricky_csv(folder: pathlib.Path) -> list[str]:
                              work_unit_bytes=4000).units
     assert len(units) > 10  # what --work-unit-bytes 4KB plans
     base = ["convert", "--input", str(folder / "data.csv"), "--format", "csv",
-            "--spec", str(folder / "spec.yaml"), "--quiet"]
+            "--spec", str(folder / "spec.yaml"), "--quiet", "--max-error-rate", "1"]
     assert run([*base, "--output", str(folder / "whole"), "--work-unit-bytes", "1GB",
                 *in_memory_args()]) == 0
     records, dead, counts = _outcome(folder / "whole")
@@ -127,3 +127,23 @@ def test_a_dask_cluster_cuts_a_split_file_in_its_workers_before_the_run(tmp_path
     job = [span for key, found in spans.items() if not key.startswith("_scan_unit") for span in found]
     assert len(scans) == raw_ranges > 10 and job
     assert max(stop for _, stop in scans) <= min(start for start, _ in job)
+
+
+def test_relative_paths_are_the_launchers_on_a_dask_cluster(tmp_path, monkeypatch):
+    """Workers run in their own folder: a relative --input and --output are resolved on the
+    launcher (they wrote beside the workers, and the run ended without committing)."""
+    from dask.distributed import LocalCluster
+
+    workers, launcher = tmp_path / "workers", tmp_path / "launcher"
+    workers.mkdir()
+    launcher.mkdir()
+    (launcher / "data.csv").write_text("id,name\n" + "".join(f"{i},n{i}\n" for i in range(50)))
+    monkeypatch.chdir(workers)  # the worker processes start here
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=True, host="127.0.0.1",
+                      dashboard_address=None) as cluster:
+        monkeypatch.chdir(launcher)
+        assert run(["convert", "--input", "data.csv", "--format", "csv", "--output", "out",
+                    "--quiet", "--runner", "dask", "--dask_client_address",
+                    cluster.scheduler_address]) == 0
+    assert read_manifest(str(launcher / "out"))["counts"]["written"] == 50
+    assert os.listdir(workers) == []

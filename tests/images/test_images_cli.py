@@ -60,7 +60,7 @@ def test_image_folder_with_good_and_bad_files(tf, tmp_path):
     for relative, data in bad.items():
         write(root / relative, data)
     code = run(["convert", "--format", "image-folder", "--input", str(root), "--output", out,
-                *in_memory_args()])
+                "--max-error-rate", "1", *in_memory_args()])
     assert code == 0
     manifest, examples, dead = read_output(tf, out)
     assert manifest["counts"]["input"] == 11
@@ -117,7 +117,7 @@ def test_image_manifest_with_splits_spec_and_allowed_roots(tf, tmp_path):
     write(data / "spec.yaml", b"features:\n  - {name: caption, type: string}\n")
     base = ["convert", "--format", "image-manifest", "--input", str(data / "manifest.csv"),
             "--image-column", "path", "--label-column", "label", "--split-column", "split",
-            "--spec", str(data / "spec.yaml"), *in_memory_args()]
+            "--spec", str(data / "spec.yaml"), "--max-error-rate", "1", *in_memory_args()]
     assert run([*base, "--output", out]) == 0
     manifest, train, dead = read_output(tf, out, "train")
     _, test, _ = read_output(tf, out, "test")
@@ -167,7 +167,7 @@ def test_labels_file_fixes_the_label_map_of_a_folder_tree(tf, tmp_path):
     for label in ("cat", "owl", "yak"):
         write(day2 / label / "a.jpg", samples.build("jpeg_rgb"))
     first, second = str(tmp_path / "out1"), str(tmp_path / "out2")
-    base = ["--format", "image-folder", *in_memory_args()]
+    base = ["--format", "image-folder", "--max-error-rate", "1", *in_memory_args()]
     assert run(["convert", *base, "--input", str(day1), "--output", first]) == 0
     labels_txt = tmp_path / "labels.txt"
     labels_txt.write_bytes(open(os.path.join(first, "labels.txt"), "rb").read())
@@ -233,7 +233,7 @@ def test_a_file_beside_the_split_folders_creates_no_split(tmp_path):
     write(root / "test" / "cat" / "b.png", png)
     write(root / "notes.txt", b"not in a split folder")
     assert run(["convert", "--format", "image-folder", "--input", str(root), "--output", out,
-                *in_memory_args()]) == 0
+                "--max-error-rate", "1", *in_memory_args()]) == 0
     with open(os.path.join(out, "manifest.json")) as handle:
         manifest = json.load(handle)
     assert manifest["splits"] == ["test", "train"]
@@ -254,7 +254,7 @@ def test_a_symlinked_folder_in_a_tree_is_a_dead_letter_not_a_silent_gap(tf, tmp_
     os.symlink(elsewhere, root / "linked_class")
     os.symlink(elsewhere, root / "cat" / "inner")
     assert run(["convert", "--format", "image-folder", "--input", str(root), "--output", out,
-                *in_memory_args()]) == 0
+                "--max-error-rate", "1", *in_memory_args()]) == 0
     manifest, examples, dead = read_output(tf, out)
     assert len(examples) == 1 and manifest["labels"] == ["cat"]
     assert sorted((d["reason"], d["filename"]) for d in dead) == [

@@ -30,7 +30,8 @@ def test_undeclared_split_values_are_dead_letters_with_a_hint(tmp_path):
     manifest = _manifest(tmp_path, ["train", "Train", "bogus split", "test", "validation"])
     out = str(tmp_path / "out")
     assert run(["convert", "--format", "image-manifest", "--input", manifest, "--image-column",
-                "path", "--split-column", "split", "--output", out, *in_memory_args()]) == 0
+                "path", "--split-column", "split", "--output", out, "--max-error-rate", "1",
+                *in_memory_args()]) == 0
     committed = json.load(open(os.path.join(out, "manifest.json")))
     assert committed["splits"] == ["test", "train", "validation"]
     assert committed["counts"]["written"] == 3 and committed["counts"]["dead_letter"] == 2
@@ -47,7 +48,7 @@ def test_a_spec_declares_other_split_names(tmp_path):
     out = str(tmp_path / "out")
     assert run(["convert", "--format", "image-manifest", "--input", manifest, "--image-column",
                 "path", "--split-column", "split", "--spec", str(spec), "--output", out,
-                *in_memory_args()]) == 0
+                "--max-error-rate", "1", *in_memory_args()]) == 0
     committed = json.load(open(os.path.join(out, "manifest.json")))
     assert committed["counts"]["splits"]["dev"]["written"] == 2
     assert committed["counts"]["splits"]["holdout"]["written"] == 1
@@ -58,7 +59,8 @@ def test_a_spec_declares_other_split_names(tmp_path):
 
 def _convert(manifest, out, *extra) -> int:
     return run(["convert", "--format", "image-manifest", "--input", manifest, "--image-column",
-                "path", "--split-column", "split", "--output", out, *extra, *in_memory_args()])
+                "path", "--split-column", "split", "--output", out, "--max-error-rate", "1", *extra,
+                *in_memory_args()])
 
 
 def _json(out, name):
@@ -99,7 +101,8 @@ def test_rows_failing_before_their_split_is_assigned_create_no_split(tmp_path):
                     "splits: {dev: 1, holdout: 1}\n")
     out = str(tmp_path / "out")
     assert run(["convert", "--format", "image-manifest", "--input", manifest, "--image-column",
-                "path", "--spec", str(spec), "--output", out, *in_memory_args()]) == 0
+                "path", "--spec", str(spec), "--output", out, "--max-error-rate", "1",
+                *in_memory_args()]) == 0
     committed = _json(out, "manifest.json")
     assert set(committed["counts"]["splits"]) <= {"dev", "holdout"}
     assert committed["splits"] == ["dev", "holdout"]

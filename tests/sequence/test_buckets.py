@@ -65,7 +65,7 @@ def _write(folder, files: int = 3, users: int = 40, seed: int = 3, extra: str = 
 def _convert(inputs, output, *extra) -> None:
     assert run(["convert", "--input", str(inputs / "*.csv"), "--format", "csv", "--spec",
                 str(inputs / "spec.yaml"), "--output", str(output), "--num-shards", "1",
-                *extra, *in_memory_args()]) == 0
+                "--max-error-rate", "1", *extra, *in_memory_args()]) == 0
 
 
 def _outputs(output) -> tuple[dict, list, dict]:

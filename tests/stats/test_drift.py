@@ -100,7 +100,8 @@ def test_fail_on_drift_schema_exits_6_and_commits_no_shard(tmp_path, previous, c
     with open(folder / "part-0.csv", "a", encoding="utf-8") as handle:
         handle.write("1,2\n")  # a ragged row: one dead letter, committed as the failure's record
     out = tmp_path / "out"
-    code = convert(folder, out, "--compare-to", str(previous), "--fail-on-drift", "schema")
+    code = convert(folder, out, "--compare-to", str(previous), "--fail-on-drift", "schema",
+                   "--max-error-rate", "1")
     assert code == 6
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "schema drift" in err[0] and "'city' missing" in err[0]

@@ -477,7 +477,7 @@ def test_dead_letters_in_a_later_range_keep_their_true_row(tmp_path):
     (tmp_path / "spec.yaml").write_text(SPEC)
     out = tmp_path / "out"
     assert convert("--input", str(path), "--format", "csv", "--spec", str(tmp_path / "spec.yaml"),
-                   "--output", str(out), "--work-unit-bytes", "4KB") == 0
+                   "--output", str(out), "--work-unit-bytes", "4KB", "--max-error-rate", "1") == 0
     _, dead, counts = _output(out)
     assert [(d["row"], d["reason"], d["raw"].split(",")[0]) for d in dead] == \
         [(1500, "invalid_int", "1500")]
@@ -511,7 +511,7 @@ def test_split_output_equals_the_whole_file_output(tmp_path, fmt):
     for size in ("1GB", "4KB"):
         out = tmp_path / f"out-{size}"
         assert convert("--input", str(path), "--format", fmt, "--spec", str(tmp_path / "spec.yaml"),
-                       "--output", str(out), "--work-unit-bytes", size) == 0
+                       "--output", str(out), "--work-unit-bytes", size, "--max-error-rate", "1") == 0
         outputs[size] = _output(out)
     whole, split = outputs["1GB"], outputs["4KB"]
     assert split == whole

@@ -85,7 +85,7 @@ def test_issue_csv_end_to_end(tmp_path, tf):
     spec.write_text(ISSUE_SPEC_YAML)
     out = tmp_path / "out"
     assert convert("--input", str(data), "--format", "csv", "--output", str(out),
-                   "--spec", str(spec), "--compression", "gzip") == 0
+                   "--spec", str(spec), "--compression", "gzip", "--max-error-rate", "1") == 0
     manifest = json.loads((out / "manifest.json").read_text())
     counts = manifest["counts"]
     assert (counts["input"], counts["written"], counts["dead_letter"]) == (8, 5, 3)
@@ -123,7 +123,7 @@ def test_jsonl_and_parquet_through_the_cli_match_csv(tmp_path):
     for fmt, name in (("csv", "data.csv"), ("jsonl", "data.jsonl"), ("parquet", "data.parquet")):
         out = tmp_path / f"out-{fmt}"
         assert convert("--input", str(tmp_path / name), "--format", fmt, "--output", str(out),
-                       "--spec", str(spec)) == 0
+                       "--spec", str(spec), "--max-error-rate", "1") == 0
         outputs[fmt] = {split: shard_records(out, split) for split in ("train", "test")}
     assert outputs["jsonl"] == outputs["csv"] == outputs["parquet"]
     assert sum(len(v) for v in outputs["csv"].values()) == 5

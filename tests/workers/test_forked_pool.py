@@ -325,12 +325,13 @@ def test_forked_children_write_their_own_shards_and_send_only_unit_results(tmp_p
 
 
 def _convert_argv(tmp_path, name: str, *extra: str) -> list[str]:
-    """The CLI arguments converting the parts under `tmp_path / "in"` into `tmp_path / name`."""
+    """The CLI arguments converting the parts under `tmp_path / "in"` into `tmp_path / name`
+    (their bad rows committed as dead letters)."""
     spec = tmp_path / "spec.yaml"
     spec.write_text(SPEC.to_yaml(), encoding="utf-8")
     return ["convert", "--input", str(tmp_path / "in" / "*.csv"), "--format", "csv",
             "--spec", str(spec), "--output", str(tmp_path / name), "--compression", "gzip",
-            "--batch-rows", "700", "--quiet", *extra]
+            "--batch-rows", "700", "--quiet", "--max-error-rate", "1", *extra]
 
 
 def _convert(tmp_path, name: str, *extra: str) -> dict:

@@ -5,7 +5,8 @@ Also the schema itself: read from `feature_spec.json` entries or learnt from the
 (`SchemaLearner`). Beam-free.
 
 Conversions (documented in the README, "Export back to Parquet"): TFRecord has no text type,
-so string features are binary; a scalar column is null where the record lacks the feature or
+so a bytes feature is binary unless the column is known to be text (a spec `string`: `text`),
+which is UTF-8 `string`; a scalar column is null where the record lacks the feature or
 holds it with no value; a list column is null where the record lacks it and an empty list
 where it holds none.
 """
@@ -51,15 +52,17 @@ class SchemaMismatch(ValueError):
 @dataclasses.dataclass(frozen=True)
 class ColumnSchema:
     """One output column: the feature, its kind (None: never seen with values) and whether
-    it is a list column (`is_list` None: not known yet, to be learnt from the records)."""
+    it is a list column (`is_list` None: not known yet, to be learnt from the records);
+    `text`: its bytes are UTF-8 text (Arrow `string`, not `binary`)."""
 
     name: str
     kind: str | None
     is_list: bool | None
+    text: bool = False
 
     @property
     def arrow_type(self) -> pa.DataType:
-        value_type = _ARROW_TYPES[self.kind]
+        value_type = pa.string() if self.text else _ARROW_TYPES[self.kind]
         return pa.list_(value_type) if self.is_list else value_type
 
 
@@ -149,7 +152,12 @@ def batch_to_table(batch: DecodedBatch, columns: list[ColumnSchema]) -> pa.Table
             raise SchemaMismatch(_first_with_values(column),
                                  f"feature {schema.name!r} holds {column.kind} values, "
                                  f"expected {schema.kind}")
-        arrays.append(_list_array(column, schema) if schema.is_list else _scalar_array(column, schema))
+        array = _list_array(column, schema) if schema.is_list else _scalar_array(column, schema)
+        try:
+            arrays.append(array.cast(schema.arrow_type) if schema.text else array)
+        except pa.ArrowInvalid:
+            raise SchemaMismatch(_first_with_values(column), f"feature {schema.name!r} is text "
+                                 f"(a spec string) but holds bytes that are not UTF-8") from None
     return pa.Table.from_arrays(arrays, schema=arrow_schema(columns))
 
 
@@ -191,7 +199,7 @@ def _binary_array(rows: int, offsets: np.ndarray, data: np.ndarray, validity) ->
 
 def _list_array(column: DecodedColumn, schema: ColumnSchema) -> pa.Array:
     rows = column.present.size
-    value_type = _ARROW_TYPES[schema.kind]
+    value_type = _ARROW_TYPES[schema.kind]  # bytes as binary: text is cast by the caller
     values = column.values_array(value_type)
     offsets = pa.py_buffer(column.row_offsets.astype(np.int32))
     return pa.Array.from_buffers(pa.list_(value_type), rows, [_validity(column.present), offsets],

@@ -29,7 +29,7 @@ from transforms.format.tfrecord_format import (
     length_crc_cache,
     masked_crc32c,
 )
-from transforms.format.tfrecord_reader import TFRecordCorruptError, iter_records
+from transforms.format.tfrecord_reader import TFRecordCorruptError, iter_records, length_crc_problem
 
 __all__ = [
     "INDEX_SUFFIX",
@@ -164,9 +164,10 @@ def iter_index_entries(
         if expected is None:
             expected = masked_crc32c(buffer[position : position + 8], crc_fn)
         if stored_crc != expected:
-            raise TFRecordCorruptError(
-                path, offset, index, f"length CRC mismatch (stored 0x{stored_crc:08x}, computed "
-                f"0x{expected:08x} for length {length}): not an uncompressed TFRecord stream")
+            problem = length_crc_problem(index, buffer[position: position + HEADER_SIZE],
+                                         stored_crc, expected)
+            raise TFRecordCorruptError(path, offset, index,
+                                       f"{problem}: not an uncompressed TFRecord stream")
         total = HEADER_SIZE + length + FOOTER_SIZE
         if size is not None and offset + total > size:
             _raise_truncated(path, offset, index, length, size - offset)

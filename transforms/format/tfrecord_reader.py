@@ -30,7 +30,7 @@ from transforms.format.tfrecord_format import (
     masked_crc32c,
 )
 
-__all__ = ['MAX_RECORD_BYTES', 'RecordInfo', 'TFRecordCorruptError', 'iter_records']
+__all__ = ['MAX_RECORD_BYTES', 'RecordInfo', 'TFRecordCorruptError', 'iter_records', 'length_crc_problem']
 
 
 #: The longest record payload the reader accepts (see `iter_records`): far above any record
@@ -39,6 +39,17 @@ MAX_RECORD_BYTES = 256 << 20
 
 
 _MAX_READ = 64 << 20
+
+
+def length_crc_problem(index: int, header: bytes, stored: int, computed: int) -> str:
+    """The problem of a record header whose length CRC does not check. On the first record
+    the stream is most likely no TFRecord at all (a CSV, an image, ...): saying so beats
+    quoting a "length" read from its text."""
+    if index == 0:
+        return (f"length CRC mismatch in the first record header: not a TFRecord file (it "
+                f"starts with {bytes(header)!r}), or a damaged one")
+    length = int.from_bytes(header[:8], "little")
+    return f"length CRC mismatch (stored 0x{stored:08x}, computed 0x{computed:08x} for length {length})"
 
 
 class TFRecordCorruptError(ValueError):
@@ -159,10 +170,8 @@ def iter_records(
                     if len(cache) < LENGTH_CRC_CACHE_MAX:
                         cache[length] = expected
                 if length_crc != expected:
-                    raise StreamError(
-                        f"length CRC mismatch (stored 0x{length_crc:08x}, computed "
-                        f"0x{expected:08x} for length {length})"
-                    )
+                    raise StreamError(length_crc_problem(index, buf[pos: pos + HEADER_SIZE],
+                                                         length_crc, expected))
             if length > max_record_bytes:
                 raise StreamError(f"record length {length} exceeds the reader's limit of "
                                    f"{max_record_bytes} bytes")

@@ -293,7 +293,7 @@ def _png(data) -> ImageInfo:
             raise HeaderError("corrupt_image", "PNG has two IHDR chunks")
         elif ctype != b"IEND" and not ctype[0] & 0x20:  # critical: libpng cannot skip it
             raise HeaderError("corrupt_image",
-                              f"PNG has an unknown critical chunk {_chunk_name(ctype)!r} at byte {pos}")
+                              f"PNG has an unknown critical chunk '{_chunk_name(ctype)}' at byte {pos}")
         elif not _PNG_CHUNK_TYPE.fullmatch(ctype):  # libpng: "invalid chunk type"
             raise HeaderError("corrupt_image", f"PNG chunk type {bytes(ctype)!r} at byte {pos} "
                                                f"is not four letters")
@@ -367,7 +367,10 @@ def _png_palette_entries(header, length: int) -> int:
 
 
 def _chunk_name(ctype) -> str:
-    return bytes(ctype).decode("latin-1")
+    """A chunk type (or RIFF FourCC) as text: printable ASCII as is, other bytes escaped
+    (`\\xa9`), so garbage never reaches a message as raw characters."""
+    return "".join(chr(byte) if 0x20 < byte < 0x7F and byte != 0x5C else f"\\x{byte:02x}"
+                   for byte in bytes(ctype))
 
 
 def _skip_sub_blocks(data, pos: int, n: int) -> int:
@@ -514,7 +517,7 @@ def _webp(data) -> ImageInfo:
         body = pos + 8
         nxt = body + size + (size & 1)
         if body + size > end:
-            raise HeaderError("truncated_image", f"WebP ends inside its {fourcc.decode('latin-1')} chunk")
+            raise HeaderError("truncated_image", f"WebP ends inside its {_chunk_name(fourcc)} chunk")
         if first and fourcc not in (b"VP8 ", b"VP8L", b"VP8X"):
             raise HeaderError("corrupt_image", "WebP does not start with a VP8, VP8L or VP8X chunk")
         first = False

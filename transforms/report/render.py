@@ -125,7 +125,8 @@ def _overview(data: ReportData) -> str:
               for shard in shards[:_SHARDS_LISTED]]
     hidden = len(shards) - _SHARDS_LISTED
     more = f'<p class="note">and {hidden:,} more</p>' if hidden > 0 else ""
-    shard_list = (f"<details><summary>the {len(shards):,} shards</summary>"
+    named = "the shard" if len(shards) == 1 else f"the {len(shards):,} shards"
+    shard_list = (f"<details><summary>{named}</summary>"
                   f"{table(['shard', 'split', 'records', 'bytes'], listed)}{more}</details>")
     body = (f'<div class="cards">{cards}</div>{_inputs(manifest)}<h3>Records per split</h3>'
             f"{splits}{bar_chart_svg(bars, title='records per split')}{shard_list}")

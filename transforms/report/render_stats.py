@@ -179,8 +179,9 @@ def features_section(stats: dict[str, Any] | None, feature_spec: dict[str, Any] 
         parts = []
         for split in ordered_splits(list(splits), manifest):
             split_stats = _dict(splits[split])
-            parts.append(f"<h3>{esc(split)} <small>{fmt_number(split_stats.get('records'))} records"
-                         f"</small></h3>{_split_features_table(split_stats)}")
+            records = split_stats.get("records")
+            parts.append(f"<h3>{esc(split)} <small>{fmt_number(records)} record"
+                         f"{'' if records == 1 else 's'}</small></h3>{_split_features_table(split_stats)}")
         return section("features", "Features", "".join(parts) or "<p>No statistics.</p>")
     if feature_spec is not None:
         body = ('<p class="note">No statistics for this output (no stats.json): dtypes, kinds '

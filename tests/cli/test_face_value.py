@@ -251,8 +251,8 @@ def test_the_dry_run_prints_the_spec_once_and_readably(tmp_path, capsys):
     assert run(_convert(source, tmp_path / "out", "--dry-run")) == 0
     summary = json.loads(capsys.readouterr().out)
     assert "spec_yaml" not in summary
-    assert summary["spec"]["features"] == [{"name": "id", "type": "int64"},
-                                           {"name": "name", "type": "string"}]
+    assert summary["spec"]["features"] == [{"name": "id", "type": "int64", "missing": "mask"},
+                                           {"name": "name", "type": "string", "missing": "mask"}]
 
 
 def test_a_png_chunk_type_of_garbage_is_shown_escaped():

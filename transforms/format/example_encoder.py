@@ -55,6 +55,7 @@ from transforms.format.example_codec import encode_varint
 from transforms.format.example_columns import Column, NormalisedColumn, exclusive_cumsum, normalise, take_rows
 from transforms.format.tfrecord_format import CrcFn, FramedRecords, framing_headers
 from transforms.format.varints import varint_bytes, varint_sizes
+from transforms.format.wire_scan import segment_counts
 
 __all__ = ["encode_columns", "encode_framed"]
 
@@ -115,12 +116,6 @@ def _prefix_masks(lengths: np.ndarray, width: int, suffix: bool = False) -> np.n
     if suffix:
         table = np.ascontiguousarray(table[:, ::-1])
     return _gather_rows(table, lengths).view(bool)
-
-
-def _segment_sums(per_value: np.ndarray, row_offsets: np.ndarray) -> np.ndarray:
-    cumulative = np.zeros(per_value.size + 1, np.int64)
-    np.cumsum(per_value, dtype=np.int64, out=cumulative[1:])
-    return cumulative[row_offsets[1:]] - cumulative[row_offsets[:-1]]
 
 
 # ------------------------------------------------------------------- padded matrix
@@ -215,7 +210,7 @@ def _body(norm: NormalisedColumn) -> _Body:
         per_value = 1 + sizes + norm.value_lengths
     if norm.one_each:
         return _Body(per_value.astype(np.int64), sizes)
-    return _Body(_segment_sums(per_value, norm.row_offsets), sizes)
+    return _Body(segment_counts(per_value, norm.row_offsets), sizes)
 
 
 def _head_table(name: bytes, kind: str, body: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -372,8 +367,8 @@ def _value_positions(norm: NormalisedColumn, width: int, start: int, sizes: np.n
 def _plan_floats(layout: _RowMatrix, norm: NormalisedColumn) -> None:
     max_count = int(norm.counts.max())
     body = 4 * norm.counts
+    start = layout.reserve(4 * max_count)
     if _use_padded(norm, max_count, 4, body):
-        start = layout.reserve(4 * max_count)
 
         def write(matrix):
             if norm.one_each:
@@ -382,7 +377,6 @@ def _plan_floats(layout: _RowMatrix, norm: NormalisedColumn) -> None:
                 values = norm.values[_padded_index(norm, max_count)[0]]
             _put_columns(matrix, start, values.view(np.uint8).reshape(norm.counts.size, 4 * max_count))
     else:
-        start = layout.reserve(4 * max_count)
 
         def write(matrix):
             positions = _value_positions(norm, matrix.shape[1], start, np.full(norm.num_values, 4, np.int64))

@@ -94,9 +94,6 @@ _BMP_TF_MAX_PIXELS = (2**31 - 1) // 8
 class HeaderError(DeadLetterError):
     """The bytes are not a usable image; `reason` is a dead-letter reason code."""
 
-    def __init__(self, reason: str, message: str):
-        super().__init__(reason, message)
-
 
 @dataclasses.dataclass(frozen=True)
 class ImageInfo:

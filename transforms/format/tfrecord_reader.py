@@ -30,7 +30,7 @@ from transforms.format.tfrecord_format import (
     masked_crc32c,
 )
 
-__all__ = ['MAX_RECORD_BYTES', 'RecordInfo', 'TFRecordCorruptError', 'iter_records']
+__all__ = ['MAX_RECORD_BYTES', 'RecordInfo', 'TFRecordCorruptError', 'iter_records', 'truncation_reason']
 
 
 #: The longest record payload the reader accepts (see `iter_records`): far above any record
@@ -94,6 +94,14 @@ class _Source:
             have += len(chunk)
         self.buf = b"".join(parts)
         return have
+
+
+def truncation_reason(length: int, available: int) -> str:
+    """What a record of `length` payload bytes lacks when only `available` of its framed
+    bytes (at least its header) are there."""
+    if available < HEADER_SIZE + length:
+        return f"truncated payload: {available - HEADER_SIZE} of {length} bytes"
+    return f"truncated footer: {available - HEADER_SIZE - length} of {FOOTER_SIZE} bytes"
 
 
 def _open_stream(binary_file: BinaryIO, compression: Compression) -> Callable[[int], bytes]:
@@ -170,11 +178,7 @@ def iter_records(
             if len(buf) - pos < total:
                 have = source.fill(total)
                 if have < total:
-                    if have < HEADER_SIZE + length:
-                        got = have - HEADER_SIZE
-                        raise StreamError(f"truncated payload: {got} of {length} bytes")
-                    got = have - HEADER_SIZE - length
-                    raise StreamError(f"truncated footer: {got} of {FOOTER_SIZE} bytes")
+                    raise StreamError(truncation_reason(length, have))
                 buf, pos = source.buf, source.pos
             start = pos + HEADER_SIZE
             payload = buf[start : start + length]

@@ -45,6 +45,7 @@ Beam-free.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 from collections.abc import Sequence
 
@@ -162,10 +163,12 @@ class _RowMatrix:
         if len(encode_varint(low)) != width:
             self.span_masks.append((start, lambda: _prefix_masks(sizes, width)))
 
-    def prefix_mask(self, start: int, width: int, lengths: np.ndarray, rows: np.ndarray) -> None:
-        """Within [start, start+width) only the first lengths[r] bytes of row r are valid."""
+    def prefix_mask(self, start: int, width: int, lengths: np.ndarray, rows: np.ndarray,
+                    suffix: bool = False) -> None:
+        """Within [start, start+width) only the first (`suffix`: last) lengths[r] bytes of
+        row r are valid."""
         if not np.all(lengths[rows] == width):
-            self.span_masks.append((start, lambda: _prefix_masks(lengths, width)))
+            self.span_masks.append((start, lambda: _prefix_masks(lengths, width, suffix)))
 
     def mask_rows(self, rows: np.ndarray, start: int, stop: int) -> None:
         """Drop [start, stop) of the rows where `rows` is True."""
@@ -303,11 +306,7 @@ def _plan(norms: Sequence[NormalisedColumn], num_rows: int, framed: bool = False
     if framed:
         headers = framing_headers(example_lengths, *crc_args)
         at = layout.reserve(headers.shape[1])
-
-        def write_headers(matrix, at=at, headers=headers):
-            _put_columns(matrix, at, headers)
-
-        layout.writes.append(write_headers)
+        layout.writes.append(functools.partial(_put_columns, start=at, block=headers))
     layout.const(b"\n")
     layout.varint(features, None)
     for norm, body, table, row_head, index in heads:
@@ -322,14 +321,7 @@ def _plan(norms: Sequence[NormalisedColumn], num_rows: int, framed: bool = False
                 _put_columns(matrix, at, _gather_rows(table, index))
 
             layout.writes.append(write)
-            present_heads = row_head if norm.all_present else row_head[norm.present]
-            if not np.all(present_heads == width):
-                layout.span_masks.append(
-                    (
-                        head_start,
-                        lambda row_head=row_head, width=width: _prefix_masks(row_head, width, suffix=True),
-                    )
-                )
+            layout.prefix_mask(head_start, width, row_head, norm.present, suffix=True)
         if int(body.lengths.max()) > 0:
             if norm.kind == "float":
                 _plan_floats(layout, norm)
@@ -406,12 +398,8 @@ def _plan_int64s(layout: _RowMatrix, norm: NormalisedColumn, length: _Body) -> N
 
         layout.writes.append(write)
         if not np.all(value_sizes == width):
-            layout.span_masks.append(
-                (
-                    start,
-                    lambda: _prefix_masks(value_sizes, width).reshape(norm.counts.size, max_count * width),
-                )
-            )
+            shape = (norm.counts.size, max_count * width)
+            layout.span_masks.append((start, lambda: _prefix_masks(value_sizes, width).reshape(shape)))
         return
     body_width = int(length.lengths.max())
     start = layout.reserve(body_width)

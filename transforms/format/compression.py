@@ -44,16 +44,9 @@ __all__ = [
 
 #: Whether the ISA-L backend is used. Tests set this to False to force the zlib fallback.
 _HAVE_ISAL = _isal_zlib is not None
-
-
 _ISAL_DEFAULT_LEVEL = 2
-
-
 _ZLIB_DEFAULT_LEVEL = 6
-
-
 _ISAL_MAX_LEVEL = 3
-
 
 # Bytes read from the underlying file at a time, and the largest single read request
 # (so a huge declared length cannot make us allocate it before the data exists).
@@ -69,18 +62,12 @@ class Compression(enum.Enum):
 
 
 _ALLOWED = "none|gzip|zlib"
-
-
 _SUFFIXES = {
     Compression.NONE: ".tfrecord",
     Compression.GZIP: ".tfrecord.gz",
     Compression.ZLIB: ".tfrecord.zz",
 }
-
-
 _WBITS = {Compression.GZIP: 31, Compression.ZLIB: 15}
-
-
 _GZIP_MAGIC = b"\x1f\x8b"
 
 
@@ -167,9 +154,6 @@ class _CompressingWriter:
             self._compressor = module.compressobj(self.level, module.DEFLATED, _WBITS[compression])
         self._raw = raw
         self.closed = False
-
-    def writable(self) -> bool:
-        return True
 
     def write(self, data: bytes) -> int:
         if self.closed:

@@ -16,6 +16,7 @@ import numpy as np
 import pyarrow as pa
 
 from transforms.format.example_codec import INT64_MAX, KINDS, feature_sort_key
+from transforms.format.wire_scan import exclusive_cumsum
 
 __all__ = [
     "Column",
@@ -72,12 +73,6 @@ class NullElementError(ValueError):
             f"feature {feature!r}: {len(rows)} row(s) hold null list elements (first: row "
             f"{int(rows[0])}); tf.train.Example lists cannot hold nulls"
         )
-
-
-def exclusive_cumsum(a: np.ndarray) -> np.ndarray:
-    out = np.zeros(a.size + 1, np.int64)
-    np.cumsum(a, dtype=np.int64, out=out[1:])
-    return out
 
 
 @dataclasses.dataclass

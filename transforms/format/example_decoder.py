@@ -32,7 +32,7 @@ from collections.abc import Sequence
 import numpy as np
 import pyarrow as pa
 
-from transforms.format.example_codec import decode_example, encode_varint
+from transforms.format.example_codec import decode_example, encode_example_parts, encode_varint
 from transforms.format.wire_scan import (
     bytes_at,
     exclusive_cumsum,
@@ -185,22 +185,12 @@ def _canonical(payload: bytes, index: int) -> bytes:
         raise ExampleDecodeError(index, f"record {index} of the batch: {error}") from None
     entries = []
     for name, (kind, values) in decoded.items():
-        if kind is None:
-            feature = b""
-        elif kind == "bytes":
-            items = b"".join(b"\x0a" + encode_varint(len(v)) + v for v in values)
-            feature = b"\x0a" + encode_varint(len(items)) + items
-        else:
-            if kind == "float":
-                tag, packed = b"\x12", np.asarray(values, "<f4").tobytes()
-            else:
-                tag, packed = b"\x1a", b"".join(encode_varint(v) for v in values)
-            body = b"\x0a" + encode_varint(len(packed)) + packed if values else b""
-            feature = tag + encode_varint(len(body)) + body
-        key = name.encode("utf-8")
-        entry = (b"\x0a" + encode_varint(len(key)) + key
-                 + b"\x12" + encode_varint(len(feature)) + feature)
-        entries.append(b"\x0a" + encode_varint(len(entry)) + entry)
+        if kind is None:  # a Feature with no list set: an empty value message
+            key = name.encode("utf-8")
+            entry = b"\x0a" + encode_varint(len(key)) + key + b"\x12\x00"
+            entries.append(b"\x0a" + encode_varint(len(entry)) + entry)
+        else:  # the feature's map entry: its Example without the `0a len(Features)` head
+            entries += encode_example_parts({name: (kind, values)})[2:]
     body = b"".join(entries)
     return b"\x0a" + encode_varint(len(body)) + body
 

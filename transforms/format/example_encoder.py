@@ -45,6 +45,7 @@ Beam-free.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 from collections.abc import Sequence
 
@@ -55,6 +56,7 @@ from transforms.format.example_codec import encode_varint
 from transforms.format.example_columns import Column, NormalisedColumn, exclusive_cumsum, normalise, take_rows
 from transforms.format.tfrecord_format import CrcFn, FramedRecords, framing_headers
 from transforms.format.varints import varint_bytes, varint_sizes
+from transforms.format.wire_scan import segment_counts
 
 __all__ = ["encode_columns", "encode_framed"]
 
@@ -117,12 +119,6 @@ def _prefix_masks(lengths: np.ndarray, width: int, suffix: bool = False) -> np.n
     return _gather_rows(table, lengths).view(bool)
 
 
-def _segment_sums(per_value: np.ndarray, row_offsets: np.ndarray) -> np.ndarray:
-    cumulative = np.zeros(per_value.size + 1, np.int64)
-    np.cumsum(per_value, dtype=np.int64, out=cumulative[1:])
-    return cumulative[row_offsets[1:]] - cumulative[row_offsets[:-1]]
-
-
 # ------------------------------------------------------------------- padded matrix
 
 
@@ -167,10 +163,12 @@ class _RowMatrix:
         if len(encode_varint(low)) != width:
             self.span_masks.append((start, lambda: _prefix_masks(sizes, width)))
 
-    def prefix_mask(self, start: int, width: int, lengths: np.ndarray, rows: np.ndarray) -> None:
-        """Within [start, start+width) only the first lengths[r] bytes of row r are valid."""
+    def prefix_mask(self, start: int, width: int, lengths: np.ndarray, rows: np.ndarray,
+                    suffix: bool = False) -> None:
+        """Within [start, start+width) only the first (`suffix`: last) lengths[r] bytes of
+        row r are valid."""
         if not np.all(lengths[rows] == width):
-            self.span_masks.append((start, lambda: _prefix_masks(lengths, width)))
+            self.span_masks.append((start, lambda: _prefix_masks(lengths, width, suffix)))
 
     def mask_rows(self, rows: np.ndarray, start: int, stop: int) -> None:
         """Drop [start, stop) of the rows where `rows` is True."""
@@ -215,7 +213,7 @@ def _body(norm: NormalisedColumn) -> _Body:
         per_value = 1 + sizes + norm.value_lengths
     if norm.one_each:
         return _Body(per_value.astype(np.int64), sizes)
-    return _Body(_segment_sums(per_value, norm.row_offsets), sizes)
+    return _Body(segment_counts(per_value, norm.row_offsets), sizes)
 
 
 def _head_table(name: bytes, kind: str, body: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -308,11 +306,7 @@ def _plan(norms: Sequence[NormalisedColumn], num_rows: int, framed: bool = False
     if framed:
         headers = framing_headers(example_lengths, *crc_args)
         at = layout.reserve(headers.shape[1])
-
-        def write_headers(matrix, at=at, headers=headers):
-            _put_columns(matrix, at, headers)
-
-        layout.writes.append(write_headers)
+        layout.writes.append(functools.partial(_put_columns, start=at, block=headers))
     layout.const(b"\n")
     layout.varint(features, None)
     for norm, body, table, row_head, index in heads:
@@ -327,14 +321,7 @@ def _plan(norms: Sequence[NormalisedColumn], num_rows: int, framed: bool = False
                 _put_columns(matrix, at, _gather_rows(table, index))
 
             layout.writes.append(write)
-            present_heads = row_head if norm.all_present else row_head[norm.present]
-            if not np.all(present_heads == width):
-                layout.span_masks.append(
-                    (
-                        head_start,
-                        lambda row_head=row_head, width=width: _prefix_masks(row_head, width, suffix=True),
-                    )
-                )
+            layout.prefix_mask(head_start, width, row_head, norm.present, suffix=True)
         if int(body.lengths.max()) > 0:
             if norm.kind == "float":
                 _plan_floats(layout, norm)
@@ -372,8 +359,8 @@ def _value_positions(norm: NormalisedColumn, width: int, start: int, sizes: np.n
 def _plan_floats(layout: _RowMatrix, norm: NormalisedColumn) -> None:
     max_count = int(norm.counts.max())
     body = 4 * norm.counts
+    start = layout.reserve(4 * max_count)
     if _use_padded(norm, max_count, 4, body):
-        start = layout.reserve(4 * max_count)
 
         def write(matrix):
             if norm.one_each:
@@ -382,7 +369,6 @@ def _plan_floats(layout: _RowMatrix, norm: NormalisedColumn) -> None:
                 values = norm.values[_padded_index(norm, max_count)[0]]
             _put_columns(matrix, start, values.view(np.uint8).reshape(norm.counts.size, 4 * max_count))
     else:
-        start = layout.reserve(4 * max_count)
 
         def write(matrix):
             positions = _value_positions(norm, matrix.shape[1], start, np.full(norm.num_values, 4, np.int64))
@@ -412,12 +398,8 @@ def _plan_int64s(layout: _RowMatrix, norm: NormalisedColumn, length: _Body) -> N
 
         layout.writes.append(write)
         if not np.all(value_sizes == width):
-            layout.span_masks.append(
-                (
-                    start,
-                    lambda: _prefix_masks(value_sizes, width).reshape(norm.counts.size, max_count * width),
-                )
-            )
+            shape = (norm.counts.size, max_count * width)
+            layout.span_masks.append((start, lambda: _prefix_masks(value_sizes, width).reshape(shape)))
         return
     body_width = int(length.lengths.max())
     start = layout.reserve(body_width)

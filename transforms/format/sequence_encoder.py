@@ -35,6 +35,7 @@ from transforms.format.tfrecord_format import (
     framing_headers,
 )
 from transforms.format.varints import varint_bytes, varint_sizes
+from transforms.format.wire_scan import segment_counts
 
 __all__ = ["encode_sequence_batch", "encode_sequence_framed"]
 
@@ -66,11 +67,6 @@ def _put_const(out: np.ndarray, positions: np.ndarray, data: bytes) -> None:
         out[positions[:, None] + np.arange(len(data))] = np.frombuffer(data, np.uint8)
 
 
-def _segment_sums(per_item: np.ndarray, offsets: np.ndarray) -> np.ndarray:
-    cumulative = exclusive_cumsum(per_item)
-    return cumulative[offsets[1:]] - cumulative[offsets[:-1]]
-
-
 def _within_row(sizes: np.ndarray, norm: NormalisedColumn) -> tuple[np.ndarray, np.ndarray]:
     """Each value's row and its byte offset within its row's values (sizes per value)."""
     if norm.one_each:
@@ -94,7 +90,7 @@ class _FeatureList:
             self.len_sizes = varint_sizes(norm.value_lengths)
             self.value_sizes = 1 + self.len_sizes + norm.value_lengths
         body = (self.value_sizes.astype(np.int64) if norm.one_each
-                else _segment_sums(self.value_sizes, norm.row_offsets))
+                else segment_counts(self.value_sizes, norm.row_offsets))
         if kind == "bytes":
             list_len = body
         else:
@@ -172,7 +168,7 @@ def _render(num_sequences: int, context: Sequence[Column], step_offsets, feature
     entries = []  # (feature list, FeatureList length, entry length) per sequence
     lists_len = np.zeros(num_sequences, np.int64)
     for feature_list in lists:
-        body = _segment_sums(feature_list.element_len, step_offsets)
+        body = segment_counts(feature_list.element_len, step_offsets)
         entry_len = len(feature_list.key) + varint_sizes(body) + body
         lists_len += 1 + varint_sizes(entry_len) + entry_len
         entries.append((feature_list, body, entry_len))

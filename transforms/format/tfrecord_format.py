@@ -13,12 +13,7 @@ function that computes a CRC takes a ``crc_fn`` argument so that the CRC impleme
 can be swapped (tests, or a platform without the ``crc32c`` wheel).
 
 Compression of the whole record stream (NONE, GZIP, ZLIB) lives in
-`transforms.format.compression`; reading in `transforms.format.tfrecord_reader`.
-
-Reading verifies both CRCs of every record and raises `TFRecordCorruptError` (naming the
-file, byte offset and record index) on any mismatch, truncation or bad compressed stream;
-a corrupt payload is never returned. Decompression is streaming with bounded memory.
-
+`transforms.format.compression`; reading, every CRC checked, in `transforms.format.tfrecord_reader`.
 Beam-free: files on Beam's filesystems are opened by `transforms.tfrecord_io`.
 """
 

@@ -29,7 +29,12 @@ from transforms.format.tfrecord_format import (
     length_crc_cache,
     masked_crc32c,
 )
-from transforms.format.tfrecord_reader import TFRecordCorruptError, iter_records, length_crc_problem
+from transforms.format.tfrecord_reader import (
+    TFRecordCorruptError,
+    iter_records,
+    length_crc_problem,
+    truncation_reason,
+)
 
 __all__ = [
     "INDEX_SUFFIX",
@@ -170,25 +175,18 @@ def iter_index_entries(
                                        f"{problem}: not an uncompressed TFRecord stream")
         total = HEADER_SIZE + length + FOOTER_SIZE
         if size is not None and offset + total > size:
-            _raise_truncated(path, offset, index, length, size - offset)
+            raise TFRecordCorruptError(path, offset, index, truncation_reason(length, size - offset))
         if len(buffer) - position >= total:
             position += total
         else:
             missing = total - (len(buffer) - position)
             skipped = skip(missing)
             if skipped < missing:
-                _raise_truncated(path, offset, index, length, total - missing + skipped)
+                raise TFRecordCorruptError(path, offset, index,
+                                           truncation_reason(length, total - missing + skipped))
             base, buffer, position = offset + total, b"", 0
         yield IndexEntry(offset, total)
         index += 1
-
-
-def _raise_truncated(path: str, offset: int, index: int, length: int, available: int):
-    if available < HEADER_SIZE + length:
-        reason = f"truncated payload: {available - HEADER_SIZE} of {length} bytes"
-    else:
-        reason = f"truncated footer: {available - HEADER_SIZE - length} of {FOOTER_SIZE} bytes"
-    raise TFRecordCorruptError(path, offset, index, reason)
 
 
 def iter_checked_index_entries(

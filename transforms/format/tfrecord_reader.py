@@ -30,7 +30,8 @@ from transforms.format.tfrecord_format import (
     masked_crc32c,
 )
 
-__all__ = ['MAX_RECORD_BYTES', 'RecordInfo', 'TFRecordCorruptError', 'iter_records', 'length_crc_problem']
+__all__ = ['MAX_RECORD_BYTES', 'RecordInfo', 'TFRecordCorruptError', 'iter_records', 'length_crc_problem',
+           'truncation_reason']
 
 
 #: The longest record payload the reader accepts (see `iter_records`): far above any record
@@ -107,6 +108,14 @@ class _Source:
         return have
 
 
+def truncation_reason(length: int, available: int) -> str:
+    """What a record of `length` payload bytes lacks when only `available` of its framed
+    bytes (at least its header) are there."""
+    if available < HEADER_SIZE + length:
+        return f"truncated payload: {available - HEADER_SIZE} of {length} bytes"
+    return f"truncated footer: {available - HEADER_SIZE - length} of {FOOTER_SIZE} bytes"
+
+
 def _open_stream(binary_file: BinaryIO, compression: Compression) -> Callable[[int], bytes]:
     if compression is Compression.NONE:
         return binary_file.read
@@ -179,11 +188,7 @@ def iter_records(
             if len(buf) - pos < total:
                 have = source.fill(total)
                 if have < total:
-                    if have < HEADER_SIZE + length:
-                        got = have - HEADER_SIZE
-                        raise StreamError(f"truncated payload: {got} of {length} bytes")
-                    got = have - HEADER_SIZE - length
-                    raise StreamError(f"truncated footer: {got} of {FOOTER_SIZE} bytes")
+                    raise StreamError(truncation_reason(length, have))
                 buf, pos = source.buf, source.pos
             start = pos + HEADER_SIZE
             payload = buf[start : start + length]

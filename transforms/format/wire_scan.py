@@ -104,7 +104,8 @@ def gather_ranges(data: np.ndarray | bytes, starts: np.ndarray, lengths: np.ndar
 
 
 def segment_counts(flags: np.ndarray, offsets: np.ndarray) -> np.ndarray:
-    """How many True flags each segment flags[offsets[i]:offsets[i + 1]] holds (int64)."""
+    """The sum of each segment flags[offsets[i]:offsets[i + 1]] (int64): of bool flags, how
+    many are True."""
     cumulative = exclusive_cumsum(flags.astype(np.int64, copy=False))
     return cumulative[offsets[1:]] - cumulative[offsets[:-1]]
 

@@ -90,21 +90,19 @@ class _Chunk:
         self.reasons[reason] += 1
 
     def result(self, unit_index: int, chunk_index: int) -> _ChunkResult:
-        return _ChunkResult(list(self.batches(unit_index, chunk_index)),
-                            sum(map(len, self.records.values())), self.reencoded, self.reasons)
-
-    def batches(self, unit_index: int, chunk_index: int) -> Iterator[RecordBatch]:
+        batches = []
         for split in self.order:
             framed = self.records[split]
             sizes = np.fromiter(map(len, framed), dtype=np.int64, count=len(framed))
             stats = (image_batch_stats(self.features[split], self.encoded_lengths[split])
                      if framed and stats_enabled() else None)
-            yield RecordBatch(
+            batches.append(RecordBatch(
                 key=batch_key(unit_index, chunk_index), split=split,
                 records=FramedRecords(b"".join(framed), np.cumsum(sizes)),
                 dead_letters=self.dead[split], input_count=self.counts[split],
                 feature_stats=stats,
-            )
+            ))
+        return _ChunkResult(batches, sum(map(len, self.records.values())), self.reencoded, self.reasons)
 
 
 class _ChunkResult(NamedTuple):
@@ -260,9 +258,7 @@ class ConvertImages(beam.DoFn):
             try:
                 size = filesystem.metadata(uri).size_in_bytes
             except Exception as error:  # noqa: BLE001 - BeamIOError, NotFound, ...
-                if not _exists(filesystem, uri):
-                    raise DeadLetterError("missing_file", f"{uri} does not exist") from None
-                raise DeadLetterError("unreadable_uri", f"cannot stat {uri}: {error}") from None
+                raise _unreadable(filesystem, uri, f"cannot stat {uri}: {error}") from None
         # Sizes are checked before opening: an empty "file" may be a FIFO or a device.
         if size == 0:
             raise DeadLetterError("empty_file", "the file is empty")
@@ -285,10 +281,8 @@ class ConvertImages(beam.DoFn):
         except FileNotFoundError:
             raise DeadLetterError("missing_file", f"{uri} does not exist") from None
         except Exception as error:  # noqa: BLE001 - permissions, I/O, directories, ...
-            if not _exists(self._filesystem(uri), uri):
-                raise DeadLetterError("missing_file", f"{uri} does not exist") from None
-            raise DeadLetterError("unreadable_uri",
-                                  f"cannot read {uri}: {type(error).__name__}: {error}") from None
+            raise _unreadable(self._filesystem(uri), uri,
+                              f"cannot read {uri}: {type(error).__name__}: {error}") from None
         if len(data) > config.max_image_bytes:  # the file grew after it was listed
             raise DeadLetterError("image_too_large",
                                   f"more than --max-image-bytes {config.max_image_bytes}")
@@ -361,11 +355,15 @@ def _read_bounded(handle, size: int, limit: int) -> bytes:
     return b"".join(parts)
 
 
-def _exists(filesystem, uri: str) -> bool:
+def _unreadable(filesystem, uri: str, message: str) -> DeadLetterError:
+    """`missing_file` when `uri` does not exist, else `unreadable_uri` with `message`."""
     try:
-        return bool(filesystem.exists(uri))
+        missing = not filesystem.exists(uri)
     except Exception:  # noqa: BLE001 - cannot tell: report unreadable, not missing
-        return True
+        missing = False
+    if missing:
+        return DeadLetterError("missing_file", f"{uri} does not exist")
+    return DeadLetterError("unreadable_uri", message)
 
 
 def _frame_count(data: bytes) -> int:

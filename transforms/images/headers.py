@@ -94,9 +94,6 @@ _BMP_TF_MAX_PIXELS = (2**31 - 1) // 8
 class HeaderError(DeadLetterError):
     """The bytes are not a usable image; `reason` is a dead-letter reason code."""
 
-    def __init__(self, reason: str, message: str):
-        super().__init__(reason, message)
-
 
 @dataclasses.dataclass(frozen=True)
 class ImageInfo:
@@ -203,8 +200,6 @@ def _jpeg(data) -> ImageInfo:
             # Extraneous bytes before a marker: libjpeg skips them with a warning.
             match = _JPEG_MARKER.search(data, pos)
             pos = match.start() if match else n
-        if pos >= n:
-            raise HeaderError("truncated_image", "JPEG ends before its EOI marker")
         while pos < n and data[pos] == 0xFF:  # fill bytes
             pos += 1
         if pos >= n:
@@ -537,30 +532,24 @@ def _webp(data) -> ImageInfo:
             if vp8x is None:
                 break
         pos = nxt
-    if vp8x is not None:
+    if vp8x is not None and vp8x[0] & 0x02:  # animation
         flags, width, height = vp8x
-        if flags & 0x02:  # animation
-            if frames == 0:
-                raise HeaderError("corrupt_image", "animated WebP has no frames")
-            if flags & 0x10:
-                return ImageInfo("webp", width, height, 4, frames)
-            # TF 2.21 sizes the output for 3 channels but copies RGBA: heap corruption.
-            return ImageInfo(
-                "webp", width, height, 3, frames, False, "animated WebP without alpha"
-            )
-        if bitstream is None:
-            raise HeaderError("corrupt_image", "WebP has no image data")
-        b_width, b_height, b_alpha = bitstream
-        if (b_width, b_height) != (width, height):
-            raise HeaderError("corrupt_image", "WebP canvas and bitstream sizes differ")
-        # libwebp: the VP8X alpha flag, overridden by a lossless bitstream's own bit,
-        # or'ed with the presence of an ALPH chunk.
-        alpha = b_alpha if b_alpha is not None else bool(flags & 0x10)
-        alpha = alpha or has_alph
-        return ImageInfo("webp", width, height, 4 if alpha else 3)
+        if frames == 0:
+            raise HeaderError("corrupt_image", "animated WebP has no frames")
+        if flags & 0x10:
+            return ImageInfo("webp", width, height, 4, frames)
+        # TF 2.21 sizes the output for 3 channels but copies RGBA: heap corruption.
+        return ImageInfo("webp", width, height, 3, frames, False, "animated WebP without alpha")
     if bitstream is None:
         raise HeaderError("corrupt_image", "WebP has no image data")
     width, height, alpha = bitstream
+    if vp8x is not None:
+        flags, canvas_width, canvas_height = vp8x
+        if (width, height) != (canvas_width, canvas_height):
+            raise HeaderError("corrupt_image", "WebP canvas and bitstream sizes differ")
+        # libwebp: the VP8X alpha flag, overridden by a lossless bitstream's own bit,
+        # or'ed with the presence of an ALPH chunk.
+        alpha = (alpha if alpha is not None else bool(flags & 0x10)) or has_alph
     return ImageInfo("webp", width, height, 4 if alpha else 3)
 
 

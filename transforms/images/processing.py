@@ -10,6 +10,7 @@ Beam-free.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import io
 import math
@@ -52,9 +53,6 @@ _INFLATE_STEP = 1 << 16
 
 class ImageError(DeadLetterError):
     """An image could not be validated or converted; `reason` is a dead-letter code."""
-
-    def __init__(self, reason: str, message: str):
-        super().__init__(reason, message)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -192,7 +190,8 @@ def render(data: bytes, options: RenderOptions, source_format: str | None,
     return Rendered(encoded, info)
 
 
-class _guard:
+@contextlib.contextmanager
+def _guard(data: bytes):
     """Maps Pillow's exceptions onto `ImageError` (see `_classify`).
 
     Pillow's DecompressionBombWarning is left a warning: our own pixel check runs before
@@ -200,17 +199,12 @@ class _guard:
     (Turning the warning into an error would need `warnings.catch_warnings`, which is not
     thread-safe, and Beam runs DoFns in threads.)
     """
-
-    def __init__(self, data: bytes = b""):
-        self._data = data
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, kind, error, tb):
-        if error is None or isinstance(error, ImageError):
-            return False
-        raise _classify(error, self._data) from error
+    try:
+        yield
+    except ImageError:
+        raise
+    except BaseException as error:
+        raise _classify(error, data) from error
 
 
 def _classify(error: BaseException, data: bytes) -> ImageError:

@@ -7,8 +7,8 @@ the shard's index sidecar when it has one, else found by reading the 12-byte fra
 of each record before it and seeking over its payload (cheap: no payload is read). A
 compressed stream cannot be entered: the records before the range are decompressed and
 dropped, so reading part k of n of a compressed shard costs decompressing the k/n of it
-before the part. The manifest's counts are checked: a shard holding fewer or more records than it lists is an
-error, never a silently shorter read."""
+before the part. The manifest's counts are checked: a shard holding fewer or more records
+than it lists is an error, never a silently shorter read."""
 
 from __future__ import annotations
 
@@ -44,18 +44,12 @@ def _iter_range(piece: ShardRange, compression: Compression) -> Iterator[bytes]:
         if compression is Compression.NONE and piece.start > 0:
             handle.seek(_record_offset(handle, piece))
             skip = 0
-        wanted = piece.records
         seen = 0
         records = iter_records(handle, compression, path=shard.path)
-        for record in records:
-            if skip:
-                skip -= 1
-                continue
+        for record in itertools.islice(records, skip, skip + piece.records):
             yield record.payload
             seen += 1
-            if seen == wanted:
-                break
-        if seen < wanted:
+        if seen < piece.records:
             raise ValueError(f"{shard.path}: ended after {piece.start + seen} records; the "
                              f"manifest lists {shard.records}")
         # A shard read to its end must end there: more records than listed is not what was

@@ -33,7 +33,7 @@ import pyarrow.compute as pc
 from transforms.records import DEFAULT_SPLIT, RecordBatch, WorkUnit, batch_key, dead_letter
 from transforms.splits import SplitAssigner
 from transforms.tabular.chunks import Chunk, split_keys
-from transforms.tabular.columns import TARGET_TYPES
+from transforms.tabular.columns import feature_type
 from transforms.tabular.convert import (
     ReadFailure,
     chunks_then_failure,
@@ -112,12 +112,6 @@ def shipped_features(spec: ConversionSpec) -> list[FeatureSpec]:
     names = [feature.name for feature in spec.features]
     wanted = {*sequence.context, *sequence.feature_list_names(names), sequence.order_by}
     return [feature for feature in spec.features if feature.name in wanted]
-
-
-def feature_type(feature: FeatureSpec) -> pa.DataType:
-    """The Arrow type a shipped feature has in every fragment (so fragments concatenate)."""
-    target = TARGET_TYPES[feature.type]
-    return pa.list_(target) if feature.is_list else target
 
 
 def _reading_spec(spec: ConversionSpec) -> ConversionSpec:

@@ -29,7 +29,7 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 
 from transforms.records import WorkUnit
-from transforms.tabular.byte_ranges import TextDialect, last_record_end, open_quote_start
+from transforms.tabular.byte_ranges import ReadStream, TextDialect, last_record_end, open_quote_start
 from transforms.tabular.chunks import (
     MIN_BLOCK,
     Chunk,
@@ -70,7 +70,7 @@ codecs.register_error(_ESCAPE_ERRORS, _escape_invalid)
 csv.field_size_limit(max(csv.field_size_limit(), 1 << 30))
 
 
-class _EscapingReader(io.RawIOBase):
+class _EscapingReader(ReadStream):
     """A binary stream of the UTF-8 text of `raw` decoded with `encoding`, invalid bytes
     escaped as private-use code points (see `tabular_values.unescape`).
 
@@ -94,9 +94,6 @@ class _EscapingReader(io.RawIOBase):
         self._position = 0
         #: Bytes invalid in the encoding were escaped (see `tabular_values.unescape`).
         self.escapes = False
-
-    def readable(self) -> bool:
-        return True
 
     def _fill(self, size: int) -> None:
         while (size < 0 or len(self._buffer) < size) and not self._eof:
@@ -133,11 +130,6 @@ class _EscapingReader(io.RawIOBase):
             del self._buffer[:size]
         self._position += len(out)
         return out
-
-    def readinto(self, buffer) -> int:
-        data = self.read(len(buffer))
-        buffer[: len(data)] = data
-        return len(data)
 
     def tell(self) -> int:
         return self._position

@@ -194,16 +194,6 @@ class _Quantiles:
         return mean, math.fsum((deviations * deviations * self.weights).tolist())
 
 
-def _lower(current, new):
-    """min() where None is no value yet."""
-    return new if current is None else min(current, new)
-
-
-def _higher(current, new):
-    """max() where None is no value yet."""
-    return new if current is None else max(current, new)
-
-
 def _hll_of(keys: Iterable[str]):
     sketch = _datasketches().hll_sketch(HLL_LG_K)
     collections.deque(map(sketch.update, keys), maxlen=0)  # the loop runs in C
@@ -367,7 +357,8 @@ class NumericTotal:
         self.inf += part.inf
         self.zeros += part.zeros
         if part.finite:
-            self.min, self.max = _lower(self.min, part.min), _higher(self.max, part.max)
+            self.min = part.min if self.min is None else min(self.min, part.min)
+            self.max = part.max if self.max is None else max(self.max, part.max)
             total = self.finite + part.finite
             delta = part.mean - self._mean
             self._mean += delta * part.finite / total
@@ -409,8 +400,10 @@ class BytesTotal:
     def add(self, part: BytesPartial) -> None:
         self.count += part.count
         if part.count:
-            self.length_min = _lower(self.length_min, part.length_min)
-            self.length_max = _higher(self.length_max, part.length_max)
+            self.length_min = part.length_min if self.length_min is None else min(
+                self.length_min, part.length_min)
+            self.length_max = part.length_max if self.length_max is None else max(
+                self.length_max, part.length_max)
         self.length_total += part.length_total
         self.has_empty |= part.has_empty
         self.tracks_top &= part.tracks_top
@@ -484,8 +477,10 @@ class FeatureTotal:
     def add(self, part: FeaturePartial) -> None:
         self.records += part.records
         self.values_total += part.values_total
-        self.values_min = _lower(self.values_min, part.values_min)
-        self.values_max = _higher(self.values_max, part.values_max)
+        self.values_min = part.values_min if self.values_min is None else min(
+            self.values_min, part.values_min)
+        self.values_max = part.values_max if self.values_max is None else max(
+            self.values_max, part.values_max)
         if part.numeric is not None and self.numeric is not None:
             self.numeric.add(part.numeric)
         if part.bytes is not None and self.bytes is not None:

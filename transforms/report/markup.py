@@ -1,4 +1,5 @@
-"""HTML building blocks shared by the report's renderers: escaping, number formatting, tables.
+"""HTML building blocks shared by the report's renderers: escaping, number formatting, tables,
+and the defensive reading of JSON documents (`as_dict`, `as_list`).
 
 Everything shown comes from user data (feature names, values, file names, messages), so every
 piece of text goes through `esc` (`html.escape` with quotes; the charts' labels too). Table
@@ -12,10 +13,21 @@ import math
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-__all__ = ["MISSING", "esc", "fmt_bytes", "fmt_number", "fmt_percent", "section", "table"]
+__all__ = ["MISSING", "as_dict", "as_list", "esc", "fmt_bytes", "fmt_number", "fmt_percent", "section",
+           "table"]
 
 #: What a cell shows for a value the input lacks.
 MISSING = "\u2014"
+
+
+def as_dict(value: Any) -> dict[str, Any]:
+    """`value` if it is a JSON object, else an empty one (documents may be older or newer)."""
+    return value if isinstance(value, dict) else {}
+
+
+def as_list(value: Any) -> list[Any]:
+    """`value` if it is a JSON array, else an empty one."""
+    return value if isinstance(value, list) else []
 
 
 def esc(value: Any) -> str:

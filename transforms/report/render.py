@@ -13,7 +13,7 @@ from typing import Any
 
 from transforms.report.charts import bar_chart_svg
 from transforms.report.collect import ReportData
-from transforms.report.markup import MISSING, esc, fmt_bytes, fmt_number, section, table
+from transforms.report.markup import MISSING, as_dict, esc, fmt_bytes, fmt_number, section, table
 from transforms.report.render_drift import drift_section
 from transforms.report.render_stats import features_section, image_stats_section, ordered_splits
 from transforms.report.thumbnails import ContactSheet
@@ -56,7 +56,7 @@ def _card(title: str, value: str) -> str:
 
 
 def _inputs(manifest: dict[str, Any]) -> str:
-    options = manifest.get("options") if isinstance(manifest.get("options"), dict) else {}
+    options = as_dict(manifest.get("options"))
     main = [[esc(name), f"<code>{esc(options[name])}</code>"] for name in _MAIN_OPTIONS
             if options.get(name) not in (None, "", [], {})]
     main += [[esc(name), esc(manifest.get(name, MISSING))]

@@ -10,17 +10,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from transforms.report.markup import MISSING, esc, fmt_number, fmt_percent, section, table
+from transforms.report.markup import MISSING, as_dict, as_list, esc, fmt_number, fmt_percent, section, table
 
 __all__ = ["drift_section"]
 
 
-def _dict(value: Any) -> dict[str, Any]:
-    return value if isinstance(value, dict) else {}
-
-
 def _entries(value: Any) -> list[dict[str, Any]]:
-    return [_dict(entry) for entry in value] if isinstance(value, list) else []
+    return [as_dict(entry) for entry in as_list(value)]
 
 
 def _side(entry: dict[str, Any], name: str) -> Any:
@@ -31,6 +27,11 @@ def _side(entry: dict[str, Any], name: str) -> Any:
 
 def _text(value: Any) -> str:
     return MISSING if value is None else esc(value)
+
+
+def _titled(title: str, headers: list[str], rows: list[list[str]]) -> str:
+    """A drift table under its heading, or "" when nothing changed."""
+    return f"<h3>{title}</h3>" + table(headers, rows, "drift") if rows else ""
 
 
 def _share(value: Any) -> str:
@@ -44,23 +45,18 @@ def _schema(drift: dict[str, Any]) -> str:
              f'<span class="warn">{_text(entry.get("change"))}</span>',
              _text(_side(entry, "previous")), _text(_side(entry, "current"))]
             for entry in _entries(drift.get("schema"))]
-    if not rows:
-        return ""
-    return "<h3>Schema</h3>" + table(["split", "feature", "change", "previous", "current"], rows, "drift")
+    return _titled("Schema", ["split", "feature", "change", "previous", "current"], rows)
 
 
 def _presence(drift: dict[str, Any]) -> str:
     rows = [[_text(entry.get("split")), f"<code>{_text(entry.get('feature'))}</code>",
              _share(_side(entry, "previous")), _share(_side(entry, "current"))]
             for entry in _entries(drift.get("presence"))]
-    if not rows:
-        return ""
-    return ("<h3>Presence</h3>" +
-            table(["split", "feature", "previously present", "now present"], rows, "drift"))
+    return _titled("Presence", ["split", "feature", "previously present", "now present"], rows)
 
 
 def _distribution(drift: dict[str, Any]) -> str:
-    default = _dict(drift.get("thresholds")).get("psi")
+    default = as_dict(drift.get("thresholds")).get("psi")
     rows = []
     for entry in _entries(drift.get("distribution")):
         psi, threshold = entry.get("psi"), entry.get("threshold", default)
@@ -70,16 +66,12 @@ def _distribution(drift: dict[str, Any]) -> str:
         rows.append([_text(entry.get("split")), f"<code>{_text(entry.get('feature'))}</code>",
                      fmt_number(psi), fmt_number(threshold), fmt_number(entry.get("previous_mean")),
                      fmt_number(entry.get("current_mean")), verdict])
-    if not rows:
-        return ""
-    return ("<h3>Distributions (population stability index)</h3>" +
-            table(["split", "feature", "PSI", "threshold", "previous mean", "current mean", ""], rows,
-                  "drift"))
+    return _titled("Distributions (population stability index)",
+                   ["split", "feature", "PSI", "threshold", "previous mean", "current mean", ""], rows)
 
 
 def _names(value: Any) -> str:
-    names = value if isinstance(value, list) else []
-    return ", ".join(f"<code>{esc(name)}</code>" for name in names) or MISSING
+    return ", ".join(f"<code>{esc(name)}</code>" for name in as_list(value)) or MISSING
 
 
 def _labels(drift: dict[str, Any]) -> str:
@@ -87,9 +79,7 @@ def _labels(drift: dict[str, Any]) -> str:
     entries = [labels] if isinstance(labels, dict) else _entries(labels)
     rows = [[_text(entry.get("split", "all")), _names(entry.get("added")), _names(entry.get("vanished"))]
             for entry in entries if entry.get("added") or entry.get("vanished")]
-    if not rows:
-        return ""
-    return "<h3>Labels</h3>" + table(["split", "added", "vanished"], rows, "drift")
+    return _titled("Labels", ["split", "added", "vanished"], rows)
 
 
 def drift_section(drift: dict[str, Any] | None) -> str:

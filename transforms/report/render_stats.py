@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from transforms.report.charts import bar_chart_svg, histogram_svg
-from transforms.report.markup import MISSING, esc, fmt_number, fmt_percent, section, table
+from transforms.report.markup import MISSING, as_dict, as_list, esc, fmt_number, fmt_percent, section, table
 
 __all__ = ["features_section", "image_stats_section", "ordered_splits"]
 
@@ -23,22 +23,14 @@ _LABEL_BARS = 50
 _FEATURES_SHOWN = 1000
 
 
-def _dict(value: Any) -> dict[str, Any]:
-    return value if isinstance(value, dict) else {}
-
-
-def _list(value: Any) -> list[Any]:
-    return value if isinstance(value, list) else []
-
-
 def ordered_splits(names: Sequence[str], manifest: dict[str, Any]) -> list[str]:
     """`names` in the manifest's split order, the others after them sorted."""
-    declared = [split for split in _list(manifest.get("splits")) if split in names]
+    declared = [split for split in as_list(manifest.get("splits")) if split in names]
     return declared + sorted(name for name in names if name not in declared)
 
 
 def _quantile(numeric: dict[str, Any], q: float) -> Any:
-    for pair in _list(numeric.get("quantiles")):
+    for pair in as_list(numeric.get("quantiles")):
         if isinstance(pair, list) and len(pair) == 2 and pair[0] == q:
             return pair[1]
     return None
@@ -67,15 +59,15 @@ def _short(text: str) -> str:
 
 
 def _bytes_cell(summary: dict[str, Any]) -> str:
-    length = _dict(summary.get("length"))
+    length = as_dict(summary.get("length"))
     # Estimates say so: "~" with their range or error (older stats.json: no flags, estimates).
     distinct = fmt_number(summary.get("distinct"))
     if summary.get("distinct_exact") is not True:
-        low, high = (_list(summary.get("distinct_range")) + [None, None])[:2]
+        low, high = (as_list(summary.get("distinct_range")) + [None, None])[:2]
         distinct = f"\u2248{distinct}" + (f" ({fmt_number(low)}\u2013{fmt_number(high)})" if low else "")
     lines = [f"distinct {distinct} \u00b7 length {fmt_number(length.get('min'))}\u2013"
              f"{fmt_number(length.get('max'))} (mean {fmt_number(length.get('mean'))})"]
-    top = [entry for entry in _list(summary.get("top")) if isinstance(entry, dict)]
+    top = [entry for entry in as_list(summary.get("top")) if isinstance(entry, dict)]
     if top:
         shown = ", ".join(f"<code>{esc(_short(str(entry.get('value'))))}</code> "
                           f"({fmt_number(entry.get('count'))})" for entry in top[:_TOP_VALUES_SHOWN])
@@ -89,12 +81,12 @@ def _bytes_cell(summary: dict[str, Any]) -> str:
 
 
 def _histogram_cell(name: str, stats: dict[str, Any]) -> str:
-    numeric = _dict(stats.get("numeric"))
-    histogram = _dict(numeric.get("histogram"))
-    counts = [count for count in _list(histogram.get("counts")) if isinstance(count, (int, float))]
+    numeric = as_dict(stats.get("numeric"))
+    histogram = as_dict(numeric.get("histogram"))
+    counts = [count for count in as_list(histogram.get("counts")) if isinstance(count, (int, float))]
     if counts:
-        return histogram_svg(counts, _list(histogram.get("edges")), title=f"{name}: histogram")
-    top = [entry for entry in _list(_dict(stats.get("bytes")).get("top")) if isinstance(entry, dict)]
+        return histogram_svg(counts, as_list(histogram.get("edges")), title=f"{name}: histogram")
+    top = [entry for entry in as_list(as_dict(stats.get("bytes")).get("top")) if isinstance(entry, dict)]
     counts = [entry.get("count") for entry in top if isinstance(entry.get("count"), (int, float))]
     if counts:
         values = "\n".join(f"{_short(str(entry.get('value')))}: {entry.get('count')}" for entry in top)
@@ -103,7 +95,7 @@ def _histogram_cell(name: str, stats: dict[str, Any]) -> str:
 
 
 def _values_per_record(stats: dict[str, Any]) -> str:
-    per_record = _dict(stats.get("values_per_record"))
+    per_record = as_dict(stats.get("values_per_record"))
     if not per_record:
         return MISSING
     low, high = per_record.get("min"), per_record.get("max")
@@ -114,14 +106,14 @@ def _values_per_record(stats: dict[str, Any]) -> str:
 
 def _split_features_table(split_stats: dict[str, Any]) -> str:
     records = split_stats.get("records")
-    features = sorted(_dict(split_stats.get("features")).items())
+    features = sorted(as_dict(split_stats.get("features")).items())
     rows = []
     for name, stats in features[:_FEATURES_SHOWN]:
-        stats = _dict(stats)
+        stats = as_dict(stats)
         if stats.get("numeric"):
-            summary = _numeric_cell(_dict(stats["numeric"]))
+            summary = _numeric_cell(as_dict(stats["numeric"]))
         elif stats.get("bytes"):
-            summary = _bytes_cell(_dict(stats["bytes"]))
+            summary = _bytes_cell(as_dict(stats["bytes"]))
         else:
             summary = MISSING
         rows.append([f"<code>{esc(name)}</code>", esc(stats.get("kind", MISSING)),
@@ -139,15 +131,15 @@ def _spec_features(feature_spec: dict[str, Any]) -> list[tuple[str, dict[str, An
     """(name, entry) of every feature a feature spec lists (SequenceExample specs: both parts,
     named `context:` and `sequence:`)."""
     if "sequence" in feature_spec:
-        return [(f"{part}:{name}", _dict(entry)) for part in ("context", "sequence")
-                for name, entry in sorted(_dict(feature_spec.get(part)).items())]
-    return [(name, _dict(entry)) for name, entry in sorted(_dict(feature_spec.get("features")).items())]
+        return [(f"{part}:{name}", as_dict(entry)) for part in ("context", "sequence")
+                for name, entry in sorted(as_dict(feature_spec.get(part)).items())]
+    return [(name, as_dict(entry)) for name, entry in sorted(as_dict(feature_spec.get("features")).items())]
 
 
 def _spec_features_table(feature_spec: dict[str, Any]) -> str:
     rows = []
     for name, entry in _spec_features(feature_spec):
-        presence = _dict(entry.get("presence"))
+        presence = as_dict(entry.get("presence"))
         low, high = presence.get("min_values"), presence.get("max_values")
         per_record = MISSING if low is None else (
             fmt_number(low) if low == high else f"{fmt_number(low)}\u2013{fmt_number(high)}")
@@ -162,7 +154,7 @@ def _spec_features_table(feature_spec: dict[str, Any]) -> str:
 def _has_feature_stats(stats: dict[str, Any]) -> bool:
     """Whether `stats.json` describes any feature: it does not for SequenceExample outputs
     (it counts their records only)."""
-    return any(_dict(_dict(split).get("features")) for split in _dict(stats.get("splits")).values())
+    return any(as_dict(as_dict(split).get("features")) for split in as_dict(stats.get("splits")).values())
 
 
 def features_section(stats: dict[str, Any] | None, feature_spec: dict[str, Any] | None,
@@ -175,10 +167,10 @@ def features_section(stats: dict[str, Any] | None, feature_spec: dict[str, Any] 
                 'records only): dtypes and kinds from feature_spec.json.</p>')
         return section("features", "Features", body + _spec_features_table(feature_spec))
     if stats is not None:
-        splits = _dict(stats.get("splits"))
+        splits = as_dict(stats.get("splits"))
         parts = []
         for split in ordered_splits(list(splits), manifest):
-            split_stats = _dict(splits[split])
+            split_stats = as_dict(splits[split])
             records = split_stats.get("records")
             parts.append(f"<h3>{esc(split)} <small>{fmt_number(records)} record"
                          f"{'' if records == 1 else 's'}</small></h3>{_split_features_table(split_stats)}")
@@ -197,8 +189,8 @@ def _counts_inline(counts: dict[str, Any]) -> str:
 
 
 def _dimension_cell(name: str, numeric: dict[str, Any]) -> str:
-    histogram = _dict(numeric.get("histogram"))
-    chart = histogram_svg(_list(histogram.get("counts")), _list(histogram.get("edges")),
+    histogram = as_dict(numeric.get("histogram"))
+    chart = histogram_svg(as_list(histogram.get("counts")), as_list(histogram.get("edges")),
                           title=f"{name}: histogram")
     return (f"{chart} {fmt_number(numeric.get('min'))}\u2013{fmt_number(numeric.get('max'))} "
             f"(mean {fmt_number(numeric.get('mean'))})")
@@ -206,17 +198,17 @@ def _dimension_cell(name: str, numeric: dict[str, Any]) -> str:
 
 def image_stats_section(stats: dict[str, Any] | None, manifest: dict[str, Any]) -> str:
     """Per split: image formats, sizes, channels and labels, when `stats.json` has them."""
-    splits = _dict((stats or {}).get("splits"))
+    splits = as_dict((stats or {}).get("splits"))
     parts = []
     for split in ordered_splits(list(splits), manifest):
-        images = _dict(_dict(splits[split]).get("images"))
+        images = as_dict(as_dict(splits[split]).get("images"))
         if not images:
             continue
-        rows = [["formats", _counts_inline(_dict(images.get("formats")))],
-                ["width", _dimension_cell("width", _dict(images.get("width")))],
-                ["height", _dimension_cell("height", _dict(images.get("height")))],
-                ["channels", _counts_inline(_dict(images.get("channels")))]]
-        labels = _dict(images.get("labels"))
+        rows = [["formats", _counts_inline(as_dict(images.get("formats")))],
+                ["width", _dimension_cell("width", as_dict(images.get("width")))],
+                ["height", _dimension_cell("height", as_dict(images.get("height")))],
+                ["channels", _counts_inline(as_dict(images.get("channels")))]]
+        labels = as_dict(images.get("labels"))
         parts.append(f"<h3>{esc(split)}</h3>" + table(None, rows, "images"))
         if labels:
             bars = sorted(((str(label), count) for label, count in labels.items()

@@ -214,8 +214,7 @@ def _encode(held: _Held, spec: ConversionSpec, groups: np.ndarray, kept: np.ndar
     sequence = spec.sequence
     kinds = {feature.name: feature.kind for feature in spec.features}
     names = [feature.name for feature in spec.features]
-    split_chunks = sequence.max_length is not None and sequence.overflow == "split"
-    chunk = np.full(groups.size, sequence.max_length) if split_chunks else kept
+    chunk = np.full(groups.size, sequence.max_length) if sequence.writes_chunk_index else kept
     chunks = -(-kept // chunk)
     before = exclusive_cumsum(kept)
     piece_of_group = before[:-1] // PIECE_ROWS

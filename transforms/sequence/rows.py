@@ -32,17 +32,17 @@ import pyarrow.compute as pc
 
 from transforms.records import DEFAULT_SPLIT, RecordBatch, WorkUnit, batch_key, dead_letter
 from transforms.splits import SplitAssigner
-from transforms.tabular.chunks import KEY_SEPARATOR, Chunk
-from transforms.tabular.columns import TARGET_TYPES, key_text_array
+from transforms.tabular.chunks import Chunk, split_keys
+from transforms.tabular.columns import feature_type
 from transforms.tabular.convert import (
     ReadFailure,
     chunks_then_failure,
     feature_columns,
     file_failure_batch,
+    split_assigner,
 )
 from transforms.tabular.read import read_chunks
 from transforms.tabular.spec import ConversionSpec, FeatureSpec
-from transforms.tabular.values import canonical_text
 
 __all__ = ["GROUP", "READ_COUNTS", "SequenceRows", "bucket_key",
            "read_sequence_rows", "sequence_assigner", "shipped_features"]
@@ -102,9 +102,7 @@ def _from_ipc(key: str, source: str, data) -> SequenceRows:
     return SequenceRows(key, source, pa.ipc.open_stream(data).read_next_batch())
 
 
-def sequence_assigner(spec: ConversionSpec) -> SplitAssigner:
-    """The spec's split assigner (one split named "data" when it declares none)."""
-    return SplitAssigner(spec.split_weights or {DEFAULT_SPLIT: 1})
+sequence_assigner = split_assigner  # the spec's split assigner, as in the Example conversion
 
 
 def shipped_features(spec: ConversionSpec) -> list[FeatureSpec]:
@@ -114,12 +112,6 @@ def shipped_features(spec: ConversionSpec) -> list[FeatureSpec]:
     names = [feature.name for feature in spec.features]
     wanted = {*sequence.context, *sequence.feature_list_names(names), sequence.order_by}
     return [feature for feature in spec.features if feature.name in wanted]
-
-
-def feature_type(feature: FeatureSpec) -> pa.DataType:
-    """The Arrow type a shipped feature has in every fragment (so fragments concatenate)."""
-    target = TARGET_TYPES[feature.type]
-    return pa.list_(target) if feature.is_list else target
 
 
 def _reading_spec(spec: ConversionSpec) -> ConversionSpec:
@@ -137,25 +129,12 @@ def _source_missing(chunk: Chunk, column: str) -> np.ndarray:
     return np.asarray(values.is_null(), bool)
 
 
-def _key_text(value: Any) -> bytes:
-    text = canonical_text(value)
-    return text if isinstance(text, bytes) else text.encode("utf-8")
-
-
 def _group_keys(chunk: Chunk, spec: ConversionSpec) -> tuple[pa.Array, np.ndarray]:
     """Each row's group key bytes (joined like split keys), and which rows miss a value."""
-    group_by, n = spec.sequence.group_by, chunk.num_rows
-    missing = np.zeros(n, bool)
-    for column in group_by:
+    missing = np.zeros(chunk.num_rows, bool)
+    for column in spec.sequence.group_by:
         missing |= _source_missing(chunk, column)
-    if chunk.mode == "python":
-        columns = [chunk.columns.get(c) or [None] * n for c in group_by]
-        return pa.array([KEY_SEPARATOR.join(_key_text(column[i]) for column in columns)
-                         for i in range(n)], pa.binary()), missing
-    arrays = [key_text_array(chunk.columns.get(c), n, text=chunk.mode == "text") for c in group_by]
-    if len(arrays) == 1:
-        return arrays[0], missing
-    return pc.binary_join_element_wise(*arrays, pa.scalar(KEY_SEPARATOR, pa.binary())), missing
+    return split_keys(chunk, spec.sequence.group_by), missing
 
 
 def _order_missing(values: pa.Array | None, num_rows: int) -> np.ndarray:

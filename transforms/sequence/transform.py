@@ -64,18 +64,12 @@ class ReadSequenceRows(beam.DoFn):
     def process(self, unit: WorkUnit):
         if self._assigner is None:
             self.setup()
-        for key, payload, rows in self._read(unit):
-            if rows:
-                Metrics.counter(METRICS_NAMESPACE, "rows_read").inc(rows)
-            yield key, payload
-
-    def _read(self, unit: WorkUnit) -> Iterator[tuple[bytes, bytes, int]]:
-        """(shuffle key, pickled value, input rows it counts) of each output of `unit`."""
         config = self.config
         for key, value in read_sequence_rows(unit, config.spec, config.fmt, config.batch_rows,
                                              self._assigner, self.buckets):
-            rows = value.input_count if key.startswith(READ_COUNTS) else 0
-            yield key, pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL), rows
+            if key.startswith(READ_COUNTS) and value.input_count:
+                Metrics.counter(METRICS_NAMESPACE, "rows_read").inc(value.input_count)
+            yield key, pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
 
 
 @beam.typehints.with_output_types(RecordBatch)

@@ -40,7 +40,7 @@ from collections.abc import Callable, Iterator
 
 import numpy as np
 
-__all__ = ["BLOCK_BYTES", "Boundary", "RangeCount", "RangeReader", "Scan", "TextDialect",
+__all__ = ["BLOCK_BYTES", "Boundary", "RangeCount", "RangeReader", "ReadStream", "Scan", "TextDialect",
            "count_range", "last_record_end", "open_quote_start"]
 
 #: Bytes counted at once (numpy works on one block; its position arrays scale with it).
@@ -116,7 +116,19 @@ class Scan:
     open_quote: bool = False
 
 
-class RangeReader(io.RawIOBase):
+class ReadStream(io.RawIOBase):
+    """A readable raw stream defined by its `read` alone."""
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        data = self.read(len(buffer))
+        buffer[: len(data)] = data
+        return len(data)
+
+
+class RangeReader(ReadStream):
     """The bytes [start, end) of a seekable binary stream, as a stream of its own."""
 
     def __init__(self, raw, start: int, end: int | None):
@@ -125,9 +137,6 @@ class RangeReader(io.RawIOBase):
             raw.seek(start)
         self._raw = raw
         self._left = None if end is None else max(end - start, 0)
-
-    def readable(self) -> bool:
-        return True
 
     def read(self, size: int | None = -1) -> bytes:
         if self._left is None:
@@ -139,11 +148,6 @@ class RangeReader(io.RawIOBase):
         data = self._raw.read(size)
         self._left -= len(data)
         return data
-
-    def readinto(self, buffer) -> int:
-        data = self.read(len(buffer))
-        buffer[: len(data)] = data
-        return len(data)
 
 
 class _Scanner:

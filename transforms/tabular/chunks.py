@@ -1,14 +1,15 @@
 """What every tabular reader yields and shares: the `Chunk` of parsed rows with its `Failure`s
-(rows rejected while reading), opening an input file (decompressed by its suffix), how split
-keys of whole rows are joined (`KEY_SEPARATOR`, `join_keys`), the Arrow block size for a
-chunk's rows, and the JSON-compatible view of a value."""
+(rows rejected while reading), opening an input file (decompressed by its suffix), the one
+definition of a row's split key (`key_of`, `split_keys`: column texts joined by
+`KEY_SEPARATOR`), the Arrow block size for a chunk's rows, and the JSON-compatible view of a
+value."""
 
 from __future__ import annotations
 
 import base64
 import dataclasses
 import gzip
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import ExitStack
 from typing import Any
 
@@ -19,6 +20,7 @@ from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
 from transforms.tabular.byte_ranges import RangeReader
+from transforms.tabular.columns import key_text_array
 from transforms.tabular.values import canonical_text
 
 try:  # isal decompresses gzip several times faster than the stdlib.
@@ -33,9 +35,10 @@ __all__ = [
     "MAX_BLOCK",
     "MIN_BLOCK",
     "block_size",
-    "join_keys",
     "jsonable",
+    "key_of",
     "open_input",
+    "split_keys",
     "valid_utf8",
 ]
 
@@ -91,7 +94,8 @@ class Chunk:
         is missing in every row.
       row_numbers: 1-based row number of each parsed row within its file.
       raw: raw record of parsed row i, for dead letters.
-      whole_row_keys: split key bytes of every parsed row when the spec has no split_key.
+      whole_row_keys: split key bytes of every parsed row when the spec has no split_key;
+        None: the `split_keys` of all the chunk's columns.
       failures: rows rejected while reading.
       escapes: CSV only: the input held bytes invalid in its encoding.
       details: extra dead-letter fields of parsed row i (e.g. the JSON line number).
@@ -103,7 +107,7 @@ class Chunk:
     columns: Mapping[str, Any]
     row_numbers: np.ndarray
     raw: Callable[[int], str | bytes | None]
-    whole_row_keys: Callable[[], list[bytes]]
+    whole_row_keys: Callable[[], list[bytes]] | None = None
     failures: list[Failure] = dataclasses.field(default_factory=list)
     escapes: bool = False
     details: Callable[[int], dict] = lambda i: {}
@@ -132,13 +136,26 @@ def jsonable(value: Any) -> Any:
     return value
 
 
-def join_keys(arrays: Sequence[pa.Array], num_rows: int) -> list[bytes]:
-    """Joins per-column key texts (binary arrays) with KEY_SEPARATOR, row by row."""
-    if not arrays:
-        return [b""] * num_rows
+def key_of(values: Iterable[Any]) -> bytes:
+    """One row's split key: the `canonical_text` of each key value, joined by KEY_SEPARATOR."""
+    return KEY_SEPARATOR.join(_utf8(canonical_text(value)) for value in values)
+
+
+def split_keys(chunk: Chunk, names: Sequence[str]) -> pa.Array:
+    """Every parsed row's split key over columns `names` (binary; `key_of`, column by column)."""
+    n = chunk.num_rows
+    if chunk.mode == "python":
+        columns = [chunk.columns.get(name) or [None] * n for name in names]
+        return pa.array([key_of(column[i] for column in columns) for i in range(n)], pa.binary())
+    arrays = [key_text_array(chunk.columns.get(name), n, text=chunk.mode == "text")
+              for name in names] or [key_text_array(None, n, text=True)]
     if len(arrays) == 1:
-        return arrays[0].to_pylist()
-    return pc.binary_join_element_wise(*arrays, pa.scalar(KEY_SEPARATOR)).to_pylist()
+        return arrays[0]
+    return pc.binary_join_element_wise(*arrays, pa.scalar(KEY_SEPARATOR))
+
+
+def _utf8(text: str | bytes) -> bytes:
+    return text if isinstance(text, bytes) else text.encode("utf-8")
 
 
 def valid_utf8(data: bytes | memoryview) -> bool:

@@ -37,6 +37,7 @@ from transforms.tabular.values import (
 __all__ = [
     "FeatureColumn",
     "TARGET_TYPES",
+    "feature_type",
     "finish_feature",
     "key_text_array",
     "python_feature",
@@ -72,7 +73,8 @@ def _valid(array: pa.Array) -> np.ndarray:
     return array.is_valid().to_numpy(zero_copy_only=False)
 
 
-def _target(feature: FeatureSpec) -> pa.DataType:
+def feature_type(feature: FeatureSpec) -> pa.DataType:
+    """The Arrow type of a feature's converted values (a list type for list features)."""
     target = TARGET_TYPES[feature.type]
     return pa.list_(target) if feature.is_list else target
 
@@ -437,11 +439,11 @@ def typed_feature(feature: FeatureSpec, arr: pa.Array, *, max_length: int) -> Fe
     if pa.types.is_duration(element_type):
         arr = _durations(feature, arr, ok, errors)
         if not ok.any():
-            return FeatureColumn(pa.nulls(len(arr), _target(feature)), errors)
+            return FeatureColumn(pa.nulls(len(arr), feature_type(feature)), errors)
     if not feature.is_list:
         if _is_list_type(arr.type) or pa.types.is_struct(arr.type) or pa.types.is_map(arr.type):
             _wrong_type_rows(feature, arr, np.flatnonzero(ok), errors)
-            return FeatureColumn(pa.nulls(len(arr), _target(feature)), errors)
+            return FeatureColumn(pa.nulls(len(arr), feature_type(feature)), errors)
         return FeatureColumn(_typed_scalars(feature, arr, ok, max_length, errors), errors)
     element = _scalar_view(feature)
     if not _is_list_type(arr.type):
@@ -494,7 +496,7 @@ def python_feature(feature: FeatureSpec, values: Sequence[Any], *,
             errors[i] = e.with_traceback(None)  # see `_fallback`
     if not feature.is_list:
         out = [None if v is None else v[0] for v in out]
-    return FeatureColumn(pa.array(out, type=_target(feature)), errors)
+    return FeatureColumn(pa.array(out, type=feature_type(feature)), errors)
 
 
 # ---------------------------------------------------------------------------------------
@@ -510,7 +512,7 @@ def finish_feature(feature: FeatureSpec, column: FeatureColumn) -> FeatureColumn
         if feature.type in ("bytes", "string"):
             default = ([v.encode("utf-8") for v in default] if feature.is_list
                        else default.encode("utf-8"))
-        scalar = pa.scalar(list(default) if feature.is_list else default, _target(feature))
+        scalar = pa.scalar(list(default) if feature.is_list else default, feature_type(feature))
         return FeatureColumn(pc.fill_null(values, scalar), column.errors)
     if feature.required:
         missing = ~_valid(values)

@@ -23,18 +23,17 @@ from transforms.splits import SplitAssigner
 from transforms.stats.columns import arrow_batch_stats
 from transforms.stats.presence import arrow_presence
 from transforms.stats.sketches import stats_enabled
-from transforms.tabular.chunks import KEY_SEPARATOR, Chunk, join_keys
+from transforms.tabular.chunks import Chunk, split_keys
 from transforms.tabular.columns import (
     FeatureColumn,
     finish_feature,
-    key_text_array,
     python_feature,
     text_feature,
     typed_feature,
 )
 from transforms.tabular.read import read_chunks
 from transforms.tabular.spec import ConversionSpec, FeatureSpec
-from transforms.tabular.values import RowError, canonical_text, missing_tokens
+from transforms.tabular.values import RowError, missing_tokens
 
 __all__ = [
     "ChunkResult",
@@ -84,18 +83,9 @@ def feature_columns(chunk: Chunk, spec: ConversionSpec) -> list[tuple[FeatureSpe
 
 
 def _split_keys(chunk: Chunk, spec: ConversionSpec) -> list[bytes]:
-    n = chunk.num_rows
-    if not spec.split_key:
-        return chunk.whole_row_keys()
-    if chunk.mode == "python":
-        def text(value) -> bytes:
-            out = canonical_text(value)
-            return out if isinstance(out, bytes) else out.encode("utf-8")
-
-        columns = [chunk.columns.get(c) or [None] * n for c in spec.split_key]
-        return [KEY_SEPARATOR.join(text(column[i]) for column in columns) for i in range(n)]
-    return join_keys([key_text_array(chunk.columns.get(c), n, text=chunk.mode == "text")
-                      for c in spec.split_key], n)
+    if spec.split_key or chunk.whole_row_keys is None:
+        return split_keys(chunk, spec.split_key or list(chunk.columns)).to_pylist()
+    return chunk.whole_row_keys()
 
 
 def convert_chunk(chunk: Chunk, spec: ConversionSpec, assigner: SplitAssigner,

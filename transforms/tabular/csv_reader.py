@@ -21,7 +21,7 @@ import codecs
 import csv
 import io
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import ExitStack
 
 import numpy as np
@@ -29,18 +29,16 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 
 from transforms.records import WorkUnit
-from transforms.tabular.byte_ranges import TextDialect, last_record_end, open_quote_start
+from transforms.tabular.byte_ranges import ReadStream, TextDialect, last_record_end, open_quote_start
 from transforms.tabular.chunks import (
-    KEY_SEPARATOR,
     MIN_BLOCK,
     Chunk,
     Failure,
     block_size,
-    join_keys,
+    key_of,
     open_input,
     valid_utf8,
 )
-from transforms.tabular.columns import key_text_array
 from transforms.tabular.spec import ConversionSpec
 from transforms.tabular.values import ESCAPE_BASE, unescape
 
@@ -72,7 +70,7 @@ codecs.register_error(_ESCAPE_ERRORS, _escape_invalid)
 csv.field_size_limit(max(csv.field_size_limit(), 1 << 30))
 
 
-class _EscapingReader(io.RawIOBase):
+class _EscapingReader(ReadStream):
     """A binary stream of the UTF-8 text of `raw` decoded with `encoding`, invalid bytes
     escaped as private-use code points (see `tabular_values.unescape`).
 
@@ -96,9 +94,6 @@ class _EscapingReader(io.RawIOBase):
         self._position = 0
         #: Bytes invalid in the encoding were escaped (see `tabular_values.unescape`).
         self.escapes = False
-
-    def readable(self) -> bool:
-        return True
 
     def _fill(self, size: int) -> None:
         while (size < 0 or len(self._buffer) < size) and not self._eof:
@@ -135,11 +130,6 @@ class _EscapingReader(io.RawIOBase):
             del self._buffer[:size]
         self._position += len(out)
         return out
-
-    def readinto(self, buffer) -> int:
-        data = self.read(len(buffer))
-        buffer[: len(data)] = data
-        return len(data)
 
     def tell(self) -> int:
         return self._position
@@ -355,7 +345,6 @@ class _Reading:
             row_numbers=self.rows + numbers,
             raw=_csv_raw(columns, self.names, delimiter, options.quotechar, options.encoding,
                          escapes),
-            whole_row_keys=_joined_keys(columns, self.names),
             failures=failures, escapes=escapes,
         )
         self.rows += n + len(failures)
@@ -364,8 +353,8 @@ class _Reading:
     def _key(self, cells: Sequence[str]) -> bytes:
         if self.spec.split_key:
             by_name = dict(zip(self.names, cells, strict=False))
-            return KEY_SEPARATOR.join(by_name.get(c, "").encode("utf-8") for c in self.spec.split_key)
-        return KEY_SEPARATOR.join(c.encode("utf-8") for c in cells)
+            return key_of(by_name.get(c, "") for c in self.spec.split_key)
+        return key_of(cells)
 
     def unterminated(self, tail: bytes, quotechar: str) -> Chunk:
         """The `unterminated_quote` dead letters of the lines a quoted field never closed
@@ -384,8 +373,7 @@ class _Reading:
                 key=self._key(line.split(delimiter)), details={"line": opened + offset}))
         chunk = Chunk(index=self.chunks, mode="text", num_rows=0,
                       columns={},
-                      row_numbers=np.zeros(0, np.int64), raw=lambda i: None,
-                      whole_row_keys=lambda: [], failures=failures,
+                      row_numbers=np.zeros(0, np.int64), raw=lambda i: None, failures=failures,
                       escapes=self.stream.escapes)
         self.chunks += 1
         return chunk
@@ -404,10 +392,3 @@ def _csv_raw(columns, names, delimiter, quotechar, encoding, escapes: bool):
 
     return raw
 
-
-def _joined_keys(columns: Mapping[str, pa.Array], names: Sequence[str]):
-    def keys() -> list[bytes]:
-        n = len(columns[names[0]]) if columns else 0
-        return join_keys([key_text_array(columns[name], n, text=True) for name in names], n)
-
-    return keys

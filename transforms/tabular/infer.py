@@ -167,16 +167,15 @@ class _Sample:
         column = self.column(name)
         if value is None or column.unsupported:
             return
-        items = value if isinstance(value, list) else [value]
-        if isinstance(value, list):
-            column.is_list = True
-        for item in items:
-            kind = _python_type(item) if item is not None else None
-            if kind is None and item is not None:
+        column.is_list |= isinstance(value, list)
+        for item in value if isinstance(value, list) else [value]:
+            if item is None:
+                continue
+            kind = _python_type(item)
+            if kind is None:
                 column.unsupported = f"holds {type(item).__name__} values"
                 return
-            if kind is not None:
-                column.type = _widen(column.type, kind)
+            column.type = _widen(column.type, kind)
 
     def add_arrow_field(self, field: pa.Field) -> None:
         column = self.column(field.name)
@@ -194,6 +193,11 @@ class _Sample:
             column.unsupported = f"has Arrow type {field.type}"
         else:
             column.type = kind
+
+
+def _csv_for(fmt: str, csv: CsvOptions) -> CsvOptions:
+    """`csv` with TSV's tab as the delimiter where it names none."""
+    return dataclasses.replace(csv, delimiter="\t") if fmt == "tsv" and csv.delimiter is None else csv
 
 
 def _reading_spec(csv: CsvOptions | None) -> ConversionSpec:
@@ -306,9 +310,7 @@ def infer_spec(units: Sequence[WorkUnit], fmt: str, *, csv: CsvOptions | None = 
                splits: Sequence[tuple[str, float]] = (), split_key: Sequence[str] = (),
                sample_rows: int = DEFAULT_SAMPLE_ROWS) -> ConversionSpec:
     """A spec with one feature per column found in the sample (see module docstring)."""
-    csv = csv or CsvOptions()
-    if fmt == "tsv" and csv.delimiter is None:
-        csv = dataclasses.replace(csv, delimiter="\t")
+    csv = _csv_for(fmt, csv or CsvOptions())
     sample = _sample(units, fmt, csv, sample_rows)
     if sample.unreadable and not sample.columns:
         raise SpecError(_nothing_readable(sample))
@@ -341,9 +343,7 @@ def resolve_spec(units: Sequence[WorkUnit], fmt: str, spec: ConversionSpec | Non
     columns exist in the sample. Raises SpecError."""
     if spec is None:
         return infer_spec(units, fmt, sample_rows=sample_rows)
-    csv = spec.csv
-    if fmt == "tsv" and csv.delimiter is None:
-        csv = dataclasses.replace(csv, delimiter="\t")
+    csv = _csv_for(fmt, spec.csv)
     # A complete spec needs the sample only to see which columns exist; typing every cell
     # of a full sample would cost seconds on wide tables for nothing.
     rows = sample_rows if spec.include_unlisted else min(sample_rows, _COLUMN_CHECK_ROWS)

@@ -247,7 +247,7 @@ class JsonLinesReader:
                     pending = []
                     if not body:
                         return
-                chunk = self._chunk(unit, body, index, rows_before, lines_before)
+                chunk = self._chunk(body, index, rows_before, lines_before)
                 if chunk.input_count:
                     rows_before += chunk.input_count
                     if index == 0:
@@ -258,8 +258,7 @@ class JsonLinesReader:
                 if not data:
                     return
 
-    def _chunk(self, unit: WorkUnit, body: bytes, index: int, rows_before: int,
-               lines_before: int) -> Chunk:
+    def _chunk(self, body: bytes, index: int, rows_before: int, lines_before: int) -> Chunk:
         lines: list[bytes] | None = None
         records: list[int] | None = None  # index in `lines` of every non-blank line
 
@@ -274,7 +273,7 @@ class JsonLinesReader:
         if table is not None and table.num_rows != len(split_lines()[1]):
             table = None  # e.g. two objects on one line: the lines decide
         if table is None:
-            return self._python_chunk(unit, index, *split_lines(), rows_before, lines_before)
+            return self._python_chunk(index, *split_lines(), rows_before, lines_before)
 
         n = table.num_rows
 
@@ -328,7 +327,7 @@ class JsonLinesReader:
                    for name, arrow_type in self.types.items()
                    if pa.int64() in (arrow_type, getattr(arrow_type, "value_type", None)))
 
-    def _python_chunk(self, unit: WorkUnit, index: int, lines: list[bytes], nonblank: list[int],
+    def _python_chunk(self, index: int, lines: list[bytes], nonblank: list[int],
                       rows_before: int, lines_before: int) -> Chunk:
         objects: list[dict] = []
         positions: list[int] = []  # index in `nonblank` of each parsed object

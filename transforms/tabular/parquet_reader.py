@@ -4,7 +4,7 @@ of the spec's columns: `parquet_chunks`."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator
 from contextlib import ExitStack
 
 import numpy as np
@@ -14,12 +14,7 @@ from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
 from transforms.records import WorkUnit
-from transforms.tabular.chunks import (
-    Chunk,
-    join_keys,
-    jsonable,
-)
-from transforms.tabular.columns import key_text_array
+from transforms.tabular.chunks import Chunk, jsonable
 from transforms.tabular.spec import ConversionSpec
 from transforms.tabular.temporal import python_values
 
@@ -52,7 +47,6 @@ def parquet_chunks(unit: WorkUnit, spec: ConversionSpec, batch_rows: int,
                     columns={k: v for k, v in arrays.items() if whole_row or k in wanted},
                     row_numbers=offset + np.arange(1, n + 1),
                     raw=_parquet_raw(batch),
-                    whole_row_keys=_typed_joined_keys(arrays, list(arrays), n),
                 )
                 offset += n
                 index += 1
@@ -67,10 +61,3 @@ def _parquet_raw(batch: pa.RecordBatch):
 
     return raw
 
-
-def _typed_joined_keys(columns: Mapping[str, pa.Array], names: Sequence[str], num_rows: int):
-    def keys() -> list[bytes]:
-        return join_keys([key_text_array(columns.get(n), num_rows, text=False) for n in names],
-                         num_rows)
-
-    return keys

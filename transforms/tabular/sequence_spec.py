@@ -34,7 +34,7 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from transforms.tabular.spec_errors import SpecError, reject_unknown_keys
+from transforms.tabular.spec_errors import SpecError, check_positive_int, reject_unknown_keys
 
 __all__ = [
     "CONTEXT_MISMATCH_POLICIES",
@@ -73,12 +73,6 @@ def _names(key: str, value: Any, *, allow_empty: bool = True) -> tuple[str, ...]
     return tuple(value)
 
 
-def _positive_int(key: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise SpecError(f"{_WHERE}: {key!r} must be a positive integer, got {value!r}")
-    return value
-
-
 @dataclasses.dataclass(frozen=True)
 class SequenceSpec:
     """The `sequence:` section (see the module docstring for each key)."""
@@ -108,15 +102,15 @@ class SequenceSpec:
             raise SpecError(f"{_WHERE}: 'context_mismatch' must be one of "
                             f"{', '.join(CONTEXT_MISMATCH_POLICIES)}, got {self.context_mismatch!r}")
         if self.max_length is not None:
-            _positive_int("max_length", self.max_length)
+            check_positive_int(_WHERE, "max_length", self.max_length)
         if self.overflow not in OVERFLOW_POLICIES:
             raise SpecError(f"{_WHERE}: 'overflow' must be one of {', '.join(OVERFLOW_POLICIES)}, "
                             f"got {self.overflow!r}")
         if not isinstance(self.chunk_feature, str) or not self.chunk_feature:
             raise SpecError(f"{_WHERE}: 'chunk_feature' must be a feature name, "
                             f"got {self.chunk_feature!r}")
-        _positive_int("max_group_rows", self.max_group_rows)
-        if _positive_int("bucket_bytes", self.bucket_bytes) > _MAX_BUCKET_BYTES:
+        check_positive_int(_WHERE, "max_group_rows", self.max_group_rows)
+        if check_positive_int(_WHERE, "bucket_bytes", self.bucket_bytes) > _MAX_BUCKET_BYTES:
             raise SpecError(f"{_WHERE}: 'bucket_bytes' must be at most {_MAX_BUCKET_BYTES}, "
                             f"got {self.bucket_bytes!r}")
         overlap = sorted(set(self.context) & set(self.feature_lists or ()))

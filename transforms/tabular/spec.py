@@ -43,7 +43,7 @@ from transforms.format.example_codec import INT64_MAX, INT64_MIN
 from transforms.reading.features import MASK_SUFFIX
 from transforms.splits import check_split_name
 from transforms.tabular.sequence_spec import SequenceSpec
-from transforms.tabular.spec_errors import SpecError, check_bool, reject_unknown_keys
+from transforms.tabular.spec_errors import SpecError, check_bool, check_positive_int, reject_unknown_keys
 
 __all__ = [
     "DEFAULT_MAX_BYTES_LENGTH",
@@ -440,10 +440,7 @@ class ConversionSpec:
                             f"got {list(self.split_key)}")
         if self.split_key and not self.splits:
             raise SpecError("spec: 'split_key' is given but 'splits' is not")
-        if isinstance(self.max_bytes_length, bool) or not isinstance(self.max_bytes_length, int) \
-                or self.max_bytes_length < 1:
-            raise SpecError(f"spec: 'max_bytes_length' must be a positive integer, "
-                            f"got {self.max_bytes_length!r}")
+        check_positive_int("spec", "max_bytes_length", self.max_bytes_length)
         if self.sequence is not None:
             if self.split_key:
                 raise SpecError("spec: 'split_key' does not apply with 'sequence': a sequence's "
@@ -492,11 +489,9 @@ class ConversionSpec:
             kwargs["splits"] = tuple(splits.items())
         split_key = data.get("split_key")
         if split_key is not None:
-            if isinstance(split_key, str):
-                split_key = [split_key]
-            if not isinstance(split_key, list):
+            if not isinstance(split_key, (str, list)):  # one column may be given as a string
                 raise SpecError("spec: 'split_key' must be a list of column names")
-            kwargs["split_key"] = tuple(split_key)
+            kwargs["split_key"] = split_key
         if data.get("csv") is not None:
             kwargs["csv"] = CsvOptions.from_dict(data["csv"])
         if "max_bytes_length" in data:

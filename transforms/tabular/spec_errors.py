@@ -1,4 +1,4 @@
-"""The spec's error type and the two checks every spec section uses, shared by
+"""The spec's error type and the checks every spec section uses, shared by
 `transforms.tabular.spec` and `transforms.tabular.sequence_spec` (Beam-free)."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import difflib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["SpecError", "check_bool", "reject_unknown_keys"]
+__all__ = ["SpecError", "check_bool", "check_positive_int", "reject_unknown_keys"]
 
 
 class SpecError(ValueError):
@@ -29,4 +29,11 @@ def check_bool(where: str, key: str, value: Any) -> bool:
     """Returns `value` when it is true or false; raises SpecError naming `key` otherwise."""
     if not isinstance(value, bool):
         raise SpecError(f"{where}: {key!r} must be true or false, got {value!r}")
+    return value
+
+
+def check_positive_int(where: str, key: str, value: Any) -> int:
+    """Returns `value` when it is an integer of at least 1; raises SpecError naming `key` otherwise."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise SpecError(f"{where}: {key!r} must be a positive integer, got {value!r}")
     return value

@@ -5,7 +5,7 @@ Python version, so it is a fixed function of the key's bytes (CRC32C), never Pyt
 salted `hash()`. Beam-free.
 
 The keys tabular conversions hash: the UTF-8 text of the spec's `split_key` columns joined
-by the byte 0x1F (`transforms.tabular.read.KEY_SEPARATOR`): for CSV the cell text as
+by the byte 0x1F (`transforms.tabular.chunks.key_of`, `split_keys`): for CSV the cell text as
 written, for JSON and Parquet the value's text (strings as they are, numbers without a
 trailing `.0`, `true`/`false`, dates and times as Python writes them (see
 `transforms.tabular.temporal`), missing as empty), so an id written as `17` in CSV and `17` in

@@ -190,7 +190,7 @@ def test_dataflow_template_is_built_offline(reference, tmp_path, gcs_emulator):
         proto = beam_runner_api_pb2.Pipeline.FromString(handle.read())
     names = {transform.unique_name for transform in proto.components.transforms.values()}
     for step in ("PlanWorkUnits", "CutByteRanges/ScanRanges", "CutByteRanges/PlaceRanges",
-                 "ConvertCsv", "WriteShards", "WriteShards/Finalize"):
+                 "ConvertCsv", "Commit", "Commit/Finalize"):
         assert step in names, (step, sorted(names)[:20])
 
 

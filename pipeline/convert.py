@@ -148,15 +148,17 @@ def _run_to_resume(output: str, plan, conv: ConvertOptions) -> tuple[str | None,
         record = resume.read_run_record(folder)
         if record is None:
             continue
-        if record.get("fingerprint") == fingerprint and not conv.no_resume \
-                and plan.assemble is None and found[0] is None:
+        if record.get("fingerprint") != fingerprint:
+            other = _differences(record.get("describes") or {}, plan.manifest_metadata)
+        elif conv.no_resume:
+            other = "--no-resume"
+        elif plan.assemble is not None:
+            other = "a sequence conversion starts over"
+        elif found[0] is None:
             found = (record["run_id"], folder)
-        else:
-            other = "--no-resume" if record.get("fingerprint") == fingerprint else (
-                "its inputs or options differ from this run's")
     output_files.discard_interrupted_runs(output, keep=found[1])
     if other and not conv.quiet:
-        print(f"Discarded the work of an interrupted run in {output}: {other}.")
+        print(f"Discarded the work of an interrupted run in {output} ({other}).")
     return found
 
 
@@ -482,8 +484,9 @@ def _convert_planned(options: PipelineOptions, argv: list[str], conv: ConvertOpt
     reused = resume.completed_units(resumed, plan.work_units) if resumed else {}
     template = getattr(options.view_as(GoogleCloudOptions), "template_location", None)
     if not template:
-        resume.write_run_record(sink.config.temp_dir, sink.config.run_id,
-                                plan.manifest_metadata["fingerprint"])
+        metadata = plan.manifest_metadata
+        resume.write_run_record(sink.config.temp_dir, sink.config.run_id, metadata["fingerprint"],
+                                {key: metadata.get(key) for key in ("options", "spec", "labels", "inputs")})
     if resumed and not conv.quiet:
         print(f"Resuming the interrupted run {run_id}: {len(reused)} of {len(plan.work_units)} "
               f"work units were written before it stopped and are kept.")

@@ -57,9 +57,13 @@ def unit_identity(unit: WorkUnit) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-def write_run_record(temp_dir: str, run_id: str, fingerprint: str) -> None:
-    """Says, before any unit is written, which run the temporary folder belongs to."""
-    record = {"run_id": run_id, "fingerprint": fingerprint, "version": _RECORD_VERSION}
+def write_run_record(temp_dir: str, run_id: str, fingerprint: str,
+                     describes: Mapping[str, Any] | None = None) -> None:
+    """Says, before any unit is written, which run the temporary folder belongs to;
+    `describes`: what the fingerprint covers (options, spec, inputs), so that a later run of
+    other inputs or options can say what differs."""
+    record = {"run_id": run_id, "fingerprint": fingerprint, "version": _RECORD_VERSION,
+              "describes": dict(describes or {})}
     fs.write_bytes_atomically(fs.join_path(temp_dir, RUN_RECORD),
                               json.dumps(record, sort_keys=True).encode("utf-8"))
 

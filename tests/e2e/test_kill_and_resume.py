@@ -126,3 +126,21 @@ def test_a_dask_run_killed_while_converting_resumes_on_dask(tmp_path):
         argv = _argv(tmp_path, output, "--runner", "dask")
         recorded = _kill_at(argv, output, "convert", rng.randint(1, 8))
         _resumed(output, argv, expected, recorded)
+
+
+@pytest.mark.slow
+def test_an_interrupted_run_of_other_options_or_no_resume_is_discarded_saying_why(tmp_path):
+    _write_inputs(tmp_path / "in")
+    output = tmp_path / "out"
+    assert _kill_at(_argv(tmp_path, output), output, "convert", 2) >= 2
+    changed = _run(_argv(tmp_path, output, "--batch-rows", "7777"))
+    first = changed.stdout.splitlines()[0]
+    assert first == (f"Discarded the work of an interrupted run in {output} "
+                     f"(--batch-rows 16384 then, 7777 now).")
+    assert "work units reused" not in changed.stdout and _temp_folder(output) is None
+    again = tmp_path / "again"
+    assert _kill_at(_argv(tmp_path, again), again, "convert", 2) >= 2
+    started_over = _run(_argv(tmp_path, again, "--no-resume"))
+    assert started_over.stdout.splitlines()[0] == (
+        f"Discarded the work of an interrupted run in {again} (--no-resume).")
+    assert "work units reused" not in started_over.stdout

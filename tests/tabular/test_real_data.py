@@ -139,8 +139,10 @@ def test_a_column_without_a_header_name_is_kept_as_column_n(tmp_path, capsys):
     assert rows[b"Datsun 710"]["mpg"] == pytest.approx(22.8) and "cyl" not in rows[b"Valiant"]
 
 
-def test_a_header_only_csv_says_it_has_no_data_rows(tmp_path, capsys):
-    code, out = _convert(tmp_path, "a,b\n", name="empty.csv")
+@pytest.mark.parametrize("header", ["a,b\n", "a,b", "a,b\r\n"])
+def test_a_header_only_csv_says_it_has_no_data_rows(tmp_path, capsys, header):
+    """Also when the header line is not ended (Arrow then saw an empty file)."""
+    code, out = _convert(tmp_path, header, name="empty.csv")
     assert code == 2
     first = capsys.readouterr().err.splitlines()[0]
     assert first.startswith(f"tfrecord-pipeline convert: error: {tmp_path}/empty.csv has no data "
@@ -148,7 +150,7 @@ def test_a_header_only_csv_says_it_has_no_data_rows(tmp_path, capsys):
     assert "--spec" in first and "first 0 rows" not in first
     assert not out.exists()
     # With a spec there is nothing to infer: the empty output is committed.
-    code, out = _convert(tmp_path, "a,b\n", "features: [{name: a, type: int64}]\n",
+    code, out = _convert(tmp_path, header, "features: [{name: a, type: int64}]\n",
                          name="empty.csv")
     assert code == 0
     assert capsys.readouterr().out.splitlines()[0] == f"Committed {out}/manifest.json"

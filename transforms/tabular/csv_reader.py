@@ -182,6 +182,8 @@ def _probe_csv(stream: _EscapingReader, spec: ConversionSpec, fmt: str, batch_ro
                 size *= 4
                 continue
             head = head[:end + 1]
+        elif not head.endswith((b"\n", b"\r")):
+            head += b"\n"  # the input's last line ends at its end: Arrow needs the line ended
         try:
             probe = pacsv.open_csv(
                 pa.BufferReader(head),  # native: no Python call on Arrow's reading thread
@@ -272,6 +274,8 @@ def csv_chunks(unit: WorkUnit, fmt: str, spec: ConversionSpec, batch_rows: int) 
             return
         opened = open_quote_start(block, dialect) if quote else None
         if opened is None:
+            if not block.endswith((b"\n", b"\r")):
+                block += b"\n"  # the last line ends at the input's end: Arrow needs it ended
             yield from reading.chunk(block, len(block))
             return
         yield from reading.chunk(block, opened)

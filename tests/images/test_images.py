@@ -28,7 +28,6 @@ from PIL import Image, ImageOps
 import pipeline as pipeline_package
 from tests.images import image_samples as samples
 from transforms.format.example_codec import decode_example, encode_example, encode_example_parts
-from transforms.images import convert as images_module
 from transforms.images.config import ImageConfig, RenderOptions
 from transforms.images.convert import ConvertImages
 from transforms.images.plan import plan_image_folder, plan_image_manifest
@@ -830,12 +829,12 @@ def test_record_encoder_matches_the_reference_on_image_records(tmp_path):
     assert b"".join(encode_example_parts(typed)) == encode_example(typed)
 
 
-def test_large_units_leave_in_several_chunks(tmp_path, monkeypatch):
+def test_large_units_leave_in_several_chunks(tmp_path):
     for i in range(5):
         write(tmp_path / "r" / "a" / f"{i}.png", samples.build("png_rgb"))
     write(tmp_path / "r" / "a" / "bad.jpg", b"x")
-    monkeypatch.setattr(images_module, "_MAX_CHUNK_BYTES", 2 * len(samples.build("png_rgb")))
-    batches, records, dead = convert(plan_image_folder(str(tmp_path / "r")))
+    config = ImageConfig(chunk_bytes=2 * len(samples.build("png_rgb")))
+    batches, records, dead = convert(plan_image_folder(str(tmp_path / "r")), config)
     assert [b.key for b in batches] == ["00000000:00000000", "00000000:00000001", "00000000:00000002"]
     assert [len(b.records) for b in batches] == [2, 2, 1]
     assert sum(b.input_count for b in batches) == 6 == len(records) + len(dead)

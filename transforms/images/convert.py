@@ -50,8 +50,6 @@ from transforms.worker import prepare_worker
 
 __all__ = ["ConvertImages"]
 
-# A work unit's records leave in several RecordBatches beyond this many bytes.
-_MAX_CHUNK_BYTES = 64 * 1024 * 1024
 _COUNTERS = "tfrecord_pipeline"
 
 
@@ -174,7 +172,7 @@ class ConvertImages(beam.DoFn):
             counter.inc(count)
 
     def _chunks(self, unit: WorkUnit) -> Iterator[_ChunkResult]:
-        """The images of one work unit, in chunks of at most ~`_MAX_CHUNK_BYTES`."""
+        """The images of one work unit, in chunks of at most ~`ImageConfig.chunk_bytes`."""
         extra = unit.extra or {}
         if "items" in extra:
             items, roots = extra["items"], tuple(extra.get("allowed_roots") or ())
@@ -204,8 +202,8 @@ class ConvertImages(beam.DoFn):
                     filename=item.get("filename"), label=item.get("text"),
                 ))
             # Memory stays bounded even for a unit of very large images: its records
-            # leave in several chunks once they hold more than _MAX_CHUNK_BYTES.
-            if chunk.size >= _MAX_CHUNK_BYTES:
+            # leave in several chunks once they hold more than `chunk_bytes`.
+            if chunk.size >= self._config.chunk_bytes:
                 yield chunk.result(unit.index, chunk_index)
                 chunk, chunk_index = _Chunk(), chunk_index + 1
         yield chunk.result(unit.index, chunk_index)

@@ -28,30 +28,39 @@ from tests.tabular.test_hostile_tabular import (
     _spec,
 )
 from tests.tabular.test_range_cuts import CSV, _cut, _raw_units
-from tests.tabular.test_tabular import convert, count_json_chunk_modes, dead_letters, records
+from tests.tabular.test_tabular import (
+    convert,
+    convert_line_by_line,
+    dead_letters,
+    json_chunk_modes,
+    records,
+)
 from transforms.format.example_codec import decode_example
-from transforms.tabular import json_reader
 from transforms.tabular.read import read_chunks
 from transforms.tabular.spec import parse_spec
 from transforms.tabular.values import RowConverter
 
 
 @pytest.mark.parametrize("arrow", [True, False])
-def test_a_json_line_that_is_no_object_is_its_dead_letter_on_either_path(tmp_path, monkeypatch,
-                                                                          arrow):
-    if not arrow:
-        monkeypatch.setattr(json_reader.JsonLinesReader, "_read_arrow", lambda self, body: None)
+def test_a_json_line_that_is_no_object_is_its_dead_letter_on_either_path(tmp_path, arrow):
     lines = ['{"id": 1, "name": "a"}', "null", '{"id": 2, "name": null}', "  null ",
              '{"id": 3, "name": "c"}']
     source = tmp_path / "in.jsonl"
     source.write_text("\n".join(lines) + "\n")
-    out = tmp_path / "out"
-    assert _convert(source, "jsonl", out, "--spec", _spec(tmp_path, ID_NAME)) == 0
-    assert _ids(out) == [1, 2, 3]
-    dead = {d["line"]: (d["reason"], d["message"], d["raw"]) for d in _dead(out)}
+    if arrow:  # through the CLI
+        out = tmp_path / "out"
+        assert _convert(source, "jsonl", out, "--spec", _spec(tmp_path, ID_NAME)) == 0
+        ids, letters, counts = _ids(out), _dead(out), _counts(out)
+    else:  # every line parsed by json.loads: the reader's reference mode
+        batches = convert_line_by_line(source, parse_spec(ID_NAME), batch_rows=100)
+        ids = sorted(decode_example(record)["id"][1][0] for record in records(batches))
+        letters = dead_letters(batches)
+        counts = {"input": sum(batch.input_count for batch in batches),
+                  "written": len(records(batches)), "dead_letter": len(letters)}
+    assert ids == [1, 2, 3]
+    dead = {d["line"]: (d["reason"], d["message"], d["raw"]) for d in letters}
     assert dead == {2: ("invalid_json", "a JSON null, not an object", "null"),
                     4: ("invalid_json", "a JSON null, not an object", "null")}
-    counts = _counts(out)
     assert counts["input"] == len(lines) == counts["written"] + counts["dead_letter"]
 
 
@@ -73,14 +82,14 @@ def test_null_lines_opening_a_chunk_do_not_crash_the_reader(tmp_path):
 
 
 @pytest.mark.parametrize("separators", [(",", ":"), (", ", ": ")])
-def test_null_values_inside_objects_keep_the_arrow_path(tmp_path, monkeypatch, separators):
+def test_null_values_inside_objects_keep_the_arrow_path(tmp_path, separators):
     """Only a line that is `null` turns a chunk away from Arrow, not the null values JSON
     writers put in objects and lists (compact or spaced)."""
     spec = parse_spec("features: [{name: id, type: int64}, {name: v, type: float, list: true}]")
     rows = [{"id": n, "v": [n, None] if n % 3 == 0 else None, "w": None} for n in range(3000)]
     source = tmp_path / "in.jsonl"
     source.write_text("".join(json.dumps(row, separators=separators) + "\n" for row in rows))
-    modes = count_json_chunk_modes(monkeypatch)
+    modes = json_chunk_modes(source, spec, batch_rows=500)
     batches = convert(source, "jsonl", spec, batch_rows=500)
     assert set(modes) == {"typed"} and modes["typed"] >= 2, modes
     assert len(records(batches)) == 2000
@@ -164,7 +173,7 @@ def test_a_csv_ending_inside_a_quoted_field_stays_one_unit_when_workers_cut_it(t
     "  - {name: fl, type: float, list: true}\nsplits: {p: 1, q: 1}\nsplit_key: [fl]\n",
 ])
 def test_json_minus_zero_is_negative_zero_in_a_float_feature_on_either_path(
-        tmp_path, monkeypatch, spec_text):
+        tmp_path, spec_text):
     spec = parse_spec(spec_text)
     lines = ['{"f": 1, "fl": [1], "odd": [}']  # invalid: a first chunk read line by line
     for n in range(1, 10_000):
@@ -174,12 +183,11 @@ def test_json_minus_zero_is_negative_zero_in_a_float_feature_on_either_path(
     source = tmp_path / "in.jsonl"
     source.write_text("\n".join(lines) + "\n")
 
-    modes = count_json_chunk_modes(monkeypatch)
-    with_arrow = convert(source, "jsonl", spec, batch_rows=300)
+    modes = json_chunk_modes(source, spec, batch_rows=300)
     if "fi" not in spec_text:
         assert modes["typed"] >= 2, modes
-    monkeypatch.setattr(json_reader.JsonLinesReader, "_read_arrow", lambda self, body: None)
-    line_by_line = convert(source, "jsonl", spec, batch_rows=300)
+    with_arrow = convert(source, "jsonl", spec, batch_rows=300)
+    line_by_line = convert_line_by_line(source, spec, batch_rows=300)
     for split in {b.split for b in with_arrow}:
         assert records(with_arrow, split) == records(line_by_line, split)
     assert len(dead_letters(with_arrow)) == 1

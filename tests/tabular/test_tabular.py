@@ -40,6 +40,7 @@ from transforms.records import WorkUnit
 from transforms.tabular import csv_reader, json_reader
 from transforms.tabular import plan as plan_module
 from transforms.tabular.columns import finish_feature, text_feature, typed_feature
+from transforms.tabular.convert import convert_chunk, split_assigner
 from transforms.tabular.infer import estimate_output, infer_spec, resolve_spec
 from transforms.tabular.plan import plan_tabular
 from transforms.tabular.read import read_chunks
@@ -455,22 +456,28 @@ def test_jsonl_lines(tmp_path):
     assert letters[3]["line"] == 5
 
 
-def count_json_chunk_modes(monkeypatch) -> collections.Counter:
-    """Counts the chunks the JSON Lines reader builds per mode ("typed" = read by Arrow)."""
-
-    modes = collections.Counter()
-    chunk = json_reader.JsonLinesReader._chunk
-
-    def counting_chunk(self, *args):
-        out = chunk(self, *args)
-        modes[out.mode] += 1
-        return out
-
-    monkeypatch.setattr(json_reader.JsonLinesReader, "_chunk", counting_chunk)
-    return modes
+def json_chunk_modes(path, spec, batch_rows) -> collections.Counter:
+    """The chunks the JSON Lines reader yields per mode ("typed" = read by Arrow, "python" =
+    line by line), as `convert` reads them."""
+    return collections.Counter(chunk.mode for unit in plan_tabular(str(path), "jsonl")
+                               for chunk in read_chunks(unit, "jsonl", spec, batch_rows))
 
 
-def test_jsonl_arrow_and_python_paths_agree(tmp_path, monkeypatch):
+def convert_line_by_line(path, spec, batch_rows) -> list:
+    """All RecordBatches of converting a JSON Lines file as `convert` does, every line parsed
+    by `json.loads` (the reader's reference mode, `arrow=False`)."""
+    assigner = split_assigner(spec)
+    batches = []
+    for unit in plan_tabular(str(path), "jsonl"):
+        for chunk in json_reader.JsonLinesReader(spec, batch_rows, arrow=False).chunks(unit):
+            assert chunk.mode == "python"
+            batches += convert_chunk(chunk, spec, assigner, unit).batches
+    for batch in batches:
+        assert batch.input_count == len(batch.records) + len(batch.dead_letters)
+    return batches
+
+
+def test_jsonl_arrow_and_python_paths_agree(tmp_path):
     """Chunks Arrow reads and chunks parsed line by line give identical output."""
 
     rnd = random.Random(3)
@@ -499,11 +506,10 @@ split_key: [k]
     path = tmp_path / "mixed.jsonl"
     path.write_text("\n".join(lines) + "\n")
 
-    modes = count_json_chunk_modes(monkeypatch)
-    with_arrow = convert(path, "jsonl", spec, batch_rows=50)
+    modes = json_chunk_modes(path, spec, batch_rows=50)
     assert modes["typed"] >= 3 and modes["python"] >= 2, modes
-    monkeypatch.setattr(json_reader.JsonLinesReader, "_read_arrow", lambda self, body: None)
-    python_only = convert(path, "jsonl", spec, batch_rows=50)
+    with_arrow = convert(path, "jsonl", spec, batch_rows=50)
+    python_only = convert_line_by_line(path, spec, batch_rows=50)
     for split in ("p", "q"):
         assert records(with_arrow, split) == records(python_only, split)
     assert dead_letters(with_arrow) == dead_letters(python_only)
@@ -511,7 +517,7 @@ split_key: [k]
     assert len(records(with_arrow)) > 7000
 
 
-def test_jsonl_types_learned_from_odd_chunks_do_not_change_results(tmp_path, monkeypatch):
+def test_jsonl_types_learned_from_odd_chunks_do_not_change_results(tmp_path):
     """After a chunk read line by line, Arrow reads the next ones with types learned from
     it (bools for an int64 feature, ...), never with one that changes a value."""
 
@@ -535,11 +541,10 @@ split_key: [k]
         })
     path = tmp_path / "learned.jsonl"
     path.write_text("".join(json.dumps(row) + "\n" for row in rows))
-    modes = count_json_chunk_modes(monkeypatch)
-    with_arrow = convert(path, "jsonl", spec, batch_rows=200)
+    modes = json_chunk_modes(path, spec, batch_rows=200)
     assert modes["typed"] >= 3, modes
-    monkeypatch.setattr(json_reader.JsonLinesReader, "_read_arrow", lambda self, body: None)
-    python_only = convert(path, "jsonl", spec, batch_rows=200)
+    with_arrow = convert(path, "jsonl", spec, batch_rows=200)
+    python_only = convert_line_by_line(path, spec, batch_rows=200)
     for split in ("p", "q"):
         assert records(with_arrow, split) == records(python_only, split)
     assert dead_letters(with_arrow) == dead_letters(python_only)

@@ -34,7 +34,7 @@ from transforms.tabular.chunks import (
 from transforms.tabular.spec import ConversionSpec
 from transforms.tabular.values import NumberBeyondFloat64
 
-__all__ = ["JsonLineError", "parse_json_line"]
+__all__ = ["JsonLineError", "JsonLinesReader", "parse_json_line"]
 
 
 class JsonLineError(ValueError):
@@ -207,11 +207,13 @@ def _holds_infinity(column: pa.ChunkedArray) -> bool:
 class JsonLinesReader:
     """Reads JSON Lines: Arrow's JSON reader for clean chunks, `json.loads` per line for
     the others. The Arrow schema starts from the spec and adapts to what the lines hold
-    (e.g. booleans in an int64 feature), so one odd chunk does not slow the rest."""
+    (e.g. booleans in an int64 feature), so one odd chunk does not slow the rest.
+    `arrow=False` parses every line with `json.loads`: the reference the Arrow path is checked against."""
 
-    def __init__(self, spec: ConversionSpec, batch_rows: int):
+    def __init__(self, spec: ConversionSpec, batch_rows: int, *, arrow: bool = True):
         self.spec = spec
         self.batch_rows = batch_rows
+        self.arrow = arrow
         self.types: dict[str, pa.DataType] = {}
         self.uses: dict[str, set[tuple[str, bool]]] = collections.defaultdict(set)
         for feature in spec.features:
@@ -269,7 +271,7 @@ class JsonLinesReader:
                 records = [k for k, line in enumerate(lines) if line.strip()]
             return lines, records
 
-        table = self._read_arrow(body)
+        table = self._read_arrow(body) if self.arrow else None
         if table is not None and table.num_rows != len(split_lines()[1]):
             table = None  # e.g. two objects on one line: the lines decide
         if table is None:

@@ -169,6 +169,7 @@ class _Scanner:
         #: non-empty record ended: where a range whose start is no record start begins.
         self.first_start: tuple[int, int, int] | None = None
         self.bom_end = -1  # where a leading byte order mark ends
+        self.paths: list[str] = []  # how each block fed was read (see `RangeCount.paths`)
 
     def state(self) -> tuple:
         """What decides how the scanner reads the bytes to come (its counts aside)."""
@@ -178,7 +179,12 @@ class _Scanner:
         if base == 0 and self.dialect.bom and data.startswith(_BOM):
             # The reader drops it: the first record (and field) starts after it.
             self.record_start = self.bom_end = len(_BOM)
-        if not (self._feed_plain(data, base) or self._feed_simply_quoted(data, base)):
+        if self._feed_plain(data, base):
+            self.paths.append("plain")
+        elif self._feed_simply_quoted(data, base):
+            self.paths.append("quoted")
+        else:
+            self.paths.append("inside" if self.quoted else "general")
             self._feed_general(data, base)
         self.prev_byte = data[-1]
 
@@ -405,12 +411,15 @@ class RangeCount:
       quoted_at_end: whether their end lies inside a quoted field.
       first_start: (offset, records, lines) at the first record start after a record end
         in them, once they ended a non-empty record (None: none).
+      paths: how each block this reading counted itself was read ("plain", "quoted": the fast
+        paths; "general"; "inside": general, begun inside a quoted field); not compared.
     """
 
     records: int
     lines: int
     quoted_at_end: bool
     first_start: tuple[int, int, int] | None = None
+    paths: tuple[str, ...] = dataclasses.field(default=(), compare=False)
 
 
 def count_range(read: Callable[[int], bytes], start: int, dialect: TextDialect,
@@ -434,15 +443,17 @@ def count_range(read: Callable[[int], bytes], start: int, dialect: TextDialect,
             inside.feed(data, base)
             if inside.state() == outside.state() and inside.first_start is not None:
                 joined = (outside.records, outside.lines), (inside.records, inside.lines)
-    counted = RangeCount(outside.records, outside.lines, outside.quoted, outside.first_start)
+    counted = RangeCount(outside.records, outside.lines, outside.quoted, outside.first_start,
+                         tuple(outside.paths))
     if inside is None:
         return counted, None
     if joined is None:
-        return counted, RangeCount(inside.records, inside.lines, inside.quoted, inside.first_start)
+        return counted, RangeCount(inside.records, inside.lines, inside.quoted, inside.first_start,
+                                   tuple(inside.paths))
     (records_at, lines_at), (inside_records, inside_lines) = joined
     return counted, RangeCount(inside_records + outside.records - records_at,
                                inside_lines + outside.lines - lines_at, outside.quoted,
-                               inside.first_start)
+                               inside.first_start, tuple(inside.paths))
 
 
 #: The tails of a block whose two readings may find where the block's last record ends, in

@@ -29,7 +29,6 @@ naming the lines to add or remove, when a module is missing here or listed but g
   protos/  tf.train.Example protos (TensorFlow's field numbers, own package), generated code
     regenerate.py       regenerate protos/*_pb2.py with the pinned protoc
   transforms/  Beam transforms: converters, the sharded sink, readers
-    allocator.py        keep freed heap memory for reuse (glibc only)
     commit.py           committing a run's temporary shards as one complete output
     forked_pool.py      an ordered, bounded map over forked worker processes
     fs.py               path and file helpers for any Beam filesystem (local, gs://, ...)
@@ -46,7 +45,6 @@ naming the lines to add or remove, when a module is missing here or listed but g
     tfds_metadata.py    TensorFlow Datasets metadata: `dataset_info.json`, `features.json`
     unit_result.py      `UnitResult`: the typed contract between the sink's writers and the commit
     tfrecord_io.py      reading TFRecord files in Beam: `ReadTFRecordFiles`
-    worker.py           once-per-process set-up of a Beam worker: `prepare_worker`
   transforms/format/  Beam-free format code, on `protos` only
     compression.py      whole-stream compression of TFRecord files, as TensorFlow reads them
     compression_sniffing.py  which compression a file's first bytes show

@@ -32,7 +32,6 @@ from transforms.commit import Finalize
 from transforms.format.compression import Compression, parse_compression
 from transforms.resume import record_unit
 from transforms.shard_writers import ShardingConfig, SinkConfig, write_unit
-from transforms.worker import prepare_worker
 
 __all__ = ["Commit", "ConvertAndWrite", "WriteToShardedTFRecord", "unit_of"]
 
@@ -141,7 +140,6 @@ class ConvertAndWrite(beam.DoFn):
         self._record_units = record_units
 
     def setup(self):
-        prepare_worker()
         self._converter.setup()
 
     def process(self, element):

@@ -46,7 +46,6 @@ from transforms.records import DeadLetterError, RecordBatch, WorkUnit, batch_key
 from transforms.splits import DEAD_LETTER_SPLIT
 from transforms.stats.images import ENCODED, image_batch_stats
 from transforms.stats.sketches import stats_enabled
-from transforms.worker import prepare_worker
 
 __all__ = ["ConvertImages"]
 
@@ -142,7 +141,6 @@ class ConvertImages(beam.DoFn):
         self.__dict__.update(state)
 
     def setup(self):
-        prepare_worker()
         # Our own pixel check runs first with config.max_pixels; lift Pillow's global
         # guard to at least that so it does not refuse images the user allowed.
         if Image.MAX_IMAGE_PIXELS is not None and Image.MAX_IMAGE_PIXELS < self._config.max_pixels:

@@ -28,7 +28,6 @@ from transforms.records import RecordBatch, WorkUnit
 from transforms.sequence.buckets import assemble_bucket
 from transforms.sequence.rows import GROUP, READ_COUNTS, SequenceRows, read_sequence_rows, sequence_assigner
 from transforms.tabular.transform import METRICS_NAMESPACE, TabularConfig
-from transforms.worker import prepare_worker
 
 __all__ = ["AssembleSequences", "ConvertToSequences", "ReadSequenceRows"]
 
@@ -58,7 +57,6 @@ class ReadSequenceRows(beam.DoFn):
         self._assigner = None
 
     def setup(self):
-        prepare_worker()
         self._assigner = sequence_assigner(self.config.spec)
 
     def process(self, unit: WorkUnit):
@@ -82,7 +80,6 @@ class AssembleSequences(beam.DoFn):
         self._split_names = None
 
     def setup(self):
-        prepare_worker()
         self._split_names = sequence_assigner(self.config.spec).names
 
     def process(self, element):

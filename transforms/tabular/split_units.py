@@ -41,7 +41,6 @@ from typing import Any
 
 from apache_beam.io.filesystem import CompressionTypes
 
-from transforms.allocator import release_freed_memory
 from transforms.ordered_pool import default_threads
 from transforms.records import WorkUnit
 from transforms.tabular.byte_ranges import TextDialect
@@ -236,7 +235,6 @@ def split_text_units(units: Sequence[WorkUnit], fmt: str, csv: CsvOptions | None
         return SplitPlan(tuple(out), tuple(files), work_unit_bytes, balance_bytes, dialect)
     with ThreadPoolExecutor(default_threads()) as pool:  # numpy releases the GIL
         cut, whole = cut_now(out, dialect, lambda fn, raw: list(pool.map(fn, raw)))
-    release_freed_memory()  # the counts' blocks, before converters fork (see allocator)
     ranges_of = collections.Counter(unit.path for unit in cut)
     files = [f if not f.cut_in_workers else
              FileSplit(f.path, f.size, 1, f"{whole[f.path]}: read whole") if f.path in whole else

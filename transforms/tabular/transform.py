@@ -30,7 +30,6 @@ from transforms.ordered_pool import check_threads, default_threads
 from transforms.records import RecordBatch, WorkUnit
 from transforms.tabular.convert import convert_unit, split_assigner
 from transforms.tabular.spec import ConversionSpec
-from transforms.worker import prepare_worker
 
 __all__ = ["DEFAULT_BATCH_ROWS", "METRICS_NAMESPACE", "ConvertTabular", "TabularConfig"]
 
@@ -84,7 +83,6 @@ class ConvertTabular(beam.DoFn):
         self._threads = 1
 
     def setup(self):
-        prepare_worker()
         self._assigner = split_assigner(self.config.spec)
         self._threads = self.config.threads or default_threads()
 

@@ -32,6 +32,7 @@ __all__ = [
     "batch_key",
     "dead_letter",
     "raw_text",
+    "unit_of",
 ]
 
 #: The split name used when a conversion declares no splits.
@@ -102,6 +103,11 @@ def batch_key(source_index: int, chunk_index: int) -> str:
     on which worker or bundle happened to process a chunk.
     """
     return f"{source_index:08d}:{chunk_index:08d}"
+
+
+def unit_of(key: str) -> str:
+    """The work unit part of a batch key (see `batch_key`)."""
+    return key.split(":", 1)[0]
 
 
 @dataclasses.dataclass(frozen=True)

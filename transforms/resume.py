@@ -21,7 +21,6 @@ import dataclasses
 import hashlib
 import io
 import json
-import logging
 import pickle
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -35,8 +34,6 @@ from transforms.unit_result import UnitResult
 
 __all__ = ["RUN_RECORD", "UNITS_DIR", "completed_units", "read_run_record", "record_unit",
            "unit_identity", "write_run_record"]
-
-_LOG = logging.getLogger(__name__)
 
 #: In a run's temporary folder: what the run is (run id, fingerprint).
 RUN_RECORD = "run.json"
@@ -81,8 +78,9 @@ def read_run_record(temp_dir: str) -> Mapping[str, Any] | None:
 
 def record_unit(temp_dir: str, unit: WorkUnit, result: UnitResult) -> None:
     """Writes the completion record of `unit`, whose files `result` describes (closed)."""
-    data = pickle.dumps((_RECORD_VERSION, unit_identity(unit), result), protocol=pickle.HIGHEST_PROTOCOL)
-    fs.write_bytes_atomically(_record_path(temp_dir, unit_identity(unit)), data)
+    identity = unit_identity(unit)
+    data = pickle.dumps((_RECORD_VERSION, identity, result), protocol=pickle.HIGHEST_PROTOCOL)
+    fs.write_bytes_atomically(_record_path(temp_dir, identity), data)
 
 
 def _record_path(temp_dir: str, identity: str) -> str:

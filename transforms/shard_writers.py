@@ -47,7 +47,7 @@ from transforms.format.tfrecord_format import (
 )
 from transforms.format.tfrecord_index import INDEX_SUFFIX, IndexWriter
 from transforms.format.tfrecord_reader import iter_records
-from transforms.records import RecordBatch
+from transforms.records import RecordBatch, unit_of
 from transforms.stats.dead_letters import batch_examples, first_examples
 from transforms.stats.presence import add_presence, as_presence
 from transforms.stats.sketches import BatchStats, StatsTotal
@@ -528,7 +528,7 @@ class _Heartbeat:
     def add(self, key: str, records: int, dead_letters: int) -> None:
         self._records += records
         self._dead_letters += dead_letters
-        self._units.add(key.split(":", 1)[0])  # the work unit part of a `batch_key`
+        self._units.add(unit_of(key))
         self._unwritten = True
         if time.monotonic() - self._last >= self.INTERVAL_SECONDS:
             self.flush()

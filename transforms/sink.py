@@ -30,10 +30,11 @@ import apache_beam as beam
 
 from transforms.commit import Finalize
 from transforms.format.compression import Compression, parse_compression
+from transforms.records import unit_of
 from transforms.resume import record_unit
 from transforms.shard_writers import ShardingConfig, SinkConfig, write_unit
 
-__all__ = ["Commit", "ConvertAndWrite", "WriteToShardedTFRecord", "unit_of"]
+__all__ = ["Commit", "ConvertAndWrite", "WriteToShardedTFRecord"]
 
 
 class WriteToShardedTFRecord(beam.PTransform):
@@ -116,11 +117,6 @@ class WriteToShardedTFRecord(beam.PTransform):
             | "WriteWorkUnits" >> beam.Map(_write_group, self._config)
             | "Commit" >> Commit(self._config)
         )
-
-
-def unit_of(key: str) -> str:
-    """The work unit part of a batch key (`transforms.records.batch_key`)."""
-    return key.split(":", 1)[0]
 
 
 def _write_group(keyed, config: SinkConfig):

@@ -30,7 +30,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from transforms.records import DEFAULT_SPLIT, RecordBatch, WorkUnit, batch_key, dead_letter
+from transforms.records import DEFAULT_SPLIT, RecordBatch, WorkUnit, batch_key, dead_letter, unit_of
 from transforms.splits import SplitAssigner
 from transforms.tabular.chunks import Chunk, split_keys
 from transforms.tabular.columns import feature_type
@@ -180,14 +180,9 @@ def read_sequence_rows(unit: WorkUnit, spec: ConversionSpec, fmt: str, batch_row
         for item in chunks_then_failure(chunks):
             if isinstance(item, ReadFailure):
                 batch = file_failure_batch(unit, item.error, assigner, item.chunks, item.rows)[0]
-                yield READ_COUNTS + _unit_part(batch.key), batch
+                yield READ_COUNTS + unit_of(batch.key).encode(), batch
                 return
             yield from _chunk_outputs(item, spec, assigner, unit, buckets)
-
-
-def _unit_part(key: str) -> bytes:
-    """The work unit part of a batch key, as a shuffle key's tail."""
-    return key.split(":", 1)[0].encode()
 
 
 def _bad_rows(chunk: Chunk, spec: ConversionSpec, features, missing_key: np.ndarray,
@@ -235,7 +230,7 @@ def _chunk_outputs(chunk: Chunk, spec: ConversionSpec, assigner: SplitAssigner,
             source=unit.path, reason=failure.reason, message=failure.message, split=name,
             row=failure.row, raw=failure.raw, **failure.details))
     for split in np.flatnonzero(counts).tolist():
-        yield READ_COUNTS + _unit_part(key), RecordBatch(
+        yield READ_COUNTS + unit_of(key).encode(), RecordBatch(
             key=key, split=names[split], dead_letters=dead.get(split, []),
             input_count=int(counts[split]))
     good = np.ones(n, bool)

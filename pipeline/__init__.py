@@ -10,6 +10,7 @@ naming the lines to add or remove, when a module is missing here or listed but g
 
   pipeline/  the application: the `tfrecord-pipeline` command and what it runs
     __main__.py         `python -m pipeline`: the command, also its console-script entry point
+    appending.py        `convert --append` on the launcher: what it may add, and which input
     cli.py              parsing, dispatch, and the one map from outcome to exit code
     convert.py          `convert`: plan, run and report one conversion
     errors.py           the typed outcomes a command can fail with
@@ -32,6 +33,7 @@ naming the lines to add or remove, when a module is missing here or listed but g
     commit.py           committing a run's temporary shards as one complete output
     forked_pool.py      an ordered, bounded map over forked worker processes
     fs.py               path and file helpers for any Beam filesystem (local, gs://, ...)
+    generations.py      appending to a committed output: the generation it carries forward
     input_formats.py    the input formats `convert` reads and their file name endings
     manifest.py         reading the output manifest from any Beam filesystem; the tool version
     object_listing.py   streaming listings of gs:// folders, optionally of a range of names

@@ -134,6 +134,7 @@ def _sink_for(conv: ConvertOptions, output: str, plan, progress: bool,
         compare_to=compare_to,
         fail_on_drift=conv.fail_on_drift,
         run_id=run_id,
+        append=conv.append,
     )
 
 
@@ -199,10 +200,11 @@ def _check_index_flag(conv: ConvertOptions) -> None:
 
 
 def _already_committed(output: str, metadata: dict, overwrite: bool,
-                       side_files: Sequence[str]) -> bool:
+                       side_files: Sequence[str], keep: bool = False) -> bool:
     """True when `output` holds a committed run of the same inputs and options. A damaged
     manifest is replaced with --overwrite only when no file beside it needs its word to be
-    the tool's (`_refuse_foreign_files`)."""
+    the tool's (`_refuse_foreign_files`). `keep`: an append, which adds to another
+    committed conversion."""
     try:
         existing = manifest_lib.read_manifest(output)
     except ValueError as error:
@@ -220,6 +222,8 @@ def _already_committed(output: str, metadata: dict, overwrite: bool,
                 f"{output} holds this conversion, damaged: {problems[0]}{more}; "
                 f"`tfrecord-pipeline verify {output}` checks it all, --overwrite converts again")
         return True
+    if keep:
+        return False
     raise UsageError(
         f"{output} already holds a committed output of different inputs or options "
         f"({_differences(existing, metadata)}; run {existing.get('run_id')}, "
@@ -306,7 +310,8 @@ def _summary(output: str, manifest: dict, elapsed: float, reused: int = 0) -> st
     if reused:
         rows.append(("work units reused", reused))
     width = max(len(name) for name, _ in rows)
-    lines = [f"Committed {output}/{MANIFEST_NAME}" + _dead_letter_note(
+    generation = f" (generation {manifest['generation']})" if manifest.get("generation") else ""
+    lines = [f"Committed {output}/{MANIFEST_NAME}{generation}" + _dead_letter_note(
         output, counts, [entry["path"] for entry in manifest.get("dead_letter_files") or ()], unit)]
     lines += [f"  {name.ljust(width)}  {value:>14,}" for name, value in rows]
     lines.append(f"  {'elapsed'.ljust(width)}  {elapsed:>13.1f}s")
@@ -420,8 +425,9 @@ def convert(argv: Sequence[str]) -> None:
         if not conv.quiet:
             infers = not conv.spec and conv.format not in IMAGE_FORMATS
             show_phase(f"planning: listing the inputs{', sampling them to infer the spec' * infers}")
+        committed = _committed_for_append(output) if conv.append else None
         plan = plan_conversion(conv, input_path, output,
-                               cut_in_workers=workers_cut_large_files(options))
+                               cut_in_workers=workers_cut_large_files(options), committed=committed)
         if conv.convert_dry_run:
             # The spec once, as structured JSON (valid spec YAML too), not again as an escaped string.
             shown = {key: value for key, value in plan.summary.items() if key != "spec_yaml"}
@@ -430,8 +436,14 @@ def convert(argv: Sequence[str]) -> None:
         if conv.format != "image-folder":  # its planning digests a listing too long to keep
             plan.manifest_metadata["inputs"] = input_listing(input_path, conv.format)
         compare_to = _compared_output(conv, output)  # a usage check: before anything is created
+        if committed and not plan.work_units:
+            if not conv.quiet:
+                print(f"{output}: nothing new to append (every input is converted already).")
+            return
+        if committed and not compare_to:
+            compare_to = output  # drift against the generation this appends to
         side_files = [*plan.extra_files, *TFDS_FILE_NAMES, STATS_NAME, DRIFT_NAME,
-                      output_files.REPORT_NAME]
+                      output_files.REPORT_NAME, resume.STATE_NAME]
         # Unlocked, as it writes nothing (a read-only output is fine), unless an interrupted
         # run's temp folder is to be removed first.
         leftovers = "://" in output or glob.glob(glob.escape(os.path.join(output, TEMP_PREFIX)) + "*")
@@ -443,9 +455,20 @@ def convert(argv: Sequence[str]) -> None:
                              side_files, compare_to)
 
 
+def _committed_for_append(output: str) -> dict | None:
+    """The manifest of the output `--append` adds to; None when there is none yet (the run
+    then commits the first generation)."""
+    try:
+        return manifest_lib.read_manifest(output)
+    except ValueError as error:
+        raise UsageError(f"{error}: --append needs the committed manifest",
+                         hint="`tfrecord-pipeline verify` checks the output") from None
+
+
 def _nothing_to_do(output: str, plan, conv: ConvertOptions, side_files: Sequence[str]) -> bool:
     """True (and said) when `output` holds this conversion committed already."""
-    if not _already_committed(output, plan.manifest_metadata, conv.overwrite, side_files):
+    if not _already_committed(output, plan.manifest_metadata, conv.overwrite, side_files,
+                              keep=conv.append):
         return False
     if not conv.quiet:
         print(f"{output} already holds this conversion (same inputs and options); "

@@ -301,6 +301,12 @@ class ConvertOptions(PipelineOptions):
         _flag(group, "span", type=_integer, default=None, help="value of {SPAN} (default: days since epoch)")
         _flag(group, "overwrite", action="store_true", default=False,
               help="rewrite an output folder that already holds a committed output")
+        _flag(group, "append", action="store_true", default=False,
+              help="add what the committed output in --output does not cover yet (new input "
+                   "files, new rows of grown CSV/JSON Lines files) as its next generation, "
+                   "with its spec and label map; with nothing new, nothing to do")
+        _flag(group, "extend-labels", action="store_true", default=False, formats=IMAGE_FORMATS,
+              help="with --append: take labels the committed label map lacks, numbered after it")
         _flag(group, "no-resume", action="store_true", default=False,
               help="convert every work unit again, discarding what an interrupted run of the "
                    "same inputs and options wrote (default: keep its completed work units)")
@@ -444,7 +450,12 @@ def _check_combination(flag: str, action: argparse.Action, values: argparse.Name
                          f"--encode png)")
     if action.dest == "resize_mode" and values.resize is None:
         raise UsageError(f"{flag} applies with --resize only (--max-side keeps the aspect ratio)")
-    if action.dest == "fail_on_drift" and not values.compare_to \
+    if action.dest == "append" and values.overwrite:
+        raise UsageError(f"{flag} and --overwrite exclude each other: --append keeps the "
+                         f"committed output and adds to it, --overwrite replaces it")
+    if action.dest == "extend_labels" and not values.append:
+        raise UsageError(f"{flag} applies with --append only")
+    if action.dest == "fail_on_drift" and not values.compare_to and not values.append \
             and not (values.output and has_date_template(values.output)):
         raise UsageError(
             f"{flag} has nothing to compare with: give --compare-to DIR, or a date-templated "

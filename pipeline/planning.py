@@ -12,6 +12,7 @@ import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from pipeline.appending import check_appendable, numbered_after, uncovered_units
 from pipeline.errors import UsageError
 from pipeline.graph import ConversionPlan
 from pipeline.options import IMAGE_FORMATS, TABULAR_FORMATS, ConvertOptions, output_options
@@ -76,6 +77,8 @@ def _given_spec(conv: ConvertOptions) -> ConversionSpec | None:
     return load_spec(conv.spec) if conv.spec else None
 
 
+_REDO_HINT = "convert into a new --output, or again with --overwrite"
+
 #: How many input files `_check_input_formats` sniffs (the first ones, in plan order).
 _SNIFFED_FILES = 8
 
@@ -104,17 +107,21 @@ def _refuse_inputs_in_output(paths, output: str) -> None:
 
 
 def _plan_tabular(conv: ConvertOptions, input_path: str, output: str,
-                  cut_in_workers: bool) -> ConversionPlan:
+                  cut_in_workers: bool, committed: dict[str, Any] | None) -> ConversionPlan:
     from transforms.tabular.infer import estimate_output, resolve_spec
     from transforms.tabular.plan import plan_tabular
     from transforms.tabular.range_cuts import CutRangesInWorkers
-    from transforms.tabular.split_units import split_text_units
+    from transforms.tabular.split_units import split_text_units, text_dialect
     from transforms.tabular.transform import ConvertTabular, TabularConfig
 
     listing = input_listing(input_path, conv.format)
     units = plan_tabular(input_path, conv.format)
     _refuse_inputs_in_output(dict.fromkeys(unit.path for unit in units), output)
-    given = _given_spec(conv)
+    given = ConversionSpec.from_dict(committed["spec"]) if committed else _given_spec(conv)
+    grown: list = []
+    if committed:  # an append: only what the committed output does not cover, its spec
+        units, grown = uncovered_units(units, committed.get("inputs") or (), listing, conv.format,
+                                       text_dialect(conv.format, given.csv)[0])
     _check_input_formats(units, conv.format, given)
     spec = resolve_spec(units, conv.format, given, sample_rows=conv.sample_rows)
     # After inference, which samples whole files from their start; the cut needs the CSV dialect.
@@ -122,7 +129,7 @@ def _plan_tabular(conv: ConvertOptions, input_path: str, output: str,
     processes = conv.converter_processes or default_threads()
     splitting = split_text_units(units, conv.format, spec.csv, conv.work_unit_bytes,
                                  balance=True, cut_in_workers=cut_in_workers)
-    units = list(splitting.units)
+    units = numbered_after(splitting.units, grown)
     config = TabularConfig(spec=spec, fmt=conv.format, batch_rows=conv.batch_rows,
                            threads=conv.converter_threads)
     spec_yaml = spec.to_yaml()
@@ -276,15 +283,22 @@ def _plan_images(conv: ConvertOptions, input_path: str, output: str) -> Conversi
 
 
 def plan_conversion(conv: ConvertOptions, input_path: str, output: str,
-                    cut_in_workers: bool = False) -> ConversionPlan:
+                    cut_in_workers: bool = False, committed: dict[str, Any] | None = None
+                    ) -> ConversionPlan:
     """Plans the conversion `conv` of `input_path` into `output`. `cut_in_workers`: large
     text files are cut at record starts by the workers, not read on the launcher (for
     runners whose workers are elsewhere: a Dask cluster, Dataflow; see `cut_before_run`).
+    `committed`: the manifest of the output an append adds to (`pipeline.appending`): the
+    plan converts what it does not cover, with its spec.
 
     Raises ValueError (SpecError included) or FileNotFoundError with a clear message.
     """
+    if committed:
+        check_appendable(committed, output, _options_record(conv, input_path, output), conv.num_shards)
     if conv.format in TABULAR_FORMATS:
-        return _plan_tabular(conv, input_path, output, cut_in_workers)
+        return _plan_tabular(conv, input_path, output, cut_in_workers, committed)
+    if committed:
+        raise UsageError(f"--append does not take --format {conv.format} yet", hint=_REDO_HINT)
     if conv.format in IMAGE_FORMATS:
         return _plan_images(conv, input_path, output)
     raise ValueError(f"unknown --format {conv.format!r}")

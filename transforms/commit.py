@@ -31,15 +31,35 @@ from apache_beam.io.filesystems import FileSystems
 
 from transforms import fs, output_files
 from transforms import manifest as manifest_lib
-from transforms.format.manifest_format import FEATURE_SPEC_NAME, FORMAT_VERSION, MANIFEST_NAME, shard_name
+from transforms.format.manifest_format import (
+    FEATURE_SPEC_NAME,
+    FORMAT_VERSION,
+    MANIFEST_NAME,
+    shard_name,
+)
 from transforms.format.tfrecord_index import INDEX_SUFFIX
+from transforms.generations import (
+    CARRIED,
+    carried_result,
+    link_committed,
+    rejected_paths,
+    superseded,
+    totals_result,
+)
+from transforms.resume import STATE_NAME, dump_result
 from transforms.shard_writers import DEAD_LETTER_DIR, SinkConfig, TempShard, reshard
 from transforms.splits import DEAD_LETTER_SPLIT
 from transforms.stats.document import STATS_NAME, declared_kinds, merge_units, stats_document
 from transforms.stats.drift import DRIFT_NAME, compare, drift_failure
 from transforms.stats.presence import add_presence, with_presence
 from transforms.tfds_metadata import tfds_side_files
-from transforms.unit_result import DEAD_LETTER_KIND, TFRECORD_KIND, ShardFile, UnitResult, count_by_split
+from transforms.unit_result import (
+    DEAD_LETTER_KIND,
+    TFRECORD_KIND,
+    ShardFile,
+    UnitResult,
+    count_by_split,
+)
 
 __all__ = [
     "AccountingError",
@@ -163,8 +183,10 @@ class _Planned:
     path: str
 
 
-def _final_names(config: SinkConfig, files: Sequence[ShardFile]) -> list[_Planned]:
-    """Assigns final names: per split, ordered by the first batch key each file holds."""
+def _final_names(config: SinkConfig, files: Sequence[ShardFile],
+                 dead_letters: str = "dead_letter") -> list[_Planned]:
+    """Assigns final names: per split, ordered by the first batch key each file holds (a
+    committed generation's files first, `CARRIED`); dead-letter files named `dead_letters`."""
     by_split: dict[tuple[str, str], list[ShardFile]] = defaultdict(list)
     for file in files:
         by_split[(file.kind, file.split)].append(file)
@@ -175,7 +197,7 @@ def _final_names(config: SinkConfig, files: Sequence[ShardFile]) -> list[_Planne
             if kind == TFRECORD_KIND:
                 relative = shard_name(split, index, len(group), config.suffix)
             else:
-                relative = shard_name(f"{DEAD_LETTER_DIR}/dead_letter", index, len(group), ".jsonl")
+                relative = shard_name(f"{DEAD_LETTER_DIR}/{dead_letters}", index, len(group), ".jsonl")
             planned.append(_Planned(file, relative))
     return planned
 
@@ -196,11 +218,16 @@ def _empty_shards(config: SinkConfig, files: Sequence[ShardFile]) -> list[ShardF
 
 
 def _clear_earlier_output(config: SinkConfig, writes: set[str], owned: set[str],
-                          also: Sequence[str] = (), moves: Sequence[tuple[str, str, int]] = ()) -> None:
+                          also: Sequence[str] = (), moves: Sequence[tuple[str, str, int]] = (),
+                          keep: bool = False) -> None:
     """Before a commit writes `writes`: journals them, then deletes what an earlier output
     left (`owned`) that it will not write, and the paths `also`. The old manifest goes
-    first, so no reader can trust it while files change under it."""
+    first, so no reader can trust it while files change under it. `keep`: the committed
+    output stays (an append: nothing it lists is rewritten), only `also` goes."""
     _write_journal(config, writes, owned, moves)
+    if keep:
+        _delete_quietly(also)
+        return
     _delete_quietly([fs.join_path(config.output_dir, MANIFEST_NAME)])
     _delete_quietly([fs.join_path(config.output_dir, name) for name in sorted(owned - writes)]
                     + list(also))
@@ -328,7 +355,9 @@ def finalize_output(config: SinkConfig, results: Iterable[UnitResult]) -> str:
     """Commits a run: reconcile, rename temp files, write extras and the manifest last.
 
     Idempotent: calling it again with the same arguments after a failure at any point, or
-    after success, leaves exactly one complete output. Returns the manifest path.
+    after success, leaves exactly one complete output. Returns the manifest path. With
+    `config.append` and a committed output in the folder, commits its next generation
+    (`transforms.generations`): its files stay, under the names the grown counts give them.
     """
     manifest_path = fs.join_path(config.output_dir, MANIFEST_NAME)
     # A damaged manifest (the CLI replaces one only when it vouched for no other file)
@@ -339,8 +368,11 @@ def finalize_output(config: SinkConfig, results: Iterable[UnitResult]) -> str:
 
     # In owner order: what is merged below does not depend on which process wrote a unit.
     results = sorted(results, key=lambda result: result.owner)
-    totals = _reconcile(results)
-    files = [file for result in results for file in result.files]
+    own_totals = _reconcile(results)  # this run's input alone: what the error budget weighs
+    carried = carried_result(config, existing) if config.append and existing else None
+    everything = [carried, *results] if carried else results
+    totals = _reconcile(everything) if carried else own_totals
+    files = [file for result in everything for file in result.files]
     shards = [file for file in files if file.kind == TFRECORD_KIND]
     if config.sharding.num_shards and shards:
         shards = reshard(config, shards)
@@ -353,28 +385,41 @@ def finalize_output(config: SinkConfig, results: Iterable[UnitResult]) -> str:
     # Only files a record of this tool names are ever replaced or deleted (the CLI refuses
     # to start over foreign ones); the journal names them before anything changes.
     owned = output_files.owned_paths(config.output_dir, existing)
-    stats_files, drift = _statistics(config, results, totals)
-    failure = _failure(config, totals, drift)
+    stats_files, drift = _statistics(config, everything, totals)
+    failure = _failure(config, own_totals, drift)
     if failure is not None:
-        # Only the dead letters are committed; what an earlier output of this folder left
-        # goes (--overwrite asked to replace it), or the folder would hold unlisted files.
+        # What an earlier output of this folder left goes (--overwrite asked for it), but
+        # not on an append: the committed generation stands, and this run's dead letters
+        # go beside it, under names of their own.
+        if carried:
+            dead_files = _final_names(config, [file for file in dead if file.first_key != CARRIED],
+                                      dead_letters="rejected")
         writes = {entry.path for entry in dead_files} | {output_files.FAILED_RUN_NAME}
-        _clear_earlier_output(config, writes, owned, moves=_moves(dead_files))
+        rejected = rejected_paths(config) if carried else []
+        _clear_earlier_output(config, writes, owned, moves=_moves(dead_files), keep=bool(carried),
+                              also=[path for path in rejected if path not in
+                                    {fs.join_path(config.output_dir, name) for name in writes}])
         outcome, message, error = failure
-        _commit_dead_letters_only(config, dead_files, totals, outcome, message,
+        _commit_dead_letters_only(config, dead_files, own_totals, outcome, message,
                                   drift=drift if error is DriftDetectedError else None)
         raise error(message)
-    moves = _moves(planned)
+    moves = _moves([entry for entry in planned if entry.file.first_key != CARRIED])
+    links = _moves([entry for entry in planned if entry.file.first_key == CARRIED])
     described = [_describe(entry) for entry in shard_files]
-    side_files = _side_files(config, _extra_files(config, results, totals["written"]) + stats_files,
+    side_files = _side_files(config, _extra_files(config, everything, totals["written"]) + stats_files
+                             + [(STATE_NAME, dump_result(totals_result(everything)))],
                              described, owned)
-    writes = {path for _, path, _ in moves} | {name for name, _ in side_files}
+    writes = {path for _, path, _ in moves + links} | {name for name, _ in side_files}
     writes |= {MANIFEST_NAME, output_files.FAILED_RUN_NAME}
-    _clear_earlier_output(config, writes, owned, moves=moves,
-                          also=[fs.join_path(config.output_dir, output_files.FAILED_RUN_NAME)])
+    # A rejected append's dead letters go too; with `keep`, every listed file stays.
+    failed_run = [fs.join_path(config.output_dir, output_files.FAILED_RUN_NAME)]
+    _clear_earlier_output(config, writes, owned, moves=moves, keep=bool(carried),
+                          also=failed_run + (rejected_paths(config) if carried else []))
 
     for temp_path, path, size in moves:
         _commit_file(config, temp_path, path, size)
+    for committed_path, path, size in links:
+        link_committed(config, committed_path, path, size)
     extra = {}
     for relative, data in side_files:
         target = fs.join_path(config.output_dir, relative)
@@ -396,13 +441,20 @@ def finalize_output(config: SinkConfig, results: Iterable[UnitResult]) -> str:
         "options": {},
     }
     manifest.update(dict(config.manifest_metadata))
+    if carried:
+        manifest["generation"] = int(existing.get("generation") or 0) + 1
+        manifest["superseded"] = superseded(existing, manifest)
     # Durable before it is visible: every file the manifest names, and the folder entries
     # of their new names, reach the disk before the manifest is renamed into place.
-    fs.sync_files([fs.join_path(config.output_dir, path) for _, path, _ in moves]
+    fs.sync_files([fs.join_path(config.output_dir, path) for _, path, _ in moves + links]
                   + [fs.join_path(config.output_dir, name) for name in extra])
     fs.write_bytes_atomically(
         manifest_path, json.dumps(manifest, indent=2, sort_keys=True).encode("utf-8") + b"\n"
     )
+    if carried:  # what neither this generation nor its predecessor's readers need goes
+        _delete_quietly([fs.join_path(config.output_dir, path) for path in sorted(
+            ({entry["path"] for entry in existing.get("superseded") or ()} | set(existing.get("files") or ()))
+            - output_files.listed_paths(manifest))])
     _delete_temp_dir(config)
     _LOG.info(
         "committed %d shards (%d records, %d dead letters) to %s",

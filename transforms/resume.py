@@ -11,7 +11,8 @@ the bytes an uninterrupted run writes, because it follows from the work units al
 
 Records are pickled (the statistics partials hold numpy arrays and sketches, which must come
 back bit for bit) and read back with an unpickler that builds only this tool's result types,
-numpy arrays and plain values, so a record cannot run code. Units converted after a shuffle
+numpy arrays and plain values, so a record cannot run code. A committed output keeps its
+totals the same way (`STATE_NAME`, see `transforms.commit`), for appends. Units converted after a shuffle
 (sequences) have no records: such runs start over. Beam-free apart from the filesystem.
 """
 
@@ -32,14 +33,17 @@ from transforms import fs
 from transforms.records import WorkUnit
 from transforms.unit_result import UnitResult
 
-__all__ = ["RUN_RECORD", "UNITS_DIR", "completed_units", "read_run_record", "record_unit",
-           "unit_identity", "write_run_record"]
+__all__ = ["RUN_RECORD", "STATE_NAME", "UNITS_DIR", "completed_units", "dump_result", "load_result",
+           "read_run_record", "record_unit", "unit_identity", "write_run_record"]
 
 #: In a run's temporary folder: what the run is (run id, fingerprint).
 RUN_RECORD = "run.json"
 #: In a run's temporary folder: one completion record per written work unit.
 UNITS_DIR = "units"
 _RECORD_SUFFIX = ".unit"
+#: In a committed output: its totals as one mergeable result (counts, presence, statistics
+#: partials, dead-letter examples), which an append merges its own units' results into.
+STATE_NAME = "stats.partial"
 _RECORD_VERSION = 1
 
 # What a completion record may build when read back: our result types, numpy's arrays and
@@ -81,6 +85,25 @@ def record_unit(temp_dir: str, unit: WorkUnit, result: UnitResult) -> None:
     identity = unit_identity(unit)
     data = pickle.dumps((_RECORD_VERSION, identity, result), protocol=pickle.HIGHEST_PROTOCOL)
     fs.write_bytes_atomically(_record_path(temp_dir, identity), data)
+
+
+def dump_result(result: UnitResult) -> bytes:
+    """`result` pickled without pickle's memo: equal results give equal bytes, whichever
+    objects they happen to share (a committed output's `STATE_NAME`)."""
+    buffer = io.BytesIO()
+    pickler = pickle.Pickler(buffer, protocol=pickle.HIGHEST_PROTOCOL)
+    pickler.fast = True  # no memo: the results hold no cycles
+    pickler.dump((_RECORD_VERSION, "", result))
+    return buffer.getvalue()
+
+
+def load_result(data: bytes) -> UnitResult | None:
+    """A result `dump_result` wrote; None when `data` is not one."""
+    try:
+        version, _, result = _ResultUnpickler(io.BytesIO(data)).load()
+    except Exception:  # noqa: BLE001 - damaged or foreign
+        return None
+    return result if version == _RECORD_VERSION and isinstance(result, UnitResult) else None
 
 
 def _record_path(temp_dir: str, identity: str) -> str:

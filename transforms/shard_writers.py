@@ -144,8 +144,13 @@ class SinkConfig:
     # (drift.json); `fail_on_drift` ("schema" or "distribution") fails the run on drift.
     compare_to: str | None = None
     fail_on_drift: str | None = None
+    # Commit as the next generation of the committed output in `output_dir`, if any
+    # (`transforms.commit`).
+    append: bool = False
 
     def __post_init__(self):
+        if self.append and self.sharding.num_shards:
+            raise ValueError("num_shards cannot hold across appends: every generation adds shards")
         if self.index and self.compression is not Compression.NONE:
             raise ValueError("index files need uncompressed shards: offsets in a "
                              f"{self.compression.value} stream are not seekable")

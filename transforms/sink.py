@@ -62,6 +62,8 @@ class WriteToShardedTFRecord(beam.PTransform):
         its own and writes drift.json (see `transforms.stats.drift`).
       fail_on_drift: "schema" or "distribution": such drift fails the job, after committing
         the dead letters, with no shard committed.
+      append: commit the next generation of the output committed in `output_dir`: its
+        shards stay, listed with the new ones (`transforms.commit`); no `num_shards`.
 
     Returns a PCollection with one element: the path of the committed manifest.
     """
@@ -86,6 +88,7 @@ class WriteToShardedTFRecord(beam.PTransform):
         index: bool = False,
         compare_to: str | None = None,
         fail_on_drift: str | None = None,
+        append: bool = False,
     ):
         super().__init__()
         self._config = SinkConfig(
@@ -103,6 +106,7 @@ class WriteToShardedTFRecord(beam.PTransform):
             index=index,
             compare_to=compare_to,
             fail_on_drift=fail_on_drift,
+            append=append,
         )
 
     @property

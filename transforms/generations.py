@@ -1,0 +1,156 @@
+"""Appending to a committed output: its generations, for `transforms.commit`.
+
+An append commits the next generation of an output: the committed shards and dead-letter
+files stay where they are and are listed again, after the new ones' counts have grown their
+splits' shard counts. Since a name holds its split's count (`<split>-SSSSS-of-NNNNN`), a
+carried file whose count changed gets its new name as a hard link (a copy where the
+filesystem has none), and the old name stays, listed in the new manifest's `superseded`, so
+a reader holding the previous manifest reads on; the generation after next deletes it.
+
+The committed totals (counts, presence, statistics partials, dead-letter examples) come back
+from the output's `transforms.resume.STATE_NAME`, written by every commit (`totals_result`),
+as one result that sorts before every unit (`CARRIED`), so the commit merges them as it
+merges units: the statistics of an appended output are those of one conversion of all its
+inputs while they are exact (see `transforms.stats.document`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from apache_beam.io.filesystem import CompressionTypes
+from apache_beam.io.filesystems import FileSystems
+
+from transforms import fs, output_files
+from transforms.format.manifest_format import is_plain_relative
+from transforms.resume import STATE_NAME, load_result
+from transforms.shard_writers import DEAD_LETTER_DIR, SinkConfig
+from transforms.stats.dead_letters import first_examples
+from transforms.stats.document import merge_units
+from transforms.stats.presence import add_presence, as_presence
+from transforms.unit_result import (
+    DEAD_LETTER_KIND,
+    TFRECORD_KIND,
+    IndexFile,
+    ShardFile,
+    SplitResult,
+    UnitResult,
+)
+
+__all__ = ["CARRIED", "carried_result", "link_committed", "rejected_paths", "superseded", "totals_result"]
+
+#: The `first_key` of a committed generation's files in an append: before every batch key,
+#: so they keep their order at the head of each split.
+CARRIED = ""
+
+
+def carried_result(config: SinkConfig, existing: Mapping[str, Any]) -> UnitResult:
+    """The committed generation of `config.output_dir` as one result, ordered first: its
+    totals from its `STATE_NAME`, its shards and dead-letter files where they stand (their
+    final paths as their temporary ones), so the commit counts and names them with the
+    appended units' files."""
+    state_path = fs.join_path(config.output_dir, STATE_NAME)
+    try:
+        with FileSystems.open(state_path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
+            state = load_result(handle.read())
+    except Exception:  # noqa: BLE001 - any filesystem's error: said below
+        state = None
+    if state is None:
+        raise ValueError(f"{state_path} cannot be read: the committed output cannot be appended to")
+
+    def committed(entry: Mapping[str, Any], kind: str, dead_letters=()) -> ShardFile:
+        index = entry.get("index")
+        return ShardFile(
+            temp_path=fs.join_path(config.output_dir, entry["path"]), kind=kind,
+            split=entry.get("split", DEAD_LETTER_DIR), first_key=CARRIED, records=entry["records"],
+            bytes=entry["bytes"], sha256=entry["sha256"], dead_letters=dead_letters,
+            index=index and IndexFile(fs.join_path(config.output_dir, index["path"]), index["bytes"],
+                                      index["sha256"]))
+
+    # Dead letters are reconciled per split over all files: the state holds them per split.
+    dead_by_split = tuple((part.split, part.dead_letters) for part in state.splits if part.dead_letters)
+    files = [committed(entry, TFRECORD_KIND) for entry in existing.get("shards") or ()]
+    files += [committed(entry, DEAD_LETTER_KIND, dead_by_split if position == 0 else ())
+              for position, entry in enumerate(existing.get("dead_letter_files") or ())]
+    return dataclasses.replace(state, owner=CARRIED, files=tuple(files))
+
+
+def totals_result(results: Sequence[UnitResult]) -> UnitResult:
+    """Every result merged into one, without files (what an append carries: `_carried`)."""
+    merged, _ = merge_units(results)
+    parts: dict[str, dict[str, Any]] = {}
+    for result in results:
+        for part in result.splits:
+            entry = parts.setdefault(part.split, {"input": 0, "written": 0, "rows": None,
+                                                  "dead_letters": 0, "presence": {}})
+            entry["input"] += part.input
+            entry["written"] += part.written
+            entry["dead_letters"] += part.dead_letters
+            if part.rows is not None:
+                entry["rows"] = (entry["rows"] or 0) + part.rows
+            if part.presence is None or entry["presence"] is None:
+                entry["presence"] = None
+            else:
+                add_presence(entry["presence"], part.presence)
+    splits = []
+    for split, entry in sorted(parts.items()):
+        stats = merged.get(split)
+        presence = entry.pop("presence")
+        if presence is not None:
+            presence = as_presence(dict(sorted(presence.items())))
+        splits.append(SplitResult(split, **entry, presence=presence,
+                                  stats=stats.partial() if stats is not None and stats.known else None))
+    reasons: Counter = Counter()
+    for result in results:
+        reasons.update(dict(result.dead_letter_reasons))
+    return UnitResult(owner=CARRIED, splits=tuple(splits),
+                      dead_letter_reasons=tuple(sorted(reasons.items())),
+                      examples=first_examples(result.examples for result in results))
+
+
+def rejected_paths(config: SinkConfig) -> list[str]:
+    """The dead-letter files a rejected append left beside the committed output (its
+    `failed_run.json` names them)."""
+    failed = output_files.read_failed_run(config.output_dir) or {}
+    return [fs.join_path(config.output_dir, name) for name in failed.get("files") or ()
+            if is_plain_relative(name) and name.startswith(f"{DEAD_LETTER_DIR}/rejected")]
+
+
+def superseded(existing: Mapping[str, Any], manifest: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The files of the generation `existing` that `manifest` (its next) no longer lists,
+    kept for readers of `existing` until the generation after next is committed."""
+    kept = output_files.listed_paths(manifest)
+    entries = []
+    for entry in [*(existing.get("shards") or ()), *(existing.get("dead_letter_files") or ())]:
+        entries.append(entry)
+        if entry.get("index"):
+            entries.append(entry["index"])
+    return [{"path": entry["path"], "bytes": entry["bytes"], "sha256": entry["sha256"]}
+            for entry in entries if entry["path"] not in kept]
+
+
+def link_committed(config: SinkConfig, committed_path: str, path: str, size: int) -> None:
+    """Gives a committed generation's file its name `path` in the next generation as well
+    (a hard link, or a copy where the filesystem has none); the old name stays for the
+    readers of that generation. A no-op where a retry did it already."""
+    final = fs.join_path(config.output_dir, path)
+    if final == committed_path:
+        return
+    if FileSystems.exists(final):
+        found = fs.match([fs.literal(final)])[0].metadata_list[0].size_in_bytes
+        if found == size:
+            return
+        fs.delete([final])
+    fs.ensure_parent(final)
+    if "://" in final:
+        FileSystems.copy([committed_path], [final])
+        return
+    try:
+        os.link(committed_path, final)
+    except OSError:  # no hard links here (some network filesystems): a copy
+        shutil.copyfile(committed_path, final)

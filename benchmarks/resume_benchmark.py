@@ -12,7 +12,9 @@ For each row count, the TF tutorial table as 8 CSV files (GZIP output, default l
   statistics cost;
 * `killed at ~80 %`: ours, SIGKILLed (with its process group) once 80 % of its work units
   have completion records, then `resumed`: the same command again, timed; its output is
-  checked against the full run's, shard for shard (sha256 in the manifests).
+  checked against the full run's, shard for shard (sha256 in the manifests);
+* `append 1 %`: then 1 % more rows in new files beside the inputs, converted with `--append`
+  into the committed output, timed; the output must then count every row.
 
 Results print as a Markdown table (for benchmarks/README.md) and go to `--out` as JSON.
 Needs an otherwise idle machine and ~3x the data's size of free disk.
@@ -86,6 +88,20 @@ def _shards(output: str) -> list:
     return [(shard["path"], shard["sha256"]) for shard in manifest["shards"]]
 
 
+def _append_one_percent(command: list[str], data, work: str, rows: int) -> dict:
+    """Adds a file of 1 % more rows beside the inputs of the committed output and times
+    `--append`; checks the output then counts every row."""
+    extra = write_tabular(f"extra_{rows}", rows // 100, tutorial_columns, work, SEED + 1)
+    for path in extra.files:  # one more file per part: the glob takes them
+        shutil.move(path, os.path.join(data.directory, "appended-" + os.path.basename(path)))
+    appended = measure([*command, "--append"], os.path.join(work, f"appended_{rows}.log"))
+    output = command[command.index("--output") + 1]
+    counts = json.loads((Path(output) / "manifest.json").read_text())["counts"]
+    if appended.returncode != 0 or counts["written"] != rows + rows // 100:
+        raise SystemExit(f"the append to {rows} rows failed or lost rows: see {work}/appended_{rows}.log")
+    return {"wall": appended.wall_seconds, "cpu": appended.cpu_seconds}
+
+
 def run(rows: int, work: str, baseline: Path | None, repeats: int) -> dict:
     data = write_tabular(f"tutorial_{rows}", rows, tutorial_columns, work, SEED)
     # The plain form both checkouts read (a spec written today spells out keys older ones lack).
@@ -110,18 +126,20 @@ def run(rows: int, work: str, baseline: Path | None, repeats: int) -> dict:
     resumed = measure(ours, os.path.join(work, f"resumed_{rows}.log"))
     if resumed.returncode != 0 or _shards(output) != expected:
         raise SystemExit(f"the resumed run of {rows} rows failed or differs from the full run")
+    appended = _append_one_percent(ours, data, work, rows)
     shutil.rmtree(data.directory)
     median = {name: {key: statistics.median(run[key] for run in values) for key in values[0]}
               for name, values in runs.items() if values}
     return {"rows": rows, "input_bytes": data.input_bytes, **median, "full": full, "no_stats": no_stats,
             "work_units": units, "units_at_kill": killed,
-            "resumed": {"wall": resumed.wall_seconds, "cpu": resumed.cpu_seconds}}
+            "resumed": {"wall": resumed.wall_seconds, "cpu": resumed.cpu_seconds}, "appended": appended}
 
 
 def _markdown(results: Sequence[dict]) -> str:
     lines = ["| rows | ours s | baseline s | ours / baseline | ours RSS MB | baseline RSS MB "
-             "| no-stats s | resumed s (after a kill at ~80 %) | resumed / full |",
-             "|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "| no-stats s | resumed s (after a kill at ~80 %) | resumed / full | append 1 % s "
+             "| append / full |",
+             "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in results:
         base = r.get("baseline")
         lines.append(
@@ -129,7 +147,8 @@ def _markdown(results: Sequence[dict]) -> str:
             f"| {r['ours']['wall'] / base['wall'] if base else float('nan'):.3f} "
             f"| {r['ours']['rss_mb']:.0f} | {base['rss_mb'] if base else float('nan'):.0f} "
             f"| {r['no_stats']['wall']:.2f} "
-            f"| {r['resumed']['wall']:.2f} | {r['resumed']['wall'] / r['full']['wall']:.3f} |")
+            f"| {r['resumed']['wall']:.2f} | {r['resumed']['wall'] / r['full']['wall']:.3f} "
+            f"| {r['appended']['wall']:.2f} | {r['appended']['wall'] / r['full']['wall']:.3f} |")
     return "\n".join(lines)
 
 

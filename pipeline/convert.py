@@ -35,6 +35,7 @@ from pipeline.graph import build_pipeline
 from pipeline.options import (
     IMAGE_FORMATS,
     REQUIRED_FLAGS,
+    TABULAR_FORMATS,
     ConvertOptions,
     check_arguments,
     command_line_path,
@@ -508,8 +509,11 @@ def _convert_planned(options: PipelineOptions, argv: list[str], conv: ConvertOpt
     template = getattr(options.view_as(GoogleCloudOptions), "template_location", None)
     if not template:
         metadata = plan.manifest_metadata
+        # A tabular plan's exact cut is kept for a resuming run (image plans list every image).
+        kept = plan.work_units if plan.cut_units is None and conv.format in TABULAR_FORMATS else None
         resume.write_run_record(sink.config.temp_dir, sink.config.run_id, metadata["fingerprint"],
-                                {key: metadata.get(key) for key in ("options", "spec", "labels", "inputs")})
+                                {key: metadata.get(key) for key in ("options", "spec", "labels", "inputs")},
+                                units=kept)
     if resumed and not conv.quiet:
         print(f"Resuming the interrupted run {run_id}: {len(reused)} of {len(plan.work_units)} "
               f"work units were written before it stopped and are kept.")

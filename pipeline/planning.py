@@ -16,7 +16,7 @@ from pipeline.appending import check_appendable, numbered_after, uncovered_units
 from pipeline.errors import UsageError
 from pipeline.graph import ConversionPlan
 from pipeline.options import IMAGE_FORMATS, TABULAR_FORMATS, ConvertOptions, output_options
-from transforms import fs
+from transforms import fs, resume
 from transforms.format.manifest_format import FEATURE_SPEC_NAME
 from transforms.images.paths import is_within_roots, normalize_root
 from transforms.ordered_pool import default_threads
@@ -127,16 +127,22 @@ def _plan_tabular(conv: ConvertOptions, input_path: str, output: str,
     # After inference, which samples whole files from their start; the cut needs the CSV dialect.
     # Balanced for any parallelism alike: the units (and output bytes) never depend on it.
     processes = conv.converter_processes or default_threads()
-    splitting = split_text_units(units, conv.format, spec.csv, conv.work_unit_bytes,
-                                 balance=True, cut_in_workers=cut_in_workers)
-    units = numbered_after(splitting.units, grown)
-    config = TabularConfig(spec=spec, fmt=conv.format, batch_rows=conv.batch_rows,
-                           threads=conv.converter_threads)
     spec_yaml = spec.to_yaml()
     options = _options_record(conv, input_path, output)
+    fingerprint = _fingerprint(options, listing, spec_yaml)
+    # An interrupted run of this fingerprint recorded its cut: resuming, the files are not
+    # scanned for record starts again.
+    planned = None if conv.no_resume or conv.convert_dry_run else resume.planned_units(output, fingerprint)
+    splitting = None
+    if planned is None:
+        splitting = split_text_units(units, conv.format, spec.csv, conv.work_unit_bytes,
+                                     balance=True, cut_in_workers=cut_in_workers)
+    units = numbered_after(splitting.units, grown) if splitting else planned
+    config = TabularConfig(spec=spec, fmt=conv.format, batch_rows=conv.batch_rows,
+                           threads=conv.converter_threads)
     summary: dict[str, Any] = {"input_files": len({unit.path for unit in units}),
                                "work_units": len(units), "spec": spec.to_dict()}
-    if splitting.files:
+    if splitting and splitting.files:
         summary["work_unit_splitting"] = splitting.summary()
     if conv.convert_dry_run:
         estimate = estimate_output(
@@ -175,12 +181,12 @@ def _plan_tabular(conv: ConvertOptions, input_path: str, output: str,
         manifest_metadata={
             "options": options,
             "spec": spec.to_dict(),
-            "fingerprint": _fingerprint(options, listing, spec_yaml),
+            "fingerprint": fingerprint,
         },
         summary=summary,
         input_bytes=sum(unit.size for unit in units),
         local_processes=processes,
-        cut_units=CutRangesInWorkers(splitting.dialect) if splitting.cut_in_workers else None,
+        cut_units=CutRangesInWorkers(splitting.dialect) if splitting and splitting.cut_in_workers else None,
     )
 
 

@@ -30,11 +30,12 @@ from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
 from transforms import fs
+from transforms.output_files import interrupted_runs
 from transforms.records import WorkUnit
 from transforms.unit_result import UnitResult
 
 __all__ = ["RUN_RECORD", "STATE_NAME", "UNITS_DIR", "completed_units", "dump_result", "load_result",
-           "read_run_record", "record_unit", "unit_identity", "write_run_record"]
+           "planned_units", "read_run_record", "record_unit", "unit_identity", "write_run_record"]
 
 #: In a run's temporary folder: what the run is (run id, fingerprint).
 RUN_RECORD = "run.json"
@@ -59,12 +60,16 @@ def unit_identity(unit: WorkUnit) -> str:
 
 
 def write_run_record(temp_dir: str, run_id: str, fingerprint: str,
-                     describes: Mapping[str, Any] | None = None) -> None:
+                     describes: Mapping[str, Any] | None = None,
+                     units: Sequence[WorkUnit] | None = None) -> None:
     """Says, before any unit is written, which run the temporary folder belongs to;
     `describes`: what the fingerprint covers (options, spec, inputs), so that a later run of
-    other inputs or options can say what differs."""
+    other inputs or options can say what differs; `units`: the run's planned work units, so
+    that a resuming run need not cut its files again (`planned_units`)."""
     record = {"run_id": run_id, "fingerprint": fingerprint, "version": _RECORD_VERSION,
               "describes": dict(describes or {})}
+    if units is not None:
+        record["units"] = [dataclasses.asdict(unit) for unit in units]
     fs.write_bytes_atomically(fs.join_path(temp_dir, RUN_RECORD),
                               json.dumps(record, sort_keys=True).encode("utf-8"))
 
@@ -78,6 +83,18 @@ def read_run_record(temp_dir: str) -> Mapping[str, Any] | None:
     except Exception:  # noqa: BLE001 - missing or damaged: nothing to resume from
         return None
     return record if isinstance(record, dict) and record.get("version") == _RECORD_VERSION else None
+
+
+def planned_units(output_dir: str, fingerprint: str) -> list[WorkUnit] | None:
+    """The work units an interrupted run of `fingerprint` in `output_dir` planned, or None."""
+    for folder in interrupted_runs(output_dir):
+        record = read_run_record(folder)
+        if record and record.get("fingerprint") == fingerprint and isinstance(record.get("units"), list):
+            try:
+                return [WorkUnit(**{**unit, "paths": tuple(unit["paths"])}) for unit in record["units"]]
+            except (TypeError, KeyError):
+                return None
+    return None
 
 
 def record_unit(temp_dir: str, unit: WorkUnit, result: UnitResult) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import gc
 import logging
+import os
 import signal
 import sys
 from collections.abc import Sequence
@@ -38,6 +39,7 @@ EXIT_NOTHING_CONVERTED = 5
 EXIT_DRIFT = 6
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report an interrupted command
 EXIT_TERMINATED = 143  # 128 + SIGTERM: what schedulers and Kubernetes send
+EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE: the reader of our output went away (`| head`)
 
 #: Outcome -> exit code (documented in the README); the first matching class wins.
 EXIT_CODES: tuple[tuple[type[BaseException], int], ...] = (
@@ -163,6 +165,10 @@ def run(argv: Sequence[str] | None = None) -> int:
             if hint:
                 print(f"hint: {hint}", file=sys.stderr)
         return exit_code_for(error)
+    except BrokenPipeError:
+        # Quietly, as `head` expects; the flush at exit must not meet the closed pipe again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
     except KeyboardInterrupt:
         print(f"{name}: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED

@@ -260,3 +260,19 @@ def test_a_damaged_manifest_alone_is_replaced_with_overwrite_as_the_error_says(t
     assert line.endswith("; use --overwrite to replace it")
     assert run(_convert(tmp_path, "--overwrite")) == 0
     assert json.loads((out / "manifest.json").read_text())["shards"]
+
+
+def test_a_reader_that_stops_early_ends_inspect_quietly_with_141(tmp_path):
+    """`inspect ... | head -1`: the pipe closing is no failure to report (exit 128 + SIGPIPE)."""
+    import subprocess
+
+    assert run(_convert(tmp_path)) == 0
+    process = subprocess.Popen(
+        [sys.executable, "-m", "pipeline", "inspect", str(tmp_path / "out"), "--limit", "-1"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    first = process.stdout.readline()
+    process.stdout.close()  # as `head -1` exits
+    _, stderr = process.communicate(timeout=120)
+    assert json.loads(first)["record"] == 0
+    assert process.returncode == 141
+    assert stderr == b""

@@ -225,10 +225,12 @@ def _already_committed(output: str, metadata: dict, overwrite: bool,
         return True
     if keep:
         return False
+    differences = _differences(existing, metadata)
     raise UsageError(
         f"{output} already holds a committed output of different inputs or options "
-        f"({_differences(existing, metadata)}; run {existing.get('run_id')}, "
-        f"{existing.get('created_at')}); use --overwrite to replace it")
+        f"({differences}; run {existing.get('run_id')}, "
+        f"{existing.get('created_at')}); use --overwrite to replace it",
+        hint="--append converts only the new input into it" if " added" in differences else None)
 
 
 def _differences(existing: dict, metadata: dict) -> str:

@@ -269,3 +269,18 @@ def test_a_png_chunk_type_of_garbage_is_shown_escaped():
 def test_a_line_without_a_command_has_no_stray_space(capsys):
     assert run([]) == 2
     assert capsys.readouterr().err.startswith("tfrecord-pipeline: error: ")
+
+
+def test_a_rerun_refused_for_new_input_files_points_to_append(tmp_path, capsys):
+    folder = tmp_path / "in"
+    folder.mkdir()
+    _csv(folder / "a.csv", 5)
+    argv = _convert(str(folder / "*.csv"), tmp_path / "out", "--spec", _spec(tmp_path))
+    assert run(argv) == 0
+    _csv(folder / "b.csv", 5)
+    capsys.readouterr()
+    assert run(argv) == 2
+    assert capsys.readouterr().err.strip().splitlines()[1] == (
+        "hint: --append converts only the new input into it")
+    assert run([*argv, "--append"]) == 0
+    assert json.loads((tmp_path / "out" / "manifest.json").read_text())["counts"]["written"] == 10

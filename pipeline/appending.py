@@ -7,30 +7,43 @@ or JSON Lines file gained at its end since (read from the committed size on, num
 the committed rows). Refused, naming the file and what to do: a committed input that is
 gone, or that changed other than by growing (a Parquet, compressed or image file changed
 at all), a committed text file whose old bytes no longer end a record at the committed size,
-different output options, a SequenceExample output (a new row may extend a committed
+different output options, a new label (unless `--extend-labels`: numbered after the
+committed ones), a SequenceExample output (a new row may extend a committed
 sequence), `--num-shards` (every generation adds shards) and an output committed without
 the totals an append merges into (`transforms.resume.STATE_NAME`). The commit then lists the
 old and new files as the output's next generation (`transforms.generations`).
 
-What it cannot see: an edit inside a grown text file's committed bytes that keeps a line end
-at the committed size (the bytes are not hashed: that would read every input again).
+Images: an image manifest's files are inputs as above (its rows read by the committed label
+map and spec). A class-folder tree is covered image by image: a run with `--append` writes
+the tree's listing, (relative path, size) of every file, as `LISTING_NAME`; an append
+converts the files it lacks and refuses a listed one that is gone or changed size.
+
+What it cannot see: an image rewritten at the same size; an edit inside a grown text file's
+committed bytes that keeps a line end at the committed size (the bytes are not hashed: that
+would read every input again).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+import json
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
 from pipeline.errors import UsageError
+from transforms.images.labels import label_problem, sorted_labels
 from transforms.records import WorkUnit
 from transforms.resume import STATE_NAME
 from transforms.tabular.byte_ranges import RangeReader, TextDialect, count_range
 
-__all__ = ["check_appendable", "numbered_after", "uncovered_units"]
+__all__ = ["LISTING_NAME", "check_appendable", "extended_labels", "image_items", "new_images",
+           "numbered_after", "read_listing", "uncovered_units"]
+
+#: The side file of an image tree converted with --append: [[relative path, size], ...].
+LISTING_NAME = "image_listing.json"
 
 _GROWABLE = ("csv", "tsv", "jsonl")
 _REDO = "convert into a new --output, or again with --overwrite"
@@ -107,3 +120,64 @@ def numbered_after(units: Sequence[WorkUnit], more: Sequence[WorkUnit]) -> list[
     """`units` then `more`, renumbered after the last of `units` (batch keys stay unique)."""
     start = max((unit.index for unit in units), default=-1) + 1
     return [*units, *(dataclasses.replace(unit, index=start + i) for i, unit in enumerate(more))]
+
+
+def image_items(units: Iterable[WorkUnit], source: Any) -> Iterator[dict]:
+    """The planned items of `units`: their own, or read by the plan's `source`."""
+    for unit in units:
+        yield from (unit.extra or {}).get("items") or source.items(unit)
+
+
+def extended_labels(units: Sequence[WorkUnit], source: Any, labels: Sequence[str],
+                    extend: bool) -> tuple[str, ...] | None:
+    """The committed `labels` followed by the new ones the items of `units` use (sorted as
+    the planner sorts a label map), None when they use none; refused unless `extend`."""
+    if source is not None and hasattr(source, "survey"):  # a manifest read in the workers
+        texts = {text for unit in units for text in source.survey(unit).label_texts}
+    else:
+        texts = {item["text"] for item in image_items(units, source)
+                 if (item["reject"] or ("",))[0] == "unknown_label"}
+    new = sorted_labels(text for text in texts - set(labels) if label_problem(text) is None)
+    if new and not extend:
+        raise UsageError(f"label {new[0]!r}{f' (and {len(new) - 1} more)' if len(new) > 1 else ''} "
+                         f"is not in the committed label map, whose indices an append keeps",
+                         hint="give --extend-labels to number new labels after the committed ones")
+    return (*labels, *new) if new else None
+
+
+def read_listing(output: str, committed: Mapping[str, Any]) -> dict[str, int | None]:
+    """{relative path: size} of the images the committed tree conversion listed."""
+    if LISTING_NAME not in (committed.get("files") or {}):
+        raise UsageError(f"{output} was converted without --append, so the image listing an "
+                         f"append compares with ({LISTING_NAME}) was not written",
+                         hint=f"convert the first generation with --append too: {_REDO}")
+    with FileSystems.open(f"{output.rstrip('/')}/{LISTING_NAME}") as f:
+        return {name: size for name, size in json.loads(f.read())}
+
+
+def new_images(units: Sequence[WorkUnit], source: Any, committed: Mapping[str, int | None] | None,
+               per_unit: int) -> tuple[list[WorkUnit], bytes]:
+    """(units of `per_unit` items each of the files of a tree's `units` that `committed`
+    lacks, the listing of every file as `LISTING_NAME`); refuses a committed file that is
+    gone or changed size. `committed` None: the first generation (no units: its own)."""
+    listing, new = [], []
+    for item in image_items(units, source):
+        listing.append([item["filename"], item["size"]])
+        if committed is None:
+            continue
+        if item["filename"] not in committed:
+            new.append(item)
+        elif committed[item["filename"]] != item["size"]:
+            raise UsageError(f"image {item['uri']} changed since it was converted "
+                             f"({committed[item['filename']]} bytes then, {item['size']} now)",
+                             hint=f"put new images in new files, or {_REDO}")
+    gone = sorted(set(committed or ()) - {name for name, _ in listing})
+    if gone:
+        raise UsageError(f"image {gone[0]}{f' (and {len(gone) - 1} more)' if len(gone) > 1 else ''} "
+                         f"was converted into the committed output and is gone: an append only adds",
+                         hint=f"restore it, or {_REDO}")
+    roots = list(getattr(source, "roots", ()))
+    chunks = [new[i:i + per_unit] for i in range(0, len(new), per_unit)]
+    return ([WorkUnit(source.root, i, paths=tuple(item["uri"] for item in chunk),
+                      extra={"items": chunk, "allowed_roots": roots}) for i, chunk in enumerate(chunks)],
+            json.dumps(sorted(listing)).encode("utf-8"))

@@ -12,7 +12,15 @@ import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from pipeline.appending import check_appendable, numbered_after, uncovered_units
+from pipeline.appending import (
+    LISTING_NAME,
+    check_appendable,
+    extended_labels,
+    new_images,
+    numbered_after,
+    read_listing,
+    uncovered_units,
+)
 from pipeline.errors import UsageError
 from pipeline.graph import ConversionPlan
 from pipeline.options import IMAGE_FORMATS, TABULAR_FORMATS, ConvertOptions, output_options
@@ -76,8 +84,6 @@ def _fingerprint(options: dict[str, Any], listing: list, spec_text: str,
 def _given_spec(conv: ConvertOptions) -> ConversionSpec | None:
     return load_spec(conv.spec) if conv.spec else None
 
-
-_REDO_HINT = "convert into a new --output, or again with --overwrite"
 
 #: How many input files `_check_input_formats` sniffs (the first ones, in plan order).
 _SNIFFED_FILES = 8
@@ -223,22 +229,32 @@ def _allowed_roots(conv: ConvertOptions) -> list[str] | None:
     return [root.strip() for root in conv.allowed_roots.split(",") if root.strip()]
 
 
-def _plan_images(conv: ConvertOptions, input_path: str, output: str) -> ConversionPlan:
+def _plan_images(conv: ConvertOptions, input_path: str, output: str,
+                 committed: dict[str, Any] | None) -> ConversionPlan:
     from transforms.images.convert import ConvertImages
     from transforms.images.paths import default_allowed_roots
-    from transforms.images.plan import plan_image_folder, plan_image_manifest
+    from transforms.images.plan import DEFAULT_IMAGES_PER_UNIT, plan_image_folder, plan_image_manifest
+    from transforms.tabular.split_units import text_dialect
 
     config = _image_config(conv)
+    # An append plans with the committed label map, then with it extended (`extended_labels`).
+    labels = (tuple(committed.get("labels") or ()) or None) if committed else conv.labels_file
+    spec, side_files = None, {}
     if conv.format == "image-folder":
         if _within(output, input_path):
             raise UsageError(f"--output {output} is inside the folder tree --input {input_path}, "
                              f"whose next run would read the output as input: write the output "
                              f"to a folder of its own")
-        plan = plan_image_folder(input_path, allowed_roots=_allowed_roots(conv),
-                                 labels=conv.labels_file)
-        # The walk that planned the tree digested its listing: no second listing is held.
-        listing: list = [["listing-sha256", plan.listing_digest]]
-        spec_text = ""
+
+        def plan_with(labels):
+            return plan_image_folder(input_path, allowed_roots=_allowed_roots(conv), labels=labels)
+
+        was = read_listing(output, committed) if committed else None
+
+        def uncovered(plan):  # and the tree's listing, the side file of the next append
+            units, side_files[LISTING_NAME] = new_images(plan.work_units, plan.source, was,
+                                                         DEFAULT_IMAGES_PER_UNIT)
+            return units
     else:
         listing = input_listing(input_path, conv.format)
         manifests = [path for path, _, _ in listing]
@@ -247,19 +263,49 @@ def _plan_images(conv: ConvertOptions, input_path: str, output: str) -> Conversi
             raise ValueError("--format image-manifest needs --image-column")
         if conv.labels_file and not conv.label_column:
             raise ValueError("--labels-file needs --label-column for --format image-manifest")
-        spec = _given_spec(conv)
+        if committed:  # the committed spec: its extra features, splits and split key
+            spec = ConversionSpec.from_dict(committed["spec"]) if committed.get("spec") else None
+        else:
+            spec = _given_spec(conv)
         # Default: each manifest's folder tree and every gs:// bucket on the command line.
         roots = _allowed_roots(conv) or list(dict.fromkeys(
             root for path in manifests or [input_path]
             for root in default_allowed_roots(path, [output, conv.spec or ""])))
-        plan = plan_image_manifest(
-            input_path, conv.image_column, conv.label_column, conv.split_column, spec, roots,
-            labels=conv.labels_file,
-        )
+
+        def plan_with(labels):
+            return plan_image_manifest(input_path, conv.image_column, conv.label_column,
+                                       conv.split_column, spec, roots, labels=labels)
+
+        def uncovered(plan):
+            rows = plan.source  # None: read on the launcher (compressed), which cannot grow
+            dialect = text_dialect(rows.fmt, rows.csv)[0] if rows is not None else None
+            units, grown = uncovered_units(plan.work_units, committed.get("inputs") or (), listing,
+                                           rows.fmt if rows is not None else "compressed", dialect)
+            return numbered_after(units, grown)
+    plan = plan_with(labels)
+    units = plan.work_units
+    if committed:  # an append: only what the committed output does not cover
+        units = uncovered(plan)
+        extended = extended_labels(units, plan.source, labels or (), conv.extend_labels)
+        if extended:
+            plan = plan_with(extended)
+            units = uncovered(plan)
+        plan = dataclasses.replace(plan, work_units=tuple(units))
+    if conv.format == "image-folder":
+        # The walk that planned the tree digested its listing: no second listing is held.
+        listing = [["listing-sha256", plan.listing_digest]]
+        spec_text = ""
+    else:
         spec_text = plan.extra_spec.to_yaml() if plan.extra_spec is not None else ""
     extra_files = plan.extra_files()
     if spec_text:
         extra_files["spec.yaml"] = spec_text.encode("utf-8")
+    if conv.format == "image-folder" and conv.append and not committed:
+        uncovered(plan)  # the first generation an append will compare with: its listing only
+    extra_files.update(side_files)
+    used = plan.extra_spec
+    if used is not None and spec is not None:
+        used = dataclasses.replace(used, splits=spec.splits, split_key=spec.split_key)
     options = _options_record(conv, input_path, output)
     return ConversionPlan(
         converter_label="ConvertImages",
@@ -270,6 +316,7 @@ def _plan_images(conv: ConvertOptions, input_path: str, output: str) -> Conversi
         manifest_metadata={
             "options": options,
             "labels": list(plan.labels),
+            **({"spec": used.to_dict()} if used is not None else {}),
             "fingerprint": _fingerprint(options, listing, spec_text, plan.labels),
         },
         summary={
@@ -303,8 +350,6 @@ def plan_conversion(conv: ConvertOptions, input_path: str, output: str,
         check_appendable(committed, output, _options_record(conv, input_path, output), conv.num_shards)
     if conv.format in TABULAR_FORMATS:
         return _plan_tabular(conv, input_path, output, cut_in_workers, committed)
-    if committed:
-        raise UsageError(f"--append does not take --format {conv.format} yet", hint=_REDO_HINT)
     if conv.format in IMAGE_FORMATS:
-        return _plan_images(conv, input_path, output)
+        return _plan_images(conv, input_path, output, committed)
     raise ValueError(f"unknown --format {conv.format!r}")

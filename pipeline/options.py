@@ -34,23 +34,9 @@ from transforms.stats.drift import FAIL_MODES as DRIFT_FAIL_MODES
 from transforms.stats.drift import PRESENCE_DROP, PSI_THRESHOLD
 from transforms.tabular.split_units import DEFAULT_WORK_UNIT_BYTES
 
-__all__ = [
-    "FORMATS",
-    "IMAGE_FORMATS",
-    "TABULAR_FORMATS",
-    "DEFAULT_LOG_LEVEL",
-    "REQUIRED_FLAGS",
-    "ConvertOptions",
-    "RaisingParser",
-    "check_arguments",
-    "command_line_path",
-    "fill_date_template",
-    "has_date_template",
-    "log_level_from",
-    "normalize_argv",
-    "output_options",
-    "parse_size",
-]
+__all__ = ["FORMATS", "IMAGE_FORMATS", "TABULAR_FORMATS", "DEFAULT_LOG_LEVEL", "REQUIRED_FLAGS",
+           "ConvertOptions", "RaisingParser", "check_arguments", "command_line_path", "fill_date_template",
+           "has_date_template", "log_level_from", "normalize_argv", "output_options", "parse_size"]
 
 DEFAULT_LOG_LEVEL = "WARNING"
 #: Any dead letter fails a run unless --max-error-rate allows it (BigQuery's max_bad_records

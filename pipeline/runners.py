@@ -47,18 +47,9 @@ from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions,
 
 from pipeline.quiet_logs import beam_worker_log_levels
 
-__all__ = [
-    "LOCAL_PARALLEL_MIN_BYTES",
-    "LOCAL_PARALLEL_MIN_IMAGE_BYTES",
-    "DaskCluster",
-    "RunnerError",
-    "check_runner_installed",
-    "check_runner_options",
-    "cluster_threads",
-    "dask_cluster",
-    "runner_for",
-    "workers_cut_large_files",
-]
+__all__ = ["LOCAL_PARALLEL_MIN_BYTES", "LOCAL_PARALLEL_MIN_IMAGE_BYTES", "DaskCluster", "RunnerError",
+           "check_runner_installed", "check_runner_options", "cluster_threads", "dask_cluster", "runner_for",
+           "workers_cut_large_files"]
 
 T = TypeVar("T")
 R = TypeVar("R")

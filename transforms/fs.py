@@ -18,21 +18,9 @@ from collections.abc import Iterable
 
 from apache_beam.io.filesystems import FileSystems
 
-__all__ = [
-    "cannot_list",
-    "delete",
-    "delete_tree",
-    "ensure_parent",
-    "join_path",
-    "input_pattern",
-    "literal",
-    "match",
-    "path_exists",
-    "sync_files",
-    "unreadable_folder",
-    "without_file_scheme",
-    "write_bytes_atomically",
-]
+__all__ = ["cannot_list", "delete", "delete_tree", "ensure_parent", "join_path", "input_pattern", "literal",
+           "match", "path_exists", "sync_files", "unreadable_folder", "without_file_scheme",
+           "write_bytes_atomically"]
 
 
 def unreadable_folder(folder: str, error: OSError) -> str:

@@ -16,13 +16,7 @@ import numpy as np
 import pyarrow as pa
 
 from transforms.stats.columns import feature_partial
-from transforms.stats.sketches import (
-    BatchStats,
-    FeaturePartial,
-    ImagePartial,
-    bytes_partial,
-    counted,
-)
+from transforms.stats.sketches import BatchStats, FeaturePartial, ImagePartial, bytes_partial, counted
 
 __all__ = ["ENCODED", "image_batch_stats"]
 

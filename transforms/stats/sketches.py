@@ -47,28 +47,10 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
-__all__ = [
-    "BYTES_DISPLAY_CHARS",
-    "COMPACTOR_K",
-    "EXACT_VALUES",
-    "BatchStats",
-    "BytesPartial",
-    "BytesTotal",
-    "FeaturePartial",
-    "FeatureTotal",
-    "HLL_LG_K",
-    "ImagePartial",
-    "ImageTotal",
-    "NumericPartial",
-    "NumericTotal",
-    "QuantileSummary",
-    "StatsTotal",
-    "bytes_partial",
-    "counted",
-    "merge_stats",
-    "numeric_partial",
-    "stats_enabled",
-]
+__all__ = ["BYTES_DISPLAY_CHARS", "COMPACTOR_K", "EXACT_VALUES", "BatchStats", "BytesPartial", "BytesTotal",
+           "FeaturePartial", "FeatureTotal", "HLL_LG_K", "ImagePartial", "ImageTotal", "NumericPartial",
+           "NumericTotal", "QuantileSummary", "StatsTotal", "bytes_partial", "counted", "merge_stats",
+           "numeric_partial", "stats_enabled"]
 
 #: Distinct values of a feature per split counted exactly (and the Misra-Gries counters beyond).
 EXACT_VALUES = 4096

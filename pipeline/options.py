@@ -47,13 +47,9 @@ DEFAULT_MAX_ERROR_RATE = 0.0
 REQUIRED_FLAGS = ("input", "format", "output")
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?i?b?)?\s*$", re.IGNORECASE)
-_UNITS = {
-    "": 1, "b": 1,
-    "k": 1000, "kb": 1000, "kib": 1024, "ki": 1024,
-    "m": 1000**2, "mb": 1000**2, "mib": 1024**2, "mi": 1024**2,
-    "g": 1000**3, "gb": 1000**3, "gib": 1024**3, "gi": 1024**3,
-    "t": 1000**4, "tb": 1000**4, "tib": 1024**4, "ti": 1024**4,
-}
+#: Unit -> bytes: k, kb = 1000; ki, kib = 1024; likewise m, g, t.
+_UNITS = {"": 1, "b": 1, **{f"{prefix}{suffix}": (1024 if "i" in suffix else 1000) ** power
+                            for power, prefix in enumerate("kmgt", 1) for suffix in ("", "b", "i", "ib")}}
 
 
 def parse_size(text: str | int) -> int:
@@ -157,13 +153,8 @@ def fill_date_template(path: str, run_date: datetime.date, span: int | None = No
                              f"are {' '.join(_PLACEHOLDERS)}")
     if span is None:
         span = (run_date - datetime.date(1970, 1, 1)).days
-    replacements = {
-        "{YYYY}": f"{run_date.year:04d}",
-        "{MM}": f"{run_date.month:02d}",
-        "{DD}": f"{run_date.day:02d}",
-        "{SPAN}": str(span),
-    }
-    for placeholder, value in replacements.items():
+    values = (f"{run_date.year:04d}", f"{run_date.month:02d}", f"{run_date.day:02d}", str(span))
+    for placeholder, value in zip(_PLACEHOLDERS, values, strict=True):
         path = path.replace(placeholder, value)
     return path
 
@@ -357,20 +348,14 @@ def _beam_flags(argv: Sequence[str]) -> dict[str, argparse.Action]:
     return flags
 
 
-def _convert_flags() -> RaisingParser:
-    """A parser of `convert`'s own flags (not Beam's) that raises `UsageError`."""
-    parser = RaisingParser(prog="tfrecord-pipeline convert", allow_abbrev=False, add_help=False)
-    ConvertOptions._add_argparse_args(parser)
-    return parser
-
-
 def check_arguments(argv: Sequence[str]) -> None:
     """Raises `UsageError` for an argument neither we nor Beam define, a flag of ours given
     twice, a flag value that does not parse, a stray positional argument (typically a glob
     the shell expanded), or a flag of ours the others make meaningless (`_check_combination`).
     Beam's own flags are Beam's to check (some are meant to repeat, as --experiments)."""
     known = _beam_flags(argv)
-    parser = _convert_flags()
+    parser = RaisingParser(prog="tfrecord-pipeline convert", allow_abbrev=False, add_help=False)
+    ConvertOptions._add_argparse_args(parser)
     ours = {option: action for action in parser._actions for option in action.option_strings}
     given: dict[str, str] = {}  # the destination of each flag of ours given -> its spelling
     expects_value = may_take_value = False
@@ -387,8 +372,14 @@ def check_arguments(argv: Sequence[str]) -> None:
                 hint = f" (did you mean {close[0]}?)" if close else ""
                 raise UsageError(f"unknown flag {name}{hint}",
                                  hint="'tfrecord-pipeline convert --help' lists the flags")
+            # A flag taking a value must not repeat (in any spelling): argparse would silently
+            # keep the last value. A switch (`--quiet`) may: saying it twice means the same.
             if name in ours:
-                _note_given(given, ours[name].dest, name, repeatable=action.nargs == 0)
+                dest = ours[name].dest
+                if dest in given and action.nargs != 0:
+                    also = "" if given[dest] == name else f" (also as {given[dest]})"
+                    raise UsageError(f"{name} is given twice{also}", hint="give each flag once")
+                given[dest] = name
             expects_value = "=" not in arg and action.nargs not in (0, "?")
             may_take_value = "=" not in arg and action.nargs == "?"  # --fail-on-drift [MODE]
             continue
@@ -398,16 +389,6 @@ def check_arguments(argv: Sequence[str]) -> None:
     values = parser.parse_known_args(list(argv))[0]  # raises on a value that does not parse
     for flag in given.values():
         _check_combination(flag, ours[flag], values)
-
-
-def _note_given(given: dict[str, str], dest: str, flag: str, repeatable: bool) -> None:
-    """Records `flag` as given; raises `UsageError` when a flag taking a value was given
-    before (in any spelling): argparse would silently keep the last value. A switch
-    (`--quiet`) may repeat: saying it twice means the same."""
-    if dest in given and not repeatable:
-        also = "" if given[dest] == flag else f" (also as {given[dest]})"
-        raise UsageError(f"{flag} is given twice{also}", hint="give each flag once")
-    given[dest] = flag
 
 
 def _check_combination(flag: str, action: argparse.Action, values: argparse.Namespace) -> None:

@@ -78,7 +78,7 @@ def forked_map(fn: Callable[[T], Iterable[R]], items: Iterable[T], processes: in
     items = list(items)
     if processes <= 1 or len(items) <= 1 or not fork_available():
         return _in_process(fn, items)
-    return _ForkedMap(fn, items, min(processes, len(items)), max_buffered_bytes)
+    return _ForkedMap(items, max_buffered_bytes).results(fn, min(processes, len(items)))
 
 
 def _in_process(fn: Callable[[T], Iterable[R]], items: list[T]) -> Iterator[R]:
@@ -162,24 +162,15 @@ class _Child:
         self.ended = False  # its result pipe reached end of file
 
 
-class _ForkedMap(Iterator):
-    """The iterator `forked_map` returns when it forks."""
+class _ForkedMap:
+    """The children `forked_map` forks, and the parent's side of their pipes."""
 
-    def __init__(self, fn: Callable, items: list, processes: int, max_buffered_bytes: int):
+    def __init__(self, items: list, max_buffered_bytes: int):
         self._items = items
         self._max_buffered = max(1, max_buffered_bytes)
         self._next_item = 0
         self._children: list[_Child] = []
         self._owner: dict[int, _Child] = {}
-        try:
-            for _ in range(processes):
-                self._children.append(self._fork(fn))
-            for child in self._children:
-                self._assign(child)
-        except BaseException:
-            self._shutdown()
-            raise
-        self._results = self._generate()
 
     def _fork(self, fn: Callable) -> _Child:
         task_read, task_write = os.pipe()
@@ -213,19 +204,15 @@ class _ForkedMap(Iterator):
         else:
             _write_all(child.task_fd, _TASK.pack(_NO_MORE_ITEMS))
 
-    def __next__(self):
-        return next(self._results)
-
-    def close(self) -> None:
-        """Stops the children (killing any still working) and reaps them."""
-        self._results.close()
-        self._shutdown()
-
-    def __del__(self):
-        self._shutdown()
-
-    def _generate(self) -> Iterator:
+    def results(self, fn: Callable, processes: int) -> Iterator:
+        """The results in item order. The children are forked at the first `next`; closing
+        the generator (or its end, or its garbage collection) kills any still working and
+        reaps them."""
         try:
+            for _ in range(processes):
+                self._children.append(self._fork(fn))
+            for child in self._children:
+                self._assign(child)
             for index in range(len(self._items)):
                 child = self._owner[index]
                 while True:
@@ -295,7 +282,7 @@ class _ForkedMap(Iterator):
         return f"(pid {pid}) exited with status {os.WEXITSTATUS(status)}"
 
     def _shutdown(self) -> None:
-        for child in getattr(self, "_children", ()):
+        for child in self._children:
             for fd in (child.task_fd, child.result_fd):
                 if fd >= 0:
                     try:

@@ -172,30 +172,24 @@ def write_bytes_atomically(path: str, data: bytes) -> None:
         return
     ensure_parent(path)
     temporary = f"{path}.partial"
+    local = "://" not in path
     try:
-        _write_and_rename(temporary, path, data)
+        if local:
+            with open(temporary, "wb") as handle:
+                handle.write(data)
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.replace(temporary, path)
+            _fsync_path(os.path.dirname(os.path.abspath(path)), directory=True)
+        else:
+            with FileSystems.create(temporary) as handle:
+                handle.write(data)
+            if FileSystems.exists(path):
+                delete([path])
+            FileSystems.rename([temporary], [path])
     except BaseException:
         # A failed write (`path` a folder, a full disk, an interrupt) leaves nothing behind;
         # a folder of that name is not ours (the write could not have created it).
-        local = "://" not in temporary
         if os.path.isfile(temporary) if local else FileSystems.exists(temporary):
             delete([temporary])
         raise
-
-
-def _write_and_rename(temporary: str, path: str, data: bytes) -> None:
-    """`write_bytes_atomically` past the object-store case: `data` to `temporary`, renamed
-    to `path`."""
-    if "://" not in path:
-        with open(temporary, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temporary, path)
-        _fsync_path(os.path.dirname(os.path.abspath(path)), directory=True)
-        return
-    with FileSystems.create(temporary) as handle:
-        handle.write(data)
-    if FileSystems.exists(path):
-        delete([path])
-    FileSystems.rename([temporary], [path])

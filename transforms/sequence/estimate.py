@@ -101,16 +101,13 @@ def estimate_sequences(units: Sequence[WorkUnit], spec: ConversionSpec, fmt: str
     rows = sampled if exact else max(total_rows, sampled)
     rate = dead / sampled if sampled else 0.0
     rows_per_sequence = rows_written / sequences if sequences else 0.0
-    if exact:
-        estimated = sequences
-    else:
-        estimated = int(round(rows * (1 - rate) / rows_per_sequence)) if rows_per_sequence else 0
+    estimated = sequences if exact else (
+        int(round(rows * (1 - rate) / rows_per_sequence)) if rows_per_sequence else 0)
     bytes_per_sequence = size / sequences if sequences else 0.0
     output_bytes = int(round(estimated * bytes_per_sequence * compression_ratio))
-    shards = {}
-    for name in assigner.names:
-        share = per_split[name] / size if size else 1 / len(assigner.names)
-        shards[name] = num_shards or max(1, math.ceil(output_bytes * share / max_shard_bytes))
+    shares = {name: per_split[name] / size if size else 1 / len(assigner.names) for name in assigner.names}
+    shards = {name: num_shards or max(1, math.ceil(output_bytes * share / max_shard_bytes))
+              for name, share in shares.items()}
     return SequenceEstimate(sampled_rows=sampled, rows=rows, sampled_sequences=sequences,
                             rows_per_sequence=rows_per_sequence, sequences=estimated, exact=exact,
                             dead_letter_rate=rate, bytes_per_sequence=bytes_per_sequence,

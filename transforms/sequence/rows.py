@@ -129,23 +129,6 @@ def _source_missing(chunk: Chunk, column: str) -> np.ndarray:
     return np.asarray(values.is_null(), bool)
 
 
-def _group_keys(chunk: Chunk, spec: ConversionSpec) -> tuple[pa.Array, np.ndarray]:
-    """Each row's group key bytes (joined like split keys), and which rows miss a value."""
-    missing = np.zeros(chunk.num_rows, bool)
-    for column in spec.sequence.group_by:
-        missing |= _source_missing(chunk, column)
-    return split_keys(chunk, spec.sequence.group_by), missing
-
-
-def _order_missing(values: pa.Array | None, num_rows: int) -> np.ndarray:
-    if values is None:
-        return np.zeros(num_rows, bool)
-    missing = np.asarray(values.is_null(), bool)
-    if pa.types.is_floating(values.type):
-        missing |= np.asarray(pc.fill_null(pc.is_nan(values), True), bool)
-    return missing
-
-
 def _splits_and_buckets(keys: pa.Array, assigner: SplitAssigner,
                         buckets: int) -> tuple[np.ndarray, np.ndarray]:
     """Each row's split index and bucket, computed once per distinct key of the chunk.
@@ -207,8 +190,16 @@ def _chunk_outputs(chunk: Chunk, spec: ConversionSpec, assigner: SplitAssigner,
     n = chunk.num_rows
     features = feature_columns(chunk, spec)
     values = {feature.name: column.values for feature, column in features}
-    keys, missing_key = _group_keys(chunk, spec)
-    missing_order = _order_missing(values.get(spec.sequence.order_by), n)
+    keys = split_keys(chunk, spec.sequence.group_by)  # group key bytes, joined like split keys
+    missing_key = np.zeros(n, bool)
+    for column in spec.sequence.group_by:
+        missing_key |= _source_missing(chunk, column)
+    missing_order = np.zeros(n, bool)
+    order = values.get(spec.sequence.order_by)
+    if order is not None:
+        missing_order |= np.asarray(order.is_null(), bool)
+        if pa.types.is_floating(order.type):
+            missing_order |= np.asarray(pc.fill_null(pc.is_nan(order), True), bool)
     bad = _bad_rows(chunk, spec, features, missing_key, missing_order)
     splits, bucket = _splits_and_buckets(keys, assigner, buckets)
     names = assigner.names

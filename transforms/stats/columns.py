@@ -62,11 +62,8 @@ def feature_partial(name: str, kind: str, values: pa.Array | pa.ChunkedArray) ->
     if not records:
         return None
     flat, per_record = _flat_values(values)
-    if per_record is None:
-        low = high = 1
-        total = records
-    else:
-        low, high, total = int(per_record.min()), int(per_record.max()), int(per_record.sum())
+    low, high, total = (1, 1, records) if per_record is None else (
+        int(per_record.min()), int(per_record.max()), int(per_record.sum()))
     numeric = bytes_part = None
     if kind == "bytes":
         if pa.types.is_fixed_size_binary(flat.type):
@@ -75,12 +72,10 @@ def feature_partial(name: str, kind: str, values: pa.Array | pa.ChunkedArray) ->
         counts = pc.value_counts(flat)
         bytes_part = bytes_partial(lengths, display_texts(counts.field("values")),
                                    counts.field("counts").to_numpy(zero_copy_only=False))
-    elif kind == "int64":
-        numeric = numeric_partial(np.asarray(flat.to_numpy(zero_copy_only=False), dtype=np.int64),
-                                  integral=True)
-    else:  # float: the float32 values an Example stores
-        numbers = np.asarray(flat.to_numpy(zero_copy_only=False), dtype=np.float32)
-        numeric = numeric_partial(numbers, integral=False)
+    else:  # int64, or float: the float32 values an Example stores
+        integral = kind == "int64"
+        numbers = np.asarray(flat.to_numpy(zero_copy_only=False), dtype=np.int64 if integral else np.float32)
+        numeric = numeric_partial(numbers, integral)
     return FeaturePartial(name, kind, records, low, high, total, numeric, bytes_part)
 
 

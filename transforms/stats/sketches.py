@@ -505,10 +505,9 @@ class StatsTotal:
 
     def add(self, stats: BatchStats) -> None:
         for part in stats.features:
-            total = self.features.get(part.name)
-            if total is None:
-                total = self.features[part.name] = FeatureTotal(part.name, part.kind)
-            total.add(part)
+            if part.name not in self.features:
+                self.features[part.name] = FeatureTotal(part.name, part.kind)
+            self.features[part.name].add(part)
         if stats.images is not None:
             self.images = self.images or ImageTotal()
             self.images.add(stats.images)

@@ -14,7 +14,8 @@ import difflib
 import functools
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from apache_beam.options.pipeline_options import PipelineOptions
 
@@ -68,11 +69,31 @@ def parse_size(text: str | int) -> int:
     return size
 
 
-def _run_date(text: str) -> datetime.date:
-    try:
-        return datetime.date.fromisoformat(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"--run-date must be YYYY-MM-DD, got {text!r}") from None
+def _flag_type(parse: Callable[[str], Any], invalid: str, accept: Callable[[Any], bool] | None = None,
+               out_of_range: str = "") -> Callable[[str], Any]:
+    """An argparse `type`: `parse(text)`, refused with the one line `invalid` when it raises
+    ValueError, or `out_of_range` when `accept` refuses the value (both formatted with `text`)."""
+
+    def convert(text: str):
+        try:
+            value = parse(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(invalid.format(text=text)) from None
+        if accept is not None and not accept(value):
+            raise argparse.ArgumentTypeError(out_of_range.format(text=text))
+        return value
+
+    return convert
+
+
+_run_date = _flag_type(datetime.date.fromisoformat, "--run-date must be YYYY-MM-DD, got {text!r}")
+_rate = _flag_type(float, "--max-error-rate must be a number, got {text!r}", lambda value: 0 <= value <= 1,
+                   "--max-error-rate must be within [0, 1], got {text}")
+_integer = _flag_type(int, "expected an integer, got {text!r}")
+_positive_int = _flag_type(int, "expected an integer, got {text!r}", lambda value: value >= 1,
+                           "expected a positive integer, got {text}")
+_non_negative_int = _flag_type(int, "expected an integer, got {text!r}", lambda value: value >= 0,
+                               "expected 0 or a positive integer, got {text}")
 
 
 def _resize(text: str) -> tuple[int, int]:
@@ -82,42 +103,11 @@ def _resize(text: str) -> tuple[int, int]:
     return int(match.group(1)), int(match.group(2))
 
 
-def _rate(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"--max-error-rate must be a number, got {text!r}") from None
-    if not 0 <= value <= 1:
-        raise argparse.ArgumentTypeError(f"--max-error-rate must be within [0, 1], got {text}")
-    return value
-
-
-def _integer(text: str) -> int:
-    try:
-        return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-
-
 def _compression_level(text: str) -> int:
     try:
         return check_level(_integer(text))
     except ValueError as error:
         raise argparse.ArgumentTypeError(str(error)) from None
-
-
-def _positive_int(text: str) -> int:
-    value = _integer(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text}")
-    return value
-
-
-def _non_negative_int(text: str) -> int:
-    value = _integer(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected 0 or a positive integer, got {text}")
-    return value
 
 
 def command_line_path(path: str) -> str:

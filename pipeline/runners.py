@@ -110,13 +110,13 @@ def check_runner_options(options: PipelineOptions, no_wait: bool = False) -> Non
     once the client that submitted them disconnects.
     """
     name = _runner_name(options)
-    if no_wait and (name in _LOCAL_NAMES or name in _DASK_NAMES):
-        where = ("the local runner runs the job in this process" if name in _LOCAL_NAMES
-                 else "Dask cancels a job when the command that submitted it exits")
-        raise RunnerError(f"--no-wait needs a runner whose job outlives this command; {where}",
-                          hint="drop --no-wait, or submit to DataflowRunner (or a Flink/Spark "
-                               "job server)")
     if name in _LOCAL_NAMES or name in _DASK_NAMES:
+        if no_wait:
+            where = ("the local runner runs the job in this process" if name in _LOCAL_NAMES
+                     else "Dask cancels a job when the command that submitted it exits")
+            raise RunnerError(f"--no-wait needs a runner whose job outlives this command; {where}",
+                              hint="drop --no-wait, or submit to DataflowRunner (or a Flink/Spark "
+                                   "job server)")
         return
     from apache_beam.options.pipeline_options_validator import PipelineOptionsValidator
     from apache_beam.runners.runner import create_runner

@@ -128,16 +128,6 @@ class _Held:
         self.starts = np.flatnonzero(np.concatenate([[True], code[1:] != code[:-1]]))
         self.sizes = np.diff(np.append(self.starts, code.size))
 
-    def letters(self, positions: np.ndarray, reason: str, message: str, split_names,
-                **details) -> Iterator[tuple[int, bytes]]:
-        """(split, dead letter) of the steps at sorted `positions`."""
-        for p in positions.tolist():
-            i = int(self.perm[p])
-            split = int(self.splits[i])
-            yield split, dead_letter(source=self.sources[self.source[i]], reason=reason,
-                                     message=message, split=split_names[split],
-                                     row=int(self.rows[i]), **details)
-
 
 def _varying(held: _Held, spec: ConversionSpec, checked: np.ndarray) -> dict[int, str]:
     """Group -> the first context feature (spec order) varying in it, for `checked` groups.
@@ -173,8 +163,12 @@ def assemble_rows(fragments: Sequence[SequenceRows], spec: ConversionSpec,
     letters: list[tuple[int, int, bytes]] = []  # (group, split, letter)
 
     def add(group: int, positions: np.ndarray, reason: str, message: str, **details) -> None:
-        for split, letter in held.letters(positions, reason, message, split_names, **details):
-            letters.append((group, split, letter))
+        """Dead letters of the steps at sorted `positions` of `group`."""
+        for i in held.perm[positions].tolist():
+            split = int(held.splits[i])
+            letters.append((group, split, dead_letter(
+                source=held.sources[held.source[i]], reason=reason, message=message,
+                split=split_names[split], row=int(held.rows[i]), **details)))
 
     too_large = sizes > sequence.max_group_rows
     for g in np.flatnonzero(too_large).tolist():

@@ -11,8 +11,8 @@
   units larger than `LOCAL_PARALLEL_MIN_BYTES` (images: `LOCAL_PARALLEL_MIN_IMAGE_BYTES`)
   runs in `multi_processing` mode with one worker per core, because a worker process costs
   seconds to start (it imports Beam). Explicit `--direct_running_mode` /
-  `--direct_num_workers` always win.
-  `multi_threading` was seen to lose elements in Beam 2.77 and is refused.
+  `--direct_num_workers` always win. `multi_threading` was seen to lose elements in Beam
+  2.77 and is refused.
 * `--runner dask`: Beam's DaskRunner on the scheduler at `--dask_client_address`, or on a
   `dask.distributed.LocalCluster` started (and stopped) for the run. The DaskRunner puts up
   to 128 elements of a `beam.Create` in one bag partition, so a plan of 8 work units ran on
@@ -25,11 +25,7 @@
 * Anything else (DataflowRunner, FlinkRunner, SparkRunner, PortableRunner, ...) is passed
   to Beam unchanged. `DataflowRunner` needs the `dataflow` extra (Beam's gcp extra, with the
   Dataflow client), which the default install leaves out because importing it costs every
-  local run ~0.25 s.
-
-`check_runner_installed` names the extra a runner is missing (`dask`, `dataflow`) before
-anything is read or written.
-
+  local run ~0.25 s (`check_runner_installed` names a missing extra before anything is read).
 """
 
 from __future__ import annotations

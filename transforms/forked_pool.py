@@ -27,6 +27,7 @@ Beam-free.
 from __future__ import annotations
 
 import collections
+import contextlib
 import gc
 import logging
 import os
@@ -89,12 +90,10 @@ def _in_process(fn: Callable[[T], Iterable[R]], items: list[T]) -> Iterator[R]:
 def _widen(pipe_fd: int) -> None:
     """Grows a pipe from 64 KiB to 1 MiB where allowed: results are megabytes, and each
     64 KiB costs the parent a wake-up and a read."""
-    try:
+    with contextlib.suppress(AttributeError, OSError):  # not Linux, or above /proc/sys/fs/pipe-max-size
         import fcntl  # POSIX only, like fork
 
         fcntl.fcntl(pipe_fd, fcntl.F_SETPIPE_SZ, _PIPE_BYTES)
-    except (AttributeError, OSError):  # not Linux, or above /proc/sys/fs/pipe-max-size
-        pass
 
 
 def _write_all(fd: int, data) -> None:
@@ -285,22 +284,16 @@ class _ForkedMap:
         for child in self._children:
             for fd in (child.task_fd, child.result_fd):
                 if fd >= 0:
-                    try:
+                    with contextlib.suppress(OSError):
                         os.close(fd)
-                    except OSError:
-                        pass
             child.task_fd = child.result_fd = -1
             if child.pid:
                 if child.assigned and not child.ended:
-                    try:
+                    with contextlib.suppress(ProcessLookupError):
                         os.kill(child.pid, signal.SIGKILL)
-                    except ProcessLookupError:
-                        pass
-                try:
+                with contextlib.suppress(ChildProcessError):
                     _, status = os.waitpid(child.pid, 0)
                     if os.WIFEXITED(status) and os.WEXITSTATUS(status) and not child.assigned:
                         _LOG.warning("converter process %d exited with status %d after its "
                                      "last item", child.pid, os.WEXITSTATUS(status))
-                except ChildProcessError:
-                    pass
                 child.pid = 0

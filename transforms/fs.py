@@ -1,6 +1,4 @@
-"""Path and file helpers for any Beam filesystem (local, gs://, ...): joining, existence,
-matching and deleting exact paths, deleting a folder tree, creating parent folders, writing a
-small file atomically and durably, syncing local files to disk.
+"""Path and file helpers for any Beam filesystem (local, gs://, ...).
 
 Beam's `FileSystems.match` and its local `delete` take their arguments as glob patterns: a
 path of ours (an output folder may be named `out[1]`) goes through `literal` before a match
@@ -111,10 +109,8 @@ def delete(paths: Iterable[str]) -> None:
 
 
 def delete_tree(path: str) -> None:
-    """Deletes a folder and everything in it; on object stores, every object under the prefix.
-
-    A missing folder is not an error.
-    """
+    """Deletes a folder and everything in it (on object stores, every object under the
+    prefix); a missing folder is not an error."""
     if "://" in path:
         objects = match([literal(path.rstrip("/")) + "/**"])[0].metadata_list
         if objects:

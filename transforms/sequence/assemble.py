@@ -53,13 +53,6 @@ def _rank(array: pa.Array) -> np.ndarray:
     return rank[np.asarray(encoded.indices, np.int64)]
 
 
-def _sort_key(array: pa.Array) -> np.ndarray:
-    """The order_by values as a numpy sort key (no nulls: those rows are dead letters)."""
-    if pa.types.is_integer(array.type) or pa.types.is_floating(array.type):
-        return array.to_numpy(zero_copy_only=False)
-    return _rank(array)
-
-
 def _sort_order(keys: Sequence[np.ndarray]) -> np.ndarray:
     """The permutation sorting rows by `keys` (first key first), all int64 or float.
 
@@ -121,8 +114,11 @@ class _Held:
         self.splits = np.asarray(table.column(SPLIT_COLUMN).chunk(0), np.int64)
         self.columns = {name: table.column(name).chunk(0) for name in table.column_names}
         code = _rank(self.columns[KEY_COLUMN])
-        order_by = spec.sequence.order_by
-        order = [] if order_by is None else [_sort_key(self.columns[order_by])]
+        order = []  # the order_by values as a sort key (no nulls: those rows are dead letters)
+        if spec.sequence.order_by is not None:
+            values = self.columns[spec.sequence.order_by]
+            numeric = pa.types.is_integer(values.type) or pa.types.is_floating(values.type)
+            order.append(values.to_numpy(zero_copy_only=False) if numeric else _rank(values))
         self.perm = _sort_order([code, *order, self.source, self.rows])
         code = code[self.perm]
         self.starts = np.flatnonzero(np.concatenate([[True], code[1:] != code[:-1]]))

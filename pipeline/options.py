@@ -14,7 +14,8 @@ import difflib
 import functools
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from apache_beam.options.pipeline_options import PipelineOptions
 
@@ -34,23 +35,9 @@ from transforms.stats.drift import FAIL_MODES as DRIFT_FAIL_MODES
 from transforms.stats.drift import PRESENCE_DROP, PSI_THRESHOLD
 from transforms.tabular.split_units import DEFAULT_WORK_UNIT_BYTES
 
-__all__ = [
-    "FORMATS",
-    "IMAGE_FORMATS",
-    "TABULAR_FORMATS",
-    "DEFAULT_LOG_LEVEL",
-    "REQUIRED_FLAGS",
-    "ConvertOptions",
-    "RaisingParser",
-    "check_arguments",
-    "command_line_path",
-    "fill_date_template",
-    "has_date_template",
-    "log_level_from",
-    "normalize_argv",
-    "output_options",
-    "parse_size",
-]
+__all__ = ["FORMATS", "IMAGE_FORMATS", "TABULAR_FORMATS", "DEFAULT_LOG_LEVEL", "REQUIRED_FLAGS",
+           "ConvertOptions", "RaisingParser", "check_arguments", "command_line_path", "fill_date_template",
+           "has_date_template", "log_level_from", "normalize_argv", "output_options", "parse_size"]
 
 DEFAULT_LOG_LEVEL = "WARNING"
 #: Any dead letter fails a run unless --max-error-rate allows it (BigQuery's max_bad_records
@@ -61,13 +48,9 @@ DEFAULT_MAX_ERROR_RATE = 0.0
 REQUIRED_FLAGS = ("input", "format", "output")
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?i?b?)?\s*$", re.IGNORECASE)
-_UNITS = {
-    "": 1, "b": 1,
-    "k": 1000, "kb": 1000, "kib": 1024, "ki": 1024,
-    "m": 1000**2, "mb": 1000**2, "mib": 1024**2, "mi": 1024**2,
-    "g": 1000**3, "gb": 1000**3, "gib": 1024**3, "gi": 1024**3,
-    "t": 1000**4, "tb": 1000**4, "tib": 1024**4, "ti": 1024**4,
-}
+#: Unit -> bytes: k, kb = 1000; ki, kib = 1024; likewise m, g, t.
+_UNITS = {"": 1, "b": 1, **{f"{prefix}{suffix}": (1024 if "i" in suffix else 1000) ** power
+                            for power, prefix in enumerate("kmgt", 1) for suffix in ("", "b", "i", "ib")}}
 
 
 def parse_size(text: str | int) -> int:
@@ -86,11 +69,31 @@ def parse_size(text: str | int) -> int:
     return size
 
 
-def _run_date(text: str) -> datetime.date:
-    try:
-        return datetime.date.fromisoformat(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"--run-date must be YYYY-MM-DD, got {text!r}") from None
+def _flag_type(parse: Callable[[str], Any], invalid: str, accept: Callable[[Any], bool] | None = None,
+               out_of_range: str = "") -> Callable[[str], Any]:
+    """An argparse `type`: `parse(text)`, refused with the one line `invalid` when it raises
+    ValueError, or `out_of_range` when `accept` refuses the value (both formatted with `text`)."""
+
+    def convert(text: str):
+        try:
+            value = parse(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(invalid.format(text=text)) from None
+        if accept is not None and not accept(value):
+            raise argparse.ArgumentTypeError(out_of_range.format(text=text))
+        return value
+
+    return convert
+
+
+_run_date = _flag_type(datetime.date.fromisoformat, "--run-date must be YYYY-MM-DD, got {text!r}")
+_rate = _flag_type(float, "--max-error-rate must be a number, got {text!r}", lambda value: 0 <= value <= 1,
+                   "--max-error-rate must be within [0, 1], got {text}")
+_integer = _flag_type(int, "expected an integer, got {text!r}")
+_positive_int = _flag_type(int, "expected an integer, got {text!r}", lambda value: value >= 1,
+                           "expected a positive integer, got {text}")
+_non_negative_int = _flag_type(int, "expected an integer, got {text!r}", lambda value: value >= 0,
+                               "expected 0 or a positive integer, got {text}")
 
 
 def _resize(text: str) -> tuple[int, int]:
@@ -100,42 +103,11 @@ def _resize(text: str) -> tuple[int, int]:
     return int(match.group(1)), int(match.group(2))
 
 
-def _rate(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"--max-error-rate must be a number, got {text!r}") from None
-    if not 0 <= value <= 1:
-        raise argparse.ArgumentTypeError(f"--max-error-rate must be within [0, 1], got {text}")
-    return value
-
-
-def _integer(text: str) -> int:
-    try:
-        return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-
-
 def _compression_level(text: str) -> int:
     try:
         return check_level(_integer(text))
     except ValueError as error:
         raise argparse.ArgumentTypeError(str(error)) from None
-
-
-def _positive_int(text: str) -> int:
-    value = _integer(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text}")
-    return value
-
-
-def _non_negative_int(text: str) -> int:
-    value = _integer(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected 0 or a positive integer, got {text}")
-    return value
 
 
 def command_line_path(path: str) -> str:
@@ -171,13 +143,8 @@ def fill_date_template(path: str, run_date: datetime.date, span: int | None = No
                              f"are {' '.join(_PLACEHOLDERS)}")
     if span is None:
         span = (run_date - datetime.date(1970, 1, 1)).days
-    replacements = {
-        "{YYYY}": f"{run_date.year:04d}",
-        "{MM}": f"{run_date.month:02d}",
-        "{DD}": f"{run_date.day:02d}",
-        "{SPAN}": str(span),
-    }
-    for placeholder, value in replacements.items():
+    values = (f"{run_date.year:04d}", f"{run_date.month:02d}", f"{run_date.day:02d}", str(span))
+    for placeholder, value in zip(_PLACEHOLDERS, values, strict=True):
         path = path.replace(placeholder, value)
     return path
 
@@ -377,20 +344,14 @@ def _beam_flags(argv: Sequence[str]) -> dict[str, argparse.Action]:
     return flags
 
 
-def _convert_flags() -> RaisingParser:
-    """A parser of `convert`'s own flags (not Beam's) that raises `UsageError`."""
-    parser = RaisingParser(prog="tfrecord-pipeline convert", allow_abbrev=False, add_help=False)
-    ConvertOptions._add_argparse_args(parser)
-    return parser
-
-
 def check_arguments(argv: Sequence[str]) -> None:
     """Raises `UsageError` for an argument neither we nor Beam define, a flag of ours given
     twice, a flag value that does not parse, a stray positional argument (typically a glob
     the shell expanded), or a flag of ours the others make meaningless (`_check_combination`).
     Beam's own flags are Beam's to check (some are meant to repeat, as --experiments)."""
     known = _beam_flags(argv)
-    parser = _convert_flags()
+    parser = RaisingParser(prog="tfrecord-pipeline convert", allow_abbrev=False, add_help=False)
+    ConvertOptions._add_argparse_args(parser)
     ours = {option: action for action in parser._actions for option in action.option_strings}
     given: dict[str, str] = {}  # the destination of each flag of ours given -> its spelling
     expects_value = may_take_value = False
@@ -407,8 +368,14 @@ def check_arguments(argv: Sequence[str]) -> None:
                 hint = f" (did you mean {close[0]}?)" if close else ""
                 raise UsageError(f"unknown flag {name}{hint}",
                                  hint="'tfrecord-pipeline convert --help' lists the flags")
+            # A flag taking a value must not repeat (in any spelling): argparse would silently
+            # keep the last value. A switch (`--quiet`) may: saying it twice means the same.
             if name in ours:
-                _note_given(given, ours[name].dest, name, repeatable=action.nargs == 0)
+                dest = ours[name].dest
+                if dest in given and action.nargs != 0:
+                    also = "" if given[dest] == name else f" (also as {given[dest]})"
+                    raise UsageError(f"{name} is given twice{also}", hint="give each flag once")
+                given[dest] = name
             expects_value = "=" not in arg and action.nargs not in (0, "?")
             may_take_value = "=" not in arg and action.nargs == "?"  # --fail-on-drift [MODE]
             continue
@@ -418,16 +385,6 @@ def check_arguments(argv: Sequence[str]) -> None:
     values = parser.parse_known_args(list(argv))[0]  # raises on a value that does not parse
     for flag in given.values():
         _check_combination(flag, ours[flag], values)
-
-
-def _note_given(given: dict[str, str], dest: str, flag: str, repeatable: bool) -> None:
-    """Records `flag` as given; raises `UsageError` when a flag taking a value was given
-    before (in any spelling): argparse would silently keep the last value. A switch
-    (`--quiet`) may repeat: saying it twice means the same."""
-    if dest in given and not repeatable:
-        also = "" if given[dest] == flag else f" (also as {given[dest]})"
-        raise UsageError(f"{flag} is given twice{also}", hint="give each flag once")
-    given[dest] = flag
 
 
 def _check_combination(flag: str, action: argparse.Action, values: argparse.Namespace) -> None:

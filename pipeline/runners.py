@@ -11,8 +11,8 @@
   units larger than `LOCAL_PARALLEL_MIN_BYTES` (images: `LOCAL_PARALLEL_MIN_IMAGE_BYTES`)
   runs in `multi_processing` mode with one worker per core, because a worker process costs
   seconds to start (it imports Beam). Explicit `--direct_running_mode` /
-  `--direct_num_workers` always win.
-  `multi_threading` was seen to lose elements in Beam 2.77 and is refused.
+  `--direct_num_workers` always win. `multi_threading` was seen to lose elements in Beam
+  2.77 and is refused.
 * `--runner dask`: Beam's DaskRunner on the scheduler at `--dask_client_address`, or on a
   `dask.distributed.LocalCluster` started (and stopped) for the run. The DaskRunner puts up
   to 128 elements of a `beam.Create` in one bag partition, so a plan of 8 work units ran on
@@ -20,17 +20,12 @@
   cluster (unless `--dask_npartitions`/`--dask_partition_size` is given); a cluster at an
   address finds the record starts of large text files' byte ranges in tasks of its own
   before the run (`dask_cluster`, `workers_cut_large_files`), exactly where the launcher
-  would. Dask's
-  `dataframe.shuffle.method` is set to "tasks" for the run unless configured: the bag
-  groupby's default reaches "tasks" too, but only after importing dask.dataframe.
+  would. Dask's `dataframe.shuffle.method` is set to "tasks" for the run unless configured:
+  the bag groupby's default reaches "tasks" too, but only after importing dask.dataframe.
 * Anything else (DataflowRunner, FlinkRunner, SparkRunner, PortableRunner, ...) is passed
   to Beam unchanged. `DataflowRunner` needs the `dataflow` extra (Beam's gcp extra, with the
   Dataflow client), which the default install leaves out because importing it costs every
-  local run ~0.25 s.
-
-`check_runner_installed` names the extra a runner is missing (`dask`, `dataflow`) before
-anything is read or written.
-
+  local run ~0.25 s (`check_runner_installed` names a missing extra before anything is read).
 """
 
 from __future__ import annotations
@@ -41,27 +36,14 @@ import logging
 import os
 import re
 from collections.abc import Callable, Iterator, Sequence
-from typing import TypeVar
 
 from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, StandardOptions
 
 from pipeline.quiet_logs import beam_worker_log_levels
 
-__all__ = [
-    "LOCAL_PARALLEL_MIN_BYTES",
-    "LOCAL_PARALLEL_MIN_IMAGE_BYTES",
-    "DaskCluster",
-    "RunnerError",
-    "check_runner_installed",
-    "check_runner_options",
-    "cluster_threads",
-    "dask_cluster",
-    "runner_for",
-    "workers_cut_large_files",
-]
-
-T = TypeVar("T")
-R = TypeVar("R")
+__all__ = ["LOCAL_PARALLEL_MIN_BYTES", "LOCAL_PARALLEL_MIN_IMAGE_BYTES", "DaskCluster", "RunnerError",
+           "check_runner_installed", "check_runner_options", "cluster_threads", "dask_cluster", "runner_for",
+           "workers_cut_large_files"]
 
 #: Below this much input, a local run stays in one process (see the module docstring).
 #: Measured on 2 cores (GZIP, 8-32 CSV files): one process beat two worker processes at
@@ -124,13 +106,13 @@ def check_runner_options(options: PipelineOptions, no_wait: bool = False) -> Non
     once the client that submitted them disconnects.
     """
     name = _runner_name(options)
-    if no_wait and (name in _LOCAL_NAMES or name in _DASK_NAMES):
-        where = ("the local runner runs the job in this process" if name in _LOCAL_NAMES
-                 else "Dask cancels a job when the command that submitted it exits")
-        raise RunnerError(f"--no-wait needs a runner whose job outlives this command; {where}",
-                          hint="drop --no-wait, or submit to DataflowRunner (or a Flink/Spark "
-                               "job server)")
     if name in _LOCAL_NAMES or name in _DASK_NAMES:
+        if no_wait:
+            where = ("the local runner runs the job in this process" if name in _LOCAL_NAMES
+                     else "Dask cancels a job when the command that submitted it exits")
+            raise RunnerError(f"--no-wait needs a runner whose job outlives this command; {where}",
+                              hint="drop --no-wait, or submit to DataflowRunner (or a Flink/Spark "
+                                   "job server)")
         return
     from apache_beam.options.pipeline_options_validator import PipelineOptionsValidator
     from apache_beam.runners.runner import create_runner
@@ -203,7 +185,7 @@ class DaskCluster:
         """The worker threads of the cluster (1 when it cannot say)."""
         return sum(self._client.nthreads().values()) or 1
 
-    def map(self, fn: Callable[[T], R], items: Sequence[T]) -> list[R]:
+    def map(self, fn: Callable, items: Sequence) -> list:
         """`fn(item)` of each item, in order, each computed as a task on the cluster."""
         return self._client.gather(self._client.map(fn, list(items), pure=False))
 
@@ -274,21 +256,13 @@ def _local_runner(options: PipelineOptions, argv: Sequence[str], parallel: bool)
             "--direct_running_mode=multi_threading is refused: Beam 2.77 was seen to lose "
             "elements in that mode. Use multi_processing (the default here) or in_memory."
         )
-    mode_given = _explicit(argv, "--direct_running_mode")
     workers_given = _explicit(argv, "--direct_num_workers")
-    if not mode_given and not workers_given and not parallel:
-        direct.direct_running_mode = "in_memory"
-        direct.direct_num_workers = 1
-        return FnApiRunner()
-    if mode_given and direct.direct_running_mode == "in_memory":  # one process: one worker
-        if not workers_given:
-            direct.direct_num_workers = 1
-        return FnApiRunner()
-    if not mode_given:
-        direct.direct_running_mode = "multi_processing"
-    if not workers_given:
-        direct.direct_num_workers = os.cpu_count() or 1
-    return FnApiRunner(provision_info=_worker_provision(options))
+    if not _explicit(argv, "--direct_running_mode"):
+        direct.direct_running_mode = "multi_processing" if parallel or workers_given else "in_memory"
+    in_memory = direct.direct_running_mode == "in_memory"
+    if not workers_given:  # one process: one worker
+        direct.direct_num_workers = 1 if in_memory else os.cpu_count() or 1
+    return FnApiRunner() if in_memory else FnApiRunner(provision_info=_worker_provision(options))
 
 
 def _worker_provision(options: PipelineOptions):
@@ -344,48 +318,32 @@ def _dask_runner(options: PipelineOptions, argv: Sequence[str], work_units: int,
     check_runner_installed(options)
     import dask
 
-    _distributed()  # before the runner imports it
+    distributed = _distributed()  # before the runner imports it
+    from apache_beam.runners.dask.dask_runner import DaskOptions, DaskRunner
 
+    dask_options = options.view_as(DaskOptions)
+    sized = not any(_explicit(argv, flag) for flag in ("--dask_npartitions", "--dask_partition_size"))
     # The DaskRunner groups with a bag's groupby, whose default shuffle on a distributed
     # client is "tasks" after importing dask.dataframe (and pandas) to rule out "p2p",
     # which bags lack: 0.45 s of every launch. Say "tasks" (dask's public setting), unless
     # the user configured a method.
     unset = dask.config.get("dataframe.shuffle.method", None) is None
     with dask.config.set({"dataframe.shuffle.method": "tasks"} if unset else {}), \
-            _dask_runner_on_cluster(options, argv, work_units, threads) as runner:
-        yield runner
-
-
-@contextlib.contextmanager
-def _dask_runner_on_cluster(options: PipelineOptions, argv: Sequence[str], work_units: int,
-                            threads: int | None):
-    from apache_beam.runners.dask.dask_runner import DaskOptions, DaskRunner
-    dask_options = options.view_as(DaskOptions)
-    sized = not any(_explicit(argv, flag) for flag in ("--dask_npartitions", "--dask_partition_size"))
-    if _dask_address(options):
+            contextlib.ExitStack() as stack:
+        if not _dask_address(options):
+            threads = os.cpu_count() or 1
+            cluster = stack.enter_context(distributed.LocalCluster(
+                n_workers=threads, threads_per_worker=1, processes=True, host="127.0.0.1",
+                dashboard_address=None,
+                # The scheduler's HTTP server still starts, by default on port 8787, and warns
+                # when another run holds that port: an unused port of the system's choosing.
+                scheduler_kwargs={"dashboard": False, "dashboard_address": "127.0.0.1:0"},
+                # The workers print to our terminal: see `pipeline.quiet_logs`.
+                preload=["pipeline.quiet_logs"]))
+            dask_options.address = cluster.scheduler_address
+        elif sized and not threads:
+            with dask_cluster(options) as cluster:
+                threads = cluster.threads
         if sized:
-            if not threads:
-                with dask_cluster(options) as cluster:
-                    threads = cluster.threads
             dask_options.npartitions = dask_partitions(work_units, threads)
-        yield DaskRunner()
-        return
-    from dask.distributed import LocalCluster
-
-    workers = os.cpu_count() or 1
-    with LocalCluster(
-        n_workers=workers,
-        threads_per_worker=1,
-        processes=True,
-        host="127.0.0.1",
-        dashboard_address=None,
-        # The scheduler's HTTP server still starts, by default on port 8787, and warns when
-        # another run holds that port: an unused port of the system's choosing instead.
-        scheduler_kwargs={"dashboard": False, "dashboard_address": "127.0.0.1:0"},
-        # The workers print to our terminal: see `pipeline.quiet_logs`.
-        preload=["pipeline.quiet_logs"],
-    ) as cluster:
-        dask_options.address = cluster.scheduler_address
-        if sized:
-            dask_options.npartitions = dask_partitions(work_units, workers)
         yield DaskRunner()

@@ -20,15 +20,8 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-__all__ = [
-    "GENERATED_FILES",
-    "PINNED_GRPCIO_TOOLS",
-    "PINNED_PROTOC",
-    "PROTO_FILES",
-    "check",
-    "generate",
-    "main",
-]
+__all__ = ["GENERATED_FILES", "PINNED_GRPCIO_TOOLS", "PINNED_PROTOC", "PROTO_FILES", "check", "generate",
+           "main"]
 
 #: grpcio-tools release whose bundled protoc generated the checked-in code.
 PINNED_GRPCIO_TOOLS = "1.81.1"
@@ -43,9 +36,8 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 PROTO_FILES = ("protos/feature.proto", "protos/example.proto")
 
 #: Generated files, relative to REPO_ROOT.
-GENERATED_FILES = tuple(
-    f"{proto[: -len('.proto')]}_pb2{suffix}" for proto in PROTO_FILES for suffix in (".py", ".pyi")
-)
+GENERATED_FILES = tuple(f"{proto[: -len('.proto')]}_pb2{suffix}"
+                        for proto in PROTO_FILES for suffix in (".py", ".pyi"))
 
 
 class PinError(RuntimeError):
@@ -53,12 +45,8 @@ class PinError(RuntimeError):
 
 
 def _protoc(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "grpc_tools.protoc", *args],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    return subprocess.run([sys.executable, "-m", "grpc_tools.protoc", *args], capture_output=True, text=True,
+                          check=False)
 
 
 def check_pinned_protoc() -> None:
@@ -67,34 +55,24 @@ def check_pinned_protoc() -> None:
     try:
         installed = importlib.metadata.version("grpcio-tools")
     except importlib.metadata.PackageNotFoundError:
-        raise PinError(
-            f"grpcio-tools is not installed; protos are generated with grpcio-tools "
-            f"{PINNED_GRPCIO_TOOLS} (protoc {PINNED_PROTOC}); {hint}"
-        ) from None
+        raise PinError(f"grpcio-tools is not installed; protos are generated with grpcio-tools "
+                       f"{PINNED_GRPCIO_TOOLS} (protoc {PINNED_PROTOC}); {hint}") from None
     if installed != PINNED_GRPCIO_TOOLS:
-        raise PinError(
-            f"grpcio-tools {installed} is installed, but protos are generated only with the "
-            f"pinned grpcio-tools {PINNED_GRPCIO_TOOLS} (protoc {PINNED_PROTOC}); {hint}"
-        )
+        raise PinError(f"grpcio-tools {installed} is installed, but protos are generated only with the "
+                       f"pinned grpcio-tools {PINNED_GRPCIO_TOOLS} (protoc {PINNED_PROTOC}); {hint}")
     result = _protoc("--version")
     version = result.stdout.strip()
     if result.returncode != 0 or version != f"libprotoc {PINNED_PROTOC}":
-        raise PinError(
-            f"grpcio-tools {installed} reports protoc {version or result.stderr.strip()!r}, "
-            f"expected 'libprotoc {PINNED_PROTOC}'"
-        )
+        raise PinError(f"grpcio-tools {installed} reports protoc {version or result.stderr.strip()!r}, "
+                       f"expected 'libprotoc {PINNED_PROTOC}'")
 
 
 def generate(out_dir: Path) -> list[Path]:
     """Generate GENERATED_FILES under `out_dir` (which mirrors REPO_ROOT); returns their paths."""
     check_pinned_protoc()
     out_dir = Path(out_dir)
-    result = _protoc(
-        f"--proto_path={REPO_ROOT}",
-        f"--python_out={out_dir}",
-        f"--pyi_out={out_dir}",
-        *PROTO_FILES,
-    )
+    result = _protoc(f"--proto_path={REPO_ROOT}", f"--python_out={out_dir}", f"--pyi_out={out_dir}",
+                     *PROTO_FILES)
     if result.returncode != 0:
         raise RuntimeError(f"protoc failed (exit {result.returncode}):\n{result.stderr}")
     return [out_dir / name for name in GENERATED_FILES]
@@ -108,35 +86,25 @@ def check() -> list[str]:
         generate(Path(tmp))
         for name in GENERATED_FILES:
             fresh = (Path(tmp) / name).read_text().splitlines(keepends=True)
-            checked_in_path = REPO_ROOT / name
-            checked_in = (
-                checked_in_path.read_text().splitlines(keepends=True) if checked_in_path.exists() else []
-            )
-            diff.extend(
-                difflib.unified_diff(
-                    checked_in, fresh, fromfile=f"{name} (checked in)", tofile=f"{name} (fresh)"
-                )
-            )
+            checked_in = REPO_ROOT / name
+            old = checked_in.read_text().splitlines(keepends=True) if checked_in.exists() else []
+            diff.extend(difflib.unified_diff(old, fresh, fromfile=f"{name} (checked in)",
+                                             tofile=f"{name} (fresh)"))
     return diff
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m protos.regenerate", description=__doc__.split("\n")[0])
-    parser.add_argument(
-        "--check",
-        action="store_true",
-        help="do not write; exit 1 with a diff if the checked-in generated code is stale",
-    )
+    parser.add_argument("--check", action="store_true",
+                        help="do not write; exit 1 with a diff if the checked-in generated code is stale")
     args = parser.parse_args(argv)
     try:
         if args.check:
             diff = check()
             if diff:
                 sys.stdout.writelines(diff)
-                print(
-                    "\nprotos: checked-in generated code is stale; run `python -m protos.regenerate`",
-                    file=sys.stderr,
-                )
+                print("\nprotos: checked-in generated code is stale; run `python -m protos.regenerate`",
+                      file=sys.stderr)
                 return 1
             print(f"protos: generated code is up to date (protoc {PINNED_PROTOC})")
             return 0

@@ -27,6 +27,7 @@ Beam-free.
 from __future__ import annotations
 
 import collections
+import contextlib
 import gc
 import logging
 import os
@@ -78,7 +79,7 @@ def forked_map(fn: Callable[[T], Iterable[R]], items: Iterable[T], processes: in
     items = list(items)
     if processes <= 1 or len(items) <= 1 or not fork_available():
         return _in_process(fn, items)
-    return _ForkedMap(fn, items, min(processes, len(items)), max_buffered_bytes)
+    return _ForkedMap(items, max_buffered_bytes).results(fn, min(processes, len(items)))
 
 
 def _in_process(fn: Callable[[T], Iterable[R]], items: list[T]) -> Iterator[R]:
@@ -89,12 +90,10 @@ def _in_process(fn: Callable[[T], Iterable[R]], items: list[T]) -> Iterator[R]:
 def _widen(pipe_fd: int) -> None:
     """Grows a pipe from 64 KiB to 1 MiB where allowed: results are megabytes, and each
     64 KiB costs the parent a wake-up and a read."""
-    try:
+    with contextlib.suppress(AttributeError, OSError):  # not Linux, or above /proc/sys/fs/pipe-max-size
         import fcntl  # POSIX only, like fork
 
         fcntl.fcntl(pipe_fd, fcntl.F_SETPIPE_SZ, _PIPE_BYTES)
-    except (AttributeError, OSError):  # not Linux, or above /proc/sys/fs/pipe-max-size
-        pass
 
 
 def _write_all(fd: int, data) -> None:
@@ -162,24 +161,15 @@ class _Child:
         self.ended = False  # its result pipe reached end of file
 
 
-class _ForkedMap(Iterator):
-    """The iterator `forked_map` returns when it forks."""
+class _ForkedMap:
+    """The children `forked_map` forks, and the parent's side of their pipes."""
 
-    def __init__(self, fn: Callable, items: list, processes: int, max_buffered_bytes: int):
+    def __init__(self, items: list, max_buffered_bytes: int):
         self._items = items
         self._max_buffered = max(1, max_buffered_bytes)
         self._next_item = 0
         self._children: list[_Child] = []
         self._owner: dict[int, _Child] = {}
-        try:
-            for _ in range(processes):
-                self._children.append(self._fork(fn))
-            for child in self._children:
-                self._assign(child)
-        except BaseException:
-            self._shutdown()
-            raise
-        self._results = self._generate()
 
     def _fork(self, fn: Callable) -> _Child:
         task_read, task_write = os.pipe()
@@ -213,19 +203,15 @@ class _ForkedMap(Iterator):
         else:
             _write_all(child.task_fd, _TASK.pack(_NO_MORE_ITEMS))
 
-    def __next__(self):
-        return next(self._results)
-
-    def close(self) -> None:
-        """Stops the children (killing any still working) and reaps them."""
-        self._results.close()
-        self._shutdown()
-
-    def __del__(self):
-        self._shutdown()
-
-    def _generate(self) -> Iterator:
+    def results(self, fn: Callable, processes: int) -> Iterator:
+        """The results in item order. The children are forked at the first `next`; closing
+        the generator (or its end, or its garbage collection) kills any still working and
+        reaps them."""
         try:
+            for _ in range(processes):
+                self._children.append(self._fork(fn))
+            for child in self._children:
+                self._assign(child)
             for index in range(len(self._items)):
                 child = self._owner[index]
                 while True:
@@ -295,25 +281,19 @@ class _ForkedMap(Iterator):
         return f"(pid {pid}) exited with status {os.WEXITSTATUS(status)}"
 
     def _shutdown(self) -> None:
-        for child in getattr(self, "_children", ()):
+        for child in self._children:
             for fd in (child.task_fd, child.result_fd):
                 if fd >= 0:
-                    try:
+                    with contextlib.suppress(OSError):
                         os.close(fd)
-                    except OSError:
-                        pass
             child.task_fd = child.result_fd = -1
             if child.pid:
                 if child.assigned and not child.ended:
-                    try:
+                    with contextlib.suppress(ProcessLookupError):
                         os.kill(child.pid, signal.SIGKILL)
-                    except ProcessLookupError:
-                        pass
-                try:
+                with contextlib.suppress(ChildProcessError):
                     _, status = os.waitpid(child.pid, 0)
                     if os.WIFEXITED(status) and os.WEXITSTATUS(status) and not child.assigned:
                         _LOG.warning("converter process %d exited with status %d after its "
                                      "last item", child.pid, os.WEXITSTATUS(status))
-                except ChildProcessError:
-                    pass
                 child.pid = 0

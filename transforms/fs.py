@@ -1,6 +1,4 @@
-"""Path and file helpers for any Beam filesystem (local, gs://, ...): joining, existence,
-matching and deleting exact paths, deleting a folder tree, creating parent folders, writing a
-small file atomically and durably, syncing local files to disk.
+"""Path and file helpers for any Beam filesystem (local, gs://, ...).
 
 Beam's `FileSystems.match` and its local `delete` take their arguments as glob patterns: a
 path of ours (an output folder may be named `out[1]`) goes through `literal` before a match
@@ -18,21 +16,9 @@ from collections.abc import Iterable
 
 from apache_beam.io.filesystems import FileSystems
 
-__all__ = [
-    "cannot_list",
-    "delete",
-    "delete_tree",
-    "ensure_parent",
-    "join_path",
-    "input_pattern",
-    "literal",
-    "match",
-    "path_exists",
-    "sync_files",
-    "unreadable_folder",
-    "without_file_scheme",
-    "write_bytes_atomically",
-]
+__all__ = ["cannot_list", "delete", "delete_tree", "ensure_parent", "join_path", "input_pattern", "literal",
+           "match", "path_exists", "sync_files", "unreadable_folder", "without_file_scheme",
+           "write_bytes_atomically"]
 
 
 def unreadable_folder(folder: str, error: OSError) -> str:
@@ -123,10 +109,8 @@ def delete(paths: Iterable[str]) -> None:
 
 
 def delete_tree(path: str) -> None:
-    """Deletes a folder and everything in it; on object stores, every object under the prefix.
-
-    A missing folder is not an error.
-    """
+    """Deletes a folder and everything in it (on object stores, every object under the
+    prefix); a missing folder is not an error."""
     if "://" in path:
         objects = match([literal(path.rstrip("/")) + "/**"])[0].metadata_list
         if objects:
@@ -184,30 +168,24 @@ def write_bytes_atomically(path: str, data: bytes) -> None:
         return
     ensure_parent(path)
     temporary = f"{path}.partial"
+    local = "://" not in path
     try:
-        _write_and_rename(temporary, path, data)
+        if local:
+            with open(temporary, "wb") as handle:
+                handle.write(data)
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.replace(temporary, path)
+            _fsync_path(os.path.dirname(os.path.abspath(path)), directory=True)
+        else:
+            with FileSystems.create(temporary) as handle:
+                handle.write(data)
+            if FileSystems.exists(path):
+                delete([path])
+            FileSystems.rename([temporary], [path])
     except BaseException:
         # A failed write (`path` a folder, a full disk, an interrupt) leaves nothing behind;
         # a folder of that name is not ours (the write could not have created it).
-        local = "://" not in temporary
         if os.path.isfile(temporary) if local else FileSystems.exists(temporary):
             delete([temporary])
         raise
-
-
-def _write_and_rename(temporary: str, path: str, data: bytes) -> None:
-    """`write_bytes_atomically` past the object-store case: `data` to `temporary`, renamed
-    to `path`."""
-    if "://" not in path:
-        with open(temporary, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temporary, path)
-        _fsync_path(os.path.dirname(os.path.abspath(path)), directory=True)
-        return
-    with FileSystems.create(temporary) as handle:
-        handle.write(data)
-    if FileSystems.exists(path):
-        delete([path])
-    FileSystems.rename([temporary], [path])

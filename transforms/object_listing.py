@@ -52,7 +52,12 @@ def list_objects(folder: str, *, recursive: bool, first: str | None = None,
     """
     from google.api_core import exceptions
 
-    bucket, prefix = _bucket_and_prefix(folder)
+    bucket, _, path = folder[len("gs://"):].partition("/")
+    if not bucket:
+        raise ValueError(f"{folder} names no bucket")
+    # "path/in/it/", empty for a bucket's top. Nothing is stripped: object names may hold empty
+    # segments (`a//b`), whose folder `gs://bucket/a/` is another folder than `gs://bucket/a`.
+    prefix = path + "/" if path else ""
     query: dict = {"prefix": prefix, "fields": _FIELDS}
     if not recursive:
         query["delimiter"] = "/"
@@ -73,16 +78,6 @@ def list_objects(folder: str, *, recursive: bool, first: str | None = None,
     except (exceptions.Forbidden, exceptions.Unauthorized) as error:
         denied = PermissionError(errno.EACCES, f"permission denied ({error.code} {error.message})")
         raise ValueError(fs.unreadable_folder(folder, denied)) from error
-
-
-def _bucket_and_prefix(folder: str) -> tuple[str, str]:
-    """("bucket", "path/in/it/") of a gs:// folder; the prefix is empty for a bucket's top.
-    Nothing is stripped: object names may hold empty segments (`a//b`), whose folder
-    `gs://bucket/a/` is another folder than `gs://bucket/a`."""
-    bucket, _, path = folder[len("gs://"):].partition("/")
-    if not bucket:
-        raise ValueError(f"{folder} names no bucket")
-    return bucket, (path + "/" if path else "")
 
 
 _CLIENTS: dict[tuple, object] = {}

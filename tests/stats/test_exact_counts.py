@@ -16,7 +16,7 @@ from pipeline.cli import run
 from tests.helpers import in_memory_args
 from transforms.stats.columns import arrow_batch_stats
 from transforms.stats.document import SplitStats, stats_document
-from transforms.stats.sketches import EXACT_VALUES, merge_stats
+from transforms.stats.sketches import EXACT_VALUES, StatsTotal
 
 
 def _convert(source, output, *extra) -> int:
@@ -137,7 +137,10 @@ def test_merged_partials_give_one_document_however_the_input_is_cut():
                "s": ("bytes", [f"v{v}" for v in rng.integers(0, 700, 3000)])}
     whole = _document(_partials(columns, [0, 3000]))
     assert _document(_partials(columns, [0, 1, 999, 2000, 3000])) == whole
-    assert _document([merge_stats(_partials(columns, [0, 5, 3000]))]) == whole
+    merged = StatsTotal()  # as a writer merges the batches of its work units
+    for stats in _partials(columns, [0, 5, 3000]):
+        merged.add(stats)
+    assert _document([merged.partial()]) == whole
     assert _document(_partials(columns, [0, 17, 3000])[::-1]) == whole  # even in another order
 
 

@@ -53,13 +53,6 @@ def _rank(array: pa.Array) -> np.ndarray:
     return rank[np.asarray(encoded.indices, np.int64)]
 
 
-def _sort_key(array: pa.Array) -> np.ndarray:
-    """The order_by values as a numpy sort key (no nulls: those rows are dead letters)."""
-    if pa.types.is_integer(array.type) or pa.types.is_floating(array.type):
-        return array.to_numpy(zero_copy_only=False)
-    return _rank(array)
-
-
 def _sort_order(keys: Sequence[np.ndarray]) -> np.ndarray:
     """The permutation sorting rows by `keys` (first key first), all int64 or float.
 
@@ -121,22 +114,15 @@ class _Held:
         self.splits = np.asarray(table.column(SPLIT_COLUMN).chunk(0), np.int64)
         self.columns = {name: table.column(name).chunk(0) for name in table.column_names}
         code = _rank(self.columns[KEY_COLUMN])
-        order_by = spec.sequence.order_by
-        order = [] if order_by is None else [_sort_key(self.columns[order_by])]
+        order = []  # the order_by values as a sort key (no nulls: those rows are dead letters)
+        if spec.sequence.order_by is not None:
+            values = self.columns[spec.sequence.order_by]
+            numeric = pa.types.is_integer(values.type) or pa.types.is_floating(values.type)
+            order.append(values.to_numpy(zero_copy_only=False) if numeric else _rank(values))
         self.perm = _sort_order([code, *order, self.source, self.rows])
         code = code[self.perm]
         self.starts = np.flatnonzero(np.concatenate([[True], code[1:] != code[:-1]]))
         self.sizes = np.diff(np.append(self.starts, code.size))
-
-    def letters(self, positions: np.ndarray, reason: str, message: str, split_names,
-                **details) -> Iterator[tuple[int, bytes]]:
-        """(split, dead letter) of the steps at sorted `positions`."""
-        for p in positions.tolist():
-            i = int(self.perm[p])
-            split = int(self.splits[i])
-            yield split, dead_letter(source=self.sources[self.source[i]], reason=reason,
-                                     message=message, split=split_names[split],
-                                     row=int(self.rows[i]), **details)
 
 
 def _varying(held: _Held, spec: ConversionSpec, checked: np.ndarray) -> dict[int, str]:
@@ -173,8 +159,12 @@ def assemble_rows(fragments: Sequence[SequenceRows], spec: ConversionSpec,
     letters: list[tuple[int, int, bytes]] = []  # (group, split, letter)
 
     def add(group: int, positions: np.ndarray, reason: str, message: str, **details) -> None:
-        for split, letter in held.letters(positions, reason, message, split_names, **details):
-            letters.append((group, split, letter))
+        """Dead letters of the steps at sorted `positions` of `group`."""
+        for i in held.perm[positions].tolist():
+            split = int(held.splits[i])
+            letters.append((group, split, dead_letter(
+                source=held.sources[held.source[i]], reason=reason, message=message,
+                split=split_names[split], row=int(held.rows[i]), **details)))
 
     too_large = sizes > sequence.max_group_rows
     for g in np.flatnonzero(too_large).tolist():

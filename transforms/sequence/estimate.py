@@ -28,32 +28,18 @@ __all__ = ["SequenceEstimate", "estimate_sequences"]
 
 @dataclasses.dataclass(frozen=True)
 class SequenceEstimate:
-    """What --dry-run reports for a `sequence:` spec.
+    """What --dry-run reports for a `sequence:` spec."""
 
-    Attributes:
-      sampled_rows: input rows read for the estimate.
-      rows: input rows in total (the tabular estimate's count or extrapolation).
-      sampled_sequences: sequences (records) the sampled rows make.
-      rows_per_sequence: mean rows written per sampled sequence.
-      sequences: estimated records (SequenceExamples) in total.
-      exact: the whole input was sampled, so the counts are exact.
-      dead_letter_rate: fraction of sampled rows dead-lettered.
-      bytes_per_sequence: mean framed size of a sampled sequence, uncompressed.
-      output_bytes: estimated bytes of all shards (after compression, at the ratio measured on
-        the sample's rows).
-      shards: estimated shard count per split.
-    """
-
-    sampled_rows: int
-    rows: int
-    sampled_sequences: int
-    rows_per_sequence: float
-    sequences: int
-    exact: bool
-    dead_letter_rate: float
-    bytes_per_sequence: float
-    output_bytes: int
-    shards: dict[str, int]
+    sampled_rows: int  # input rows read for the estimate
+    rows: int  # input rows in total (the tabular estimate's count or extrapolation)
+    sampled_sequences: int  # sequences (records) the sampled rows make
+    rows_per_sequence: float  # mean rows written per sampled sequence
+    sequences: int  # estimated records (SequenceExamples) in total
+    exact: bool  # the whole input was sampled, so the counts are exact
+    dead_letter_rate: float  # fraction of sampled rows dead-lettered
+    bytes_per_sequence: float  # mean framed size of a sampled sequence, uncompressed
+    output_bytes: int  # of all shards, after compression at the ratio measured on the sample
+    shards: dict[str, int]  # estimated shard count per split
 
     def to_dict(self) -> dict[str, Any]:
         return {**dataclasses.asdict(self), "num_shards": sum(self.shards.values())}
@@ -101,16 +87,13 @@ def estimate_sequences(units: Sequence[WorkUnit], spec: ConversionSpec, fmt: str
     rows = sampled if exact else max(total_rows, sampled)
     rate = dead / sampled if sampled else 0.0
     rows_per_sequence = rows_written / sequences if sequences else 0.0
-    if exact:
-        estimated = sequences
-    else:
-        estimated = int(round(rows * (1 - rate) / rows_per_sequence)) if rows_per_sequence else 0
+    estimated = sequences if exact else (
+        int(round(rows * (1 - rate) / rows_per_sequence)) if rows_per_sequence else 0)
     bytes_per_sequence = size / sequences if sequences else 0.0
     output_bytes = int(round(estimated * bytes_per_sequence * compression_ratio))
-    shards = {}
-    for name in assigner.names:
-        share = per_split[name] / size if size else 1 / len(assigner.names)
-        shards[name] = num_shards or max(1, math.ceil(output_bytes * share / max_shard_bytes))
+    shares = {name: per_split[name] / size if size else 1 / len(assigner.names) for name in assigner.names}
+    shards = {name: num_shards or max(1, math.ceil(output_bytes * share / max_shard_bytes))
+              for name, share in shares.items()}
     return SequenceEstimate(sampled_rows=sampled, rows=rows, sampled_sequences=sequences,
                             rows_per_sequence=rows_per_sequence, sequences=estimated, exact=exact,
                             dead_letter_rate=rate, bytes_per_sequence=bytes_per_sequence,

@@ -129,23 +129,6 @@ def _source_missing(chunk: Chunk, column: str) -> np.ndarray:
     return np.asarray(values.is_null(), bool)
 
 
-def _group_keys(chunk: Chunk, spec: ConversionSpec) -> tuple[pa.Array, np.ndarray]:
-    """Each row's group key bytes (joined like split keys), and which rows miss a value."""
-    missing = np.zeros(chunk.num_rows, bool)
-    for column in spec.sequence.group_by:
-        missing |= _source_missing(chunk, column)
-    return split_keys(chunk, spec.sequence.group_by), missing
-
-
-def _order_missing(values: pa.Array | None, num_rows: int) -> np.ndarray:
-    if values is None:
-        return np.zeros(num_rows, bool)
-    missing = np.asarray(values.is_null(), bool)
-    if pa.types.is_floating(values.type):
-        missing |= np.asarray(pc.fill_null(pc.is_nan(values), True), bool)
-    return missing
-
-
 def _splits_and_buckets(keys: pa.Array, assigner: SplitAssigner,
                         buckets: int) -> tuple[np.ndarray, np.ndarray]:
     """Each row's split index and bucket, computed once per distinct key of the chunk.
@@ -185,17 +168,23 @@ def read_sequence_rows(unit: WorkUnit, spec: ConversionSpec, fmt: str, batch_row
             yield from _chunk_outputs(item, spec, assigner, unit, buckets)
 
 
-def _bad_rows(chunk: Chunk, spec: ConversionSpec, features, missing_key: np.ndarray,
-              missing_order: np.ndarray) -> dict[int, tuple]:
+def _bad_rows(chunk: Chunk, spec: ConversionSpec, features, values: dict[str, pa.Array]) -> dict[int, tuple]:
     """Row -> (reason, message, column, feature) of each row that cannot join a group."""
     sequence = spec.sequence
     bad: dict[int, tuple[str, str, str | None, str | None]] = {}
     for feature, column in features:
         for row, error in column.errors.items():
             bad.setdefault(row, (error.reason, error.message, error.column, feature.name))
+    missing_key = np.zeros(chunk.num_rows, bool)
+    for column in sequence.group_by:
+        missing_key |= _source_missing(chunk, column)
     for row in np.flatnonzero(missing_key).tolist():
         bad.setdefault(row, ("missing_group_key", f"group_by column(s) {list(sequence.group_by)} "
                              f"missing", None, None))
+    order = values.get(sequence.order_by)
+    missing_order = np.zeros(chunk.num_rows, bool) if order is None else np.asarray(order.is_null(), bool)
+    if order is not None and pa.types.is_floating(order.type):
+        missing_order |= np.asarray(pc.fill_null(pc.is_nan(order), True), bool)
     for row in np.flatnonzero(missing_order).tolist():
         bad.setdefault(row, ("missing_order_value", f"order_by feature {sequence.order_by!r} is "
                              f"missing or NaN", None, sequence.order_by))
@@ -207,9 +196,8 @@ def _chunk_outputs(chunk: Chunk, spec: ConversionSpec, assigner: SplitAssigner,
     n = chunk.num_rows
     features = feature_columns(chunk, spec)
     values = {feature.name: column.values for feature, column in features}
-    keys, missing_key = _group_keys(chunk, spec)
-    missing_order = _order_missing(values.get(spec.sequence.order_by), n)
-    bad = _bad_rows(chunk, spec, features, missing_key, missing_order)
+    keys = split_keys(chunk, spec.sequence.group_by)  # group key bytes, joined like split keys
+    bad = _bad_rows(chunk, spec, features, values)
     splits, bucket = _splits_and_buckets(keys, assigner, buckets)
     names = assigner.names
     key = batch_key(unit.index, chunk.index)

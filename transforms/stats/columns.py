@@ -37,23 +37,6 @@ def display_texts(values: pa.Array) -> list[str]:
         return texts
 
 
-def _flat_values(values: pa.Array) -> tuple[pa.Array, np.ndarray | None]:
-    """The values of the records carrying the feature, flat, and the values per record (None:
-    one each)."""
-    if pa.types.is_dictionary(values.type):
-        values = values.dictionary_decode()
-    if pa.types.is_list(values.type) or pa.types.is_large_list(values.type) or \
-            pa.types.is_fixed_size_list(values.type):
-        lengths = pc.list_value_length(values)
-        if lengths.null_count:
-            lengths = lengths.drop_null()
-        flat = pc.list_flatten(values)
-        if pa.types.is_dictionary(flat.type):
-            flat = flat.dictionary_decode()
-        return (flat.drop_null() if flat.null_count else flat), lengths.to_numpy(zero_copy_only=False)
-    return (values.drop_null() if values.null_count else values), None
-
-
 def feature_partial(name: str, kind: str, values: pa.Array | pa.ChunkedArray) -> FeaturePartial | None:
     """One feature's partial for a batch (None when no record carries it)."""
     if isinstance(values, pa.ChunkedArray):
@@ -61,12 +44,21 @@ def feature_partial(name: str, kind: str, values: pa.Array | pa.ChunkedArray) ->
     records = len(values) - values.null_count
     if not records:
         return None
-    flat, per_record = _flat_values(values)
-    if per_record is None:
-        low = high = 1
-        total = records
-    else:
+    if pa.types.is_dictionary(values.type):
+        values = values.dictionary_decode()
+    low = high = 1  # values per record
+    total = records
+    flat = values
+    if pa.types.is_list(values.type) or pa.types.is_large_list(values.type) or \
+            pa.types.is_fixed_size_list(values.type):
+        lengths = pc.list_value_length(values)
+        per_record = (lengths.drop_null() if lengths.null_count else lengths).to_numpy(zero_copy_only=False)
         low, high, total = int(per_record.min()), int(per_record.max()), int(per_record.sum())
+        flat = pc.list_flatten(values)
+        if pa.types.is_dictionary(flat.type):
+            flat = flat.dictionary_decode()
+    if flat.null_count:  # the values of the records carrying the feature
+        flat = flat.drop_null()
     numeric = bytes_part = None
     if kind == "bytes":
         if pa.types.is_fixed_size_binary(flat.type):
@@ -75,12 +67,10 @@ def feature_partial(name: str, kind: str, values: pa.Array | pa.ChunkedArray) ->
         counts = pc.value_counts(flat)
         bytes_part = bytes_partial(lengths, display_texts(counts.field("values")),
                                    counts.field("counts").to_numpy(zero_copy_only=False))
-    elif kind == "int64":
-        numeric = numeric_partial(np.asarray(flat.to_numpy(zero_copy_only=False), dtype=np.int64),
-                                  integral=True)
-    else:  # float: the float32 values an Example stores
-        numbers = np.asarray(flat.to_numpy(zero_copy_only=False), dtype=np.float32)
-        numeric = numeric_partial(numbers, integral=False)
+    else:  # int64, or float: the float32 values an Example stores
+        integral = kind == "int64"
+        numbers = np.asarray(flat.to_numpy(zero_copy_only=False), dtype=np.int64 if integral else np.float32)
+        numeric = numeric_partial(numbers, integral)
     return FeaturePartial(name, kind, records, low, high, total, numeric, bytes_part)
 
 

@@ -16,13 +16,7 @@ import numpy as np
 import pyarrow as pa
 
 from transforms.stats.columns import feature_partial
-from transforms.stats.sketches import (
-    BatchStats,
-    FeaturePartial,
-    ImagePartial,
-    bytes_partial,
-    counted,
-)
+from transforms.stats.sketches import BatchStats, FeaturePartial, ImagePartial, bytes_partial, counted
 
 __all__ = ["ENCODED", "image_batch_stats"]
 
@@ -38,15 +32,6 @@ def _values(kind: str, values: Sequence) -> list:
     if kind == "bytes":
         return [value.encode("utf-8") if isinstance(value, str) else bytes(value) for value in values]
     return list(values)
-
-
-def _encoded(lengths: Sequence[int], keys: Sequence[str]) -> FeaturePartial | None:
-    if not lengths:
-        return None
-    distinct = collections.Counter(keys)
-    part = bytes_partial(np.asarray(lengths, dtype=np.int64), list(distinct),
-                         np.fromiter(distinct.values(), np.int64, len(distinct)), frequent=False)
-    return FeaturePartial(ENCODED, "bytes", len(lengths), 1, 1, len(lengths), bytes=part)
 
 
 def image_batch_stats(records: Sequence[Mapping[str, tuple[str, Sequence]]],
@@ -65,10 +50,13 @@ def image_batch_stats(records: Sequence[Mapping[str, tuple[str, Sequence]]],
         part = feature_partial(name, kind, pa.array(rows, pa.list_(_TYPES[kind])))
         if part is not None:
             parts.append(part)
-    keys = [_text(record.get("image/key/sha256", ("bytes", [""]))[1][0]) for record in records]
-    encoded = _encoded(encoded_lengths, keys)
-    if encoded is not None:
-        parts.append(encoded)
+    if encoded_lengths:  # images told apart by their sha256 key
+        distinct = collections.Counter(_text(record.get("image/key/sha256", ("bytes", [""]))[1][0])
+                                       for record in records)
+        part = bytes_partial(np.asarray(encoded_lengths, dtype=np.int64), list(distinct),
+                             np.fromiter(distinct.values(), np.int64, len(distinct)), frequent=False)
+        count = len(encoded_lengths)
+        parts.append(FeaturePartial(ENCODED, "bytes", count, 1, 1, count, bytes=part))
         parts.sort(key=lambda part: part.name)
 
     def first(name: str) -> list:

@@ -22,8 +22,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-__all__ = ["Presence", "add_presence", "arrow_presence", "as_presence", "presence_entries",
-           "with_presence"]
+__all__ = ["Presence", "add_presence", "arrow_presence", "as_presence", "with_presence"]
 
 #: One batch's presence: ((feature, records carrying it, min values, max values), ...).
 Presence = tuple[tuple[str, int, int, int], ...]
@@ -63,12 +62,6 @@ def as_presence(total: Mapping[str, Sequence[int]]) -> Presence:
     return tuple((name, *entry) for name, entry in total.items())
 
 
-def presence_entries(total: Mapping[str, Sequence[int]], written: int) -> dict[str, dict[str, int]]:
-    """{feature: {"records", "of", "min_values", "max_values"}} for `feature_spec.json`."""
-    return {name: {"records": records, "of": written, "min_values": low, "max_values": high}
-            for name, (records, low, high) in sorted(total.items())}
-
-
 def with_presence(feature_spec_json: bytes, presence: Mapping[str, Sequence[int]],
                   written: int) -> bytes:
     """`feature_spec.json` with a `presence` entry in every feature of an Example output
@@ -78,9 +71,8 @@ def with_presence(feature_spec_json: bytes, presence: Mapping[str, Sequence[int]
     features = spec.get("features") if isinstance(spec, dict) else None
     if not isinstance(features, dict):
         return feature_spec_json
-    entries = presence_entries(presence, written)
     for name, entry in features.items():
         if isinstance(entry, dict):
-            entry["presence"] = entries.get(
-                name, {"records": 0, "of": written, "min_values": 0, "max_values": 0})
+            records, low, high = presence.get(name, (0, 0, 0))
+            entry["presence"] = {"records": records, "of": written, "min_values": low, "max_values": high}
     return (json.dumps(spec, indent=2, sort_keys=True) + "\n").encode()

@@ -5,7 +5,7 @@ with `NumericPartial` for int64/float values and `BytesPartial` for bytes values
 stored as bytes so a partial pickles small), attached to its `RecordBatch` as a `BatchStats`.
 The commit adds the partials of a split up with `FeatureTotal`, in batch-key order. A
 converter that holds many batches of one work unit merges them into one `BatchStats` first
-(`merge_stats`: the totals turned back into partials). Nothing here is random: the same
+(`StatsTotal.partial`: the totals turned back into partials). Nothing here is random: the same
 partials merged in the same order give the same figures, to the bit.
 
 * exact: records carrying the feature, values per record (min/max/total), value counts,
@@ -47,28 +47,10 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
-__all__ = [
-    "BYTES_DISPLAY_CHARS",
-    "COMPACTOR_K",
-    "EXACT_VALUES",
-    "BatchStats",
-    "BytesPartial",
-    "BytesTotal",
-    "FeaturePartial",
-    "FeatureTotal",
-    "HLL_LG_K",
-    "ImagePartial",
-    "ImageTotal",
-    "NumericPartial",
-    "NumericTotal",
-    "QuantileSummary",
-    "StatsTotal",
-    "bytes_partial",
-    "counted",
-    "merge_stats",
-    "numeric_partial",
-    "stats_enabled",
-]
+__all__ = ["BYTES_DISPLAY_CHARS", "COMPACTOR_K", "EXACT_VALUES", "BatchStats", "BytesPartial", "BytesTotal",
+           "FeaturePartial", "FeatureTotal", "HLL_LG_K", "ImagePartial", "ImageTotal", "NumericPartial",
+           "NumericTotal", "QuantileSummary", "StatsTotal", "bytes_partial", "counted", "numeric_partial",
+           "stats_enabled"]
 
 #: Distinct values of a feature per split counted exactly (and the Misra-Gries counters beyond).
 EXACT_VALUES = 4096
@@ -523,10 +505,9 @@ class StatsTotal:
 
     def add(self, stats: BatchStats) -> None:
         for part in stats.features:
-            total = self.features.get(part.name)
-            if total is None:
-                total = self.features[part.name] = FeatureTotal(part.name, part.kind)
-            total.add(part)
+            if part.name not in self.features:
+                self.features[part.name] = FeatureTotal(part.name, part.kind)
+            self.features[part.name].add(part)
         if stats.images is not None:
             self.images = self.images or ImageTotal()
             self.images.add(stats.images)
@@ -534,15 +515,6 @@ class StatsTotal:
     def partial(self) -> BatchStats:
         return BatchStats(tuple(total.partial() for total in self.features.values()),
                           self.images.partial() if self.images is not None else None)
-
-
-def merge_stats(parts: Iterable[BatchStats]) -> BatchStats:
-    """Several batches' statistics as one batch's: exact counts added, moments combined,
-    sketches merged in the order given."""
-    total = StatsTotal()
-    for stats in parts:
-        total.add(stats)
-    return total.partial()
 
 
 def counted(values: Iterable) -> tuple:

@@ -52,6 +52,10 @@ def _separator(root: str) -> str:
     return "/" if "://" in root else os.sep
 
 
+def _relative_parts(root: str, folder: str) -> tuple[str, ...]:
+    return tuple(folder[len(root) + 1:].split(_separator(root))) if folder != root else ()
+
+
 def _hidden(name: str) -> bool:
     return name.startswith(".")
 
@@ -222,13 +226,21 @@ def _files(root: str) -> Iterator[tuple[str, str, int | None, float | None]]:
             yield folder, name, size, mtime
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass
 class _Folder:
+    """What the survey keeps of one folder while its files stream by (in name order)."""
+
     path: str
     parts: tuple[str, ...]  # relative to the root
-    files: int
-    has_image: bool  # a visible file with an image extension
-    cuts: tuple[str, ...]  # every `step`-th name, from the first
+    files: int = 0
+    has_image: bool = False  # a visible file with an image extension (what entry_rules asks of the name)
+    cuts: list[str] = dataclasses.field(default_factory=list)  # every `step`-th name, from the first
+
+    def add(self, name: str, step: int) -> None:
+        if self.files % step == 0:
+            self.cuts.append(name)
+        self.files += 1
+        self.has_image = self.has_image or (not _hidden(name) and _image_extension(name))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -268,22 +280,6 @@ class FolderSurvey:
         return tuple(units)
 
 
-class _Tally:
-    """What the survey keeps of one folder while its files stream by (in name order)."""
-
-    def __init__(self, parts: tuple[str, ...]):
-        self.parts = parts
-        self.files = 0
-        self.has_image = False  # what entry_rules asks of the name itself
-        self.cuts: list[str] = []
-
-    def add(self, name: str, step: int) -> None:
-        if self.files % step == 0:
-            self.cuts.append(name)
-        self.files += 1
-        self.has_image = self.has_image or (not _hidden(name) and _image_extension(name))
-
-
 def survey_folder(root: str, step: int) -> FolderSurvey:
     """Walks the tree at `root` once (module docstring).
 
@@ -291,20 +287,16 @@ def survey_folder(root: str, step: int) -> FolderSurvey:
       FileNotFoundError: `root` is not a folder or holds no file.
       ValueError: `root` mixes split folders with other folders.
     """
-    separator = _separator(root)
-    prefix = root + separator
     digest = hashlib.sha256()
-    tallies: dict[str, _Tally] = {}
+    found: dict[str, _Folder] = {}
     for path, name, size, mtime in _files(root):
-        tally = tallies.get(path)
-        if tally is None:
-            parts = tuple(path[len(prefix):].split(separator)) if path != root else ()
-            tally = tallies[path] = _Tally(parts)
-        tally.add(name, step)
-        digest.update(repr(("/".join([*tally.parts, name]), size, mtime)).encode("utf-8"))
+        folder = found.get(path)
+        if folder is None:
+            folder = found[path] = _Folder(path, _relative_parts(root, path))
+        folder.add(name, step)
+        digest.update(repr(("/".join([*folder.parts, name]), size, mtime)).encode("utf-8"))
     # A local walk visits folders in its own order; an object store's, sorted by path.
-    ordered = sorted(tallies.items()) if "://" in root else tallies.items()
-    folders = [_Folder(path, t.parts, t.files, t.has_image, tuple(t.cuts)) for path, t in ordered]
+    folders = [found[path] for path in (sorted(found) if "://" in root else found)]
     if not folders:
         raise FileNotFoundError(f"no files under {root}")
     top = {f.parts[0] for f in folders if f.parts and not f.parts[0].startswith(".")}
@@ -346,16 +338,15 @@ class FolderSlices:
 
     def items(self, unit: WorkUnit) -> Iterator[dict]:
         """The planned item of every file of the slice `unit`, in name order."""
-        separator = _separator(self.root)
         extra = unit.extra or {}
         first, stop = extra.get("first"), extra.get("stop")
         folder = unit.path
-        parts = (folder[len(self.root) + 1:].split(separator) if folder != self.root else [])
+        parts, prefix = _relative_parts(self.root, folder), folder + _separator(self.root)
         index = {label: i for i, label in enumerate(self.labels)}
         for name, size, _ in _list_folder(folder, first, stop, self.plan_token):
             split, label, reject = entry_rules([*parts, name], self.split_mode, index)
             if size == _FOLDER_LINK:
                 size, reject = None, ("symlinked_folder", "a symlink to a folder, not followed: "
                                       "link the files, or convert the folder it names", None)
-            yield planned_item(folder + separator + name, split, filename="/".join([*parts, name]),
+            yield planned_item(prefix + name, split, filename="/".join([*parts, name]),
                                label=index.get(label), text=label, size=size, reject=reject)

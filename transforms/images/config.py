@@ -19,21 +19,9 @@ from transforms.ordered_pool import check_threads
 from transforms.records import WorkUnit
 from transforms.tabular.spec import FEATURE_SPEC_VERSION, ConversionSpec
 
-__all__ = [
-    "CONVERT_MODES",
-    "DEFAULT_QUALITY",
-    "ENCODINGS",
-    "RESIZE_MODES",
-    "RenderOptions",
-    "DEFAULT_MAX_IMAGE_BYTES",
-    "DEFAULT_MAX_PIXELS",
-    "IMAGE_FEATURES",
-    "VALIDATE_MODES",
-    "ImageConfig",
-    "ImagePlan",
-    "SPLIT_DIRECTORIES",
-    "planned_item",
-]
+__all__ = ["CONVERT_MODES", "DEFAULT_QUALITY", "ENCODINGS", "RESIZE_MODES", "RenderOptions",
+           "DEFAULT_MAX_IMAGE_BYTES", "DEFAULT_MAX_PIXELS", "IMAGE_FEATURES", "VALIDATE_MODES", "ImageConfig",
+           "ImagePlan", "SPLIT_DIRECTORIES", "planned_item"]
 
 #: The choices of `ImageConfig.validate`, the default first.
 VALIDATE_MODES = ("header", "full")

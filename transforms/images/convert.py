@@ -298,8 +298,7 @@ class ConvertImages(beam.DoFn):
                                   f"multi-frame {sniff_format(data)}: converting would drop frames; "
                                   f"pass --encode png to keep the first frame")
         source_format = info.format if info is not None else sniff_format(data)
-        rendered = render(data, options, source_format, config.max_pixels)
-        return rendered.data, rendered.info, True
+        return *render(data, options, source_format, config.max_pixels), True
 
 
 def _read_bounded(handle, size: int, limit: int) -> bytes:

@@ -62,14 +62,7 @@ import zlib
 
 from transforms.records import DeadLetterError
 
-__all__ = [
-    "HeaderError",
-    "ImageInfo",
-    "parse_header",
-    "png_idat_run",
-    "sniff_format",
-    "TF_NATIVE_FORMATS",
-]
+__all__ = ["HeaderError", "ImageInfo", "parse_header", "png_idat_run", "sniff_format", "TF_NATIVE_FORMATS"]
 
 #: Formats TensorFlow's decode_image reads (JPEG XL aside, which Pillow cannot read).
 TF_NATIVE_FORMATS = ("jpeg", "png", "gif", "bmp", "webp")

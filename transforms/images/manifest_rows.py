@@ -291,14 +291,13 @@ def _python_values(values: Any, num_rows: int) -> Sequence:
     try:
         return values.to_pylist()
     except UnicodeDecodeError:
-        return [_python_value(values, i) for i in range(num_rows)]
-
-
-def _python_value(values: pa.Array | pa.ChunkedArray, index: int) -> Any:
-    try:
-        return values[index].as_py()
-    except UnicodeDecodeError:
-        return None
+        found = []
+        for index in range(num_rows):
+            try:
+                found.append(values[index].as_py())
+            except UnicodeDecodeError:
+                found.append(None)
+        return found
 
 
 def _utf8_line(row: _Row) -> _Row:

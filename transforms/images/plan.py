@@ -33,15 +33,8 @@ from transforms.tabular.plan import plan_tabular
 from transforms.tabular.spec import ConversionSpec, CsvOptions
 from transforms.tabular.split_units import split_text_units
 
-__all__ = [
-    "DEFAULT_IMAGES_PER_UNIT",
-    "IMAGE_EXTENSIONS",
-    "MANIFEST_FORMATS",
-    "SPLIT_DIRECTORIES",
-    "manifest_format",
-    "plan_image_folder",
-    "plan_image_manifest",
-]
+__all__ = ["DEFAULT_IMAGES_PER_UNIT", "IMAGE_EXTENSIONS", "MANIFEST_FORMATS", "SPLIT_DIRECTORIES",
+           "manifest_format", "plan_image_folder", "plan_image_manifest"]
 
 DEFAULT_IMAGES_PER_UNIT = 64
 #: The tabular formats a manifest may have.

@@ -11,7 +11,6 @@ Beam-free.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import io
 import math
 import zlib
@@ -29,14 +28,7 @@ from transforms.images.headers import (
 )
 from transforms.records import DeadLetterError
 
-__all__ = [
-    "ImageError",
-    "Rendered",
-    "decode_fully",
-    "exif_orientation",
-    "needs_render",
-    "render",
-]
+__all__ = ["ImageError", "decode_fully", "exif_orientation", "needs_render", "render"]
 
 #: Orientation values (EXIF tag 0x0112) that swap width and height.
 _SWAPPING_ORIENTATIONS = (5, 6, 7, 8)
@@ -53,14 +45,6 @@ _INFLATE_STEP = 1 << 16
 
 class ImageError(DeadLetterError):
     """An image could not be validated or converted; `reason` is a dead-letter code."""
-
-
-@dataclasses.dataclass(frozen=True)
-class Rendered:
-    """Bytes to store and what TensorFlow decodes them to."""
-
-    data: bytes
-    info: ImageInfo
 
 
 def exif_orientation(data: bytes) -> int:
@@ -144,8 +128,9 @@ def _check_png_stream(data: bytes) -> None:
 
 
 def render(data: bytes, options: RenderOptions, source_format: str | None,
-           max_pixels: int) -> Rendered:
-    """Decodes the first frame, applies the options and encodes the result.
+           max_pixels: int) -> tuple[bytes, ImageInfo]:
+    """Decodes the first frame, applies the options and encodes the result; returns the bytes
+    to store and what TensorFlow decodes them to.
 
     The output format is `options.encode`, else JPEG for a JPEG source whose pixels
     changed, else PNG (lossless). JPEG output is RGB unless `convert_mode` is "L" (alpha
@@ -187,7 +172,7 @@ def render(data: bytes, options: RenderOptions, source_format: str | None,
         info = parse_header(encoded)
     except HeaderError as error:  # our own encoder produced something unreadable: a bug
         raise RuntimeError(f"re-encoded image does not parse: {error}") from error
-    return Rendered(encoded, info)
+    return encoded, info
 
 
 @contextlib.contextmanager
@@ -266,18 +251,20 @@ def _draft(image: Image.Image, options: RenderOptions, orientation: int) -> None
 
 def _resizable(image: Image.Image) -> Image.Image:
     """A mode Pillow resamples meaningfully (palettes and bilevel images are not)."""
-    mode = image.mode
-    if mode == "P":
+    if image.mode == "P":
         return image.convert("RGBA" if "transparency" in image.info else "RGB")
-    if mode == "1":
-        return image.convert("L")
+    return image.convert("L") if image.mode == "1" else _plain(image)
+
+
+def _plain(image: Image.Image) -> Image.Image:
+    """Premultiplied-alpha, other colour spaces and 16-bit variants as plain modes (which
+    Pillow resamples and PNG stores)."""
+    mode = image.mode
     if mode in _WITH_ALPHA:
         return image.convert(_WITH_ALPHA[mode])
     if mode in _TO_RGB:
         return image.convert("RGB")
-    if mode.startswith("I;16"):
-        return image.convert("I;16") if mode != "I;16" else image
-    return image
+    return image.convert("I;16") if mode.startswith("I;16") and mode != "I;16" else image
 
 
 def _resize(image: Image.Image, options: RenderOptions) -> Image.Image:
@@ -328,17 +315,12 @@ def _jpeg_mode(image: Image.Image, keep_gray: bool) -> Image.Image:
 
 def _png_mode(image: Image.Image) -> Image.Image:
     mode = image.mode
-    if mode in _PNG_MODES:
-        return image
-    if mode in _WITH_ALPHA:
-        return image.convert(_WITH_ALPHA[mode])
-    if mode in _TO_RGB:
-        return image.convert("RGB")
-    if mode.startswith("I;16"):
-        return image.convert("I;16")
     if mode == "I":
         array = np.asarray(image)
         if array.size and (array.min() < 0 or array.max() > 65535):
             raise ImageError("unsupported_format", "32-bit integer pixels outside 0..65535")
         return Image.fromarray(array.astype(np.uint16), "I;16")
-    raise ImageError("unsupported_format", f"pixel mode {mode} cannot be stored as PNG")
+    image = _plain(image)
+    if image.mode not in _PNG_MODES:
+        raise ImageError("unsupported_format", f"pixel mode {mode} cannot be stored as PNG")
+    return image

@@ -15,6 +15,7 @@ import base64
 import contextlib
 import dataclasses
 import io
+import itertools
 import logging
 from collections.abc import Sequence
 from typing import Any
@@ -25,16 +26,8 @@ from transforms import fs
 from transforms.format.example_codec import decode_example
 from transforms.tfrecord_io import read_tfrecord_file
 
-__all__ = [
-    "MAX_LABELS",
-    "NO_LABEL",
-    "PER_LABEL",
-    "THUMBNAIL_PIXELS",
-    "ContactSheet",
-    "Thumbnail",
-    "contact_sheets",
-    "thumbnail_data_uri",
-]
+__all__ = ["MAX_LABELS", "NO_LABEL", "PER_LABEL", "THUMBNAIL_PIXELS", "ContactSheet", "Thumbnail",
+           "contact_sheets", "thumbnail_data_uri"]
 
 _LOG = logging.getLogger(__name__)
 
@@ -193,11 +186,7 @@ def _scan(sampler: _Sampler, path: str, compression: str | None, split: str,
     `first` when `limit` is None)."""
     try:
         with contextlib.closing(read_tfrecord_file(path, compression)) as payloads:
-            for index, payload in enumerate(payloads):
-                if limit is not None and index >= first + limit:
-                    return
-                if index < first:
-                    continue
+            for payload in itertools.islice(payloads, first, None if limit is None else first + limit):
                 sampler.add(payload, split, labels)
                 if sampler.full() or sampler.spent():
                     return

@@ -1,21 +1,15 @@
 """The Beam DoFn `ConvertImages`: reads the images of a work unit and yields their
 tf.train.Examples, framed, in one `RecordBatch` per split, or a dead letter per image.
 
-Images are read inside the DoFn through Beam's FileSystems (so gs:// works exactly like a
-local path). Every planned item ends up either as a record or as a dead letter with a
-stable reason code (`transforms.records.REASONS`), including items the planner
-already knows are bad (they ride in the work units so that the sink counts them and
-input == written + dead-lettered holds).
+Images are read through Beam's FileSystems (gs:// like a local path). Every planned item,
+including one the planner already knows is bad, ends up as a record or as a dead letter
+with a reason code (`transforms.records.REASONS`), so input == written + dead-lettered.
 
 Default mode keeps the original bytes and reads height/width/channels from the header
 (`transforms.images.headers`), never decoding pixels. Formats TensorFlow cannot decode
-(TIFF, ...) are converted losslessly to PNG; optional transforms (EXIF orientation, mode,
-resize, re-encode) go through Pillow (`transforms.images.processing`).
-
-Output features (the TF object-detection / TFDS convention, `IMAGE_FEATURES`):
-  image/encoded, image/format, image/height, image/width, image/channels,
-  image/filename, image/key/sha256, image/class/label, image/class/text,
-  plus the manifest's extra columns as the conversion spec says.
+(TIFF, ...) are converted losslessly to PNG; optional transforms go through Pillow
+(`transforms.images.processing`). Features: `IMAGE_FEATURES` (the TF object-detection /
+TFDS convention), plus the manifest's extra columns.
 """
 
 from __future__ import annotations
@@ -107,11 +101,7 @@ class _Converted(NamedTuple):
 
 @beam.typehints.with_output_types(RecordBatch)
 class ConvertImages(beam.DoFn):
-    """Reads and converts the images of a `WorkUnit`; yields one RecordBatch per split.
-
-    Records are serialized tf.train.Examples (see the module docstring for features);
-    every image that cannot be stored becomes one dead letter with its reason code.
-    """
+    """Reads and converts the images of a `WorkUnit`; yields one RecordBatch per split."""
 
     def __init__(self, config: ImageConfig | None = None, source: Any = None):
         """`source`: what reads the items of work units planned as data (the plan's

@@ -2,28 +2,25 @@
 
 * On the launcher, `survey_folder` walks the tree once, keeping per folder only its file
   count, whether it holds an image, and every `step`-th file name (the candidate cuts). A
-  work unit names one folder and a range of file names in it, a slice of its sorted
-  listing: [first, stop), either end open. The plan therefore does not grow with the
-  number of images (about `max_slices` units, plus one per folder), and the launcher holds
-  no listing: a local tree is walked one folder at a time, a gs:// tree is listed one page
-  at a time (`transforms.object_listing`).
-* In the workers, `FolderSlices.items(unit)` lists the unit's range of that folder and
-  applies the tree's rules (`entry_rules`) to each file. A gs:// slice lists just its range
-  (the store is asked for it). A worker keeps a folder's sorted listing for its next slice
-  of the same folder: a local folder while its modification time stays the same, a folder
-  of another object store for the same plan. A file that appears between planning and
-  reading falls in exactly one slice (the ranges cover every name), or in none where a
-  worker kept an object store's listing from before it; never in two. One that disappears
-  is a `missing_file` dead letter or simply not read.
+  work unit names one folder and a range [first, stop) of its sorted file names, either end
+  open, so the plan does not grow with the number of images (about `max_slices` units, plus
+  one per folder) and the launcher holds no listing: a local tree is walked one folder at a
+  time, a gs:// tree listed one page at a time (`transforms.object_listing`).
+* In the workers, `FolderSlices.items(unit)` lists the unit's range of that folder (a gs://
+  slice just its range) and applies the tree's rules (`entry_rules`) to each file. A worker
+  keeps a folder's sorted listing for its next slice of the same folder: a local folder
+  while its modification time stays the same, another object store's for the same plan. A
+  file that appears between planning and reading falls in exactly one slice, or in none
+  where a worker kept an object store's older listing; never in two. One that disappears is
+  a `missing_file` dead letter or simply not read.
 
 The rules: ROOT/<label>/**/<file>, or ROOT/<split>/<label>/**/<file> when a top-level folder
 is named train, validation or test; hidden files and folders, files without an image
-extension and files directly in ROOT (or in a split folder) are dead letters; in a tree of
-split folders, those beside them belong to no split (`DEAD_LETTER_SPLIT`). Local trees
-are walked with `os.walk` (a symlinked folder is not followed: it is a `symlinked_folder` dead
-letter; dangling symlinks are kept and reported `missing_file` when read); gs:// trees are
-listed page by page; other object stores by Beam's FileSystems, which returns the whole
-listing at once (so there the launcher and each worker hold a folder's listing).
+extension and files directly in ROOT (or in a split folder) are dead letters, and in a tree
+of split folders those beside them belong to no split (`DEAD_LETTER_SPLIT`). A symlinked
+folder is not followed (`os.walk`): it is a `symlinked_folder` dead letter; dangling symlinks
+are `missing_file` when read. Object stores other than gs:// are listed by Beam's
+FileSystems, whole (there the launcher and each worker hold a folder's listing).
 """
 
 from __future__ import annotations
@@ -99,6 +96,12 @@ def _name_range(names: Sequence[str], first: str | None, stop: str | None) -> sl
                  len(names) if stop is None else bisect.bisect_left(names, stop))
 
 
+def _objects(pattern: str) -> list[tuple[str, int, float | None]]:
+    """(path, size, mtime) of the objects Beam's FileSystems match (folder markers left out)."""
+    return [(m.path, m.size_in_bytes, getattr(m, "last_updated_in_seconds", None))
+            for m in fs.match([pattern])[0].metadata_list if not m.path.endswith("/")]
+
+
 class _SortedListing:
     """The sorted names in one local folder, kept for the next slice of the same folder
     while the folder's modification time stays the same (adding or removing a file changes
@@ -140,10 +143,8 @@ class _RemoteListing:
     def entries(cls, folder: str, token: str, first: str | None, stop: str | None) -> list[tuple]:
         kept = cls._kept
         if not token or kept is None or kept[:2] != (folder, token):
-            matched = fs.match([fs.literal(folder.rstrip("/")) + "/*"])[0].metadata_list
-            entries = sorted((m.path.rsplit("/", 1)[1], m.size_in_bytes,
-                              getattr(m, "last_updated_in_seconds", None))
-                             for m in matched if not m.path.endswith("/"))
+            entries = sorted((path.rsplit("/", 1)[1], size, mtime)
+                             for path, size, mtime in _objects(fs.literal(folder.rstrip("/")) + "/*"))
             kept = (folder, token, [entry[0] for entry in entries], entries)
             cls._kept = kept if token else None
         return kept[3][_name_range(kept[2], first, stop)]
@@ -189,40 +190,24 @@ def _refuse_unreadable(error: OSError) -> None:
         raise ValueError(fs.unreadable_folder(error.filename, error)) from error
 
 
-def _walk(root: str) -> Iterator[tuple[str, list[tuple[str, int | None, float | None]]]]:
-    """(folder, its files) of every folder under `root` holding files, folders in sorted
-    order; not for gs:// (see `_files`)."""
-    if "://" in root:
-        matched = fs.match([fs.literal(root.rstrip("/")) + "/**"])[0].metadata_list
-        folders: dict[str, list] = {}
-        for m in matched:
-            if not m.path.endswith("/"):
-                folder, name = m.path.rsplit("/", 1)
-                folders.setdefault(folder, []).append(
-                    (name, m.size_in_bytes, getattr(m, "last_updated_in_seconds", None)))
-        for folder in sorted(folders):
-            yield folder, sorted(folders[folder])
-        return
-    if not os.path.isdir(root):
-        raise FileNotFoundError(f"{root} is not a folder")
-    for folder, subfolders, _ in os.walk(root, onerror=_refuse_unreadable):
-        subfolders.sort()
-        files = _list_folder(folder)
-        if files:
-            yield folder, files
-
-
 def _files(root: str) -> Iterator[tuple[str, str, int | None, float | None]]:
     """(folder, name, size, mtime) of every file under `root`, a folder's names in sorted
     order: a gs:// tree as its listing streams, its folders interleaved
-    (`transforms.object_listing`); elsewhere folder by folder (`_walk`)."""
+    (`transforms.object_listing`); a local tree folder by folder, folders in sorted order."""
     if object_listing.streams(root):
         for relative, size, mtime in object_listing.list_objects(root, recursive=True):
             folder, _, name = relative.rpartition("/")
             yield (f"{root}/{folder}" if folder else root), name, size, mtime
         return
-    for folder, files in _walk(root):
-        for name, size, mtime in files:
+    if "://" in root:
+        yield from sorted((*path.rsplit("/", 1), size, mtime)
+                          for path, size, mtime in _objects(fs.literal(root.rstrip("/")) + "/**"))
+        return
+    if not os.path.isdir(root):
+        raise FileNotFoundError(f"{root} is not a folder")
+    for folder, subfolders, _ in os.walk(root, onerror=_refuse_unreadable):
+        subfolders.sort()
+        for name, size, mtime in _list_folder(folder):
             yield folder, name, size, mtime
 
 

@@ -62,10 +62,7 @@ import zlib
 
 from transforms.records import DeadLetterError
 
-__all__ = ["HeaderError", "ImageInfo", "parse_header", "png_idat_run", "sniff_format", "TF_NATIVE_FORMATS"]
-
-#: Formats TensorFlow's decode_image reads (JPEG XL aside, which Pillow cannot read).
-TF_NATIVE_FORMATS = ("jpeg", "png", "gif", "bmp", "webp")
+__all__ = ["HeaderError", "ImageInfo", "parse_header", "png_idat_run", "sniff_format"]
 
 _PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 # Leading bytes of each format, tried in this order (one regular expression: the first
@@ -478,17 +475,14 @@ def _webp(data) -> ImageInfo:
     has_alph = False
     bitstream = None
     frames = 0
-    first = True
     while pos + 8 <= end:
         fourcc = bytes(data[pos : pos + 4])
         (size,) = struct.unpack_from("<I", data, pos + 4)
         body = pos + 8
-        nxt = body + size + (size & 1)
         if body + size > end:
             raise HeaderError("truncated_image", f"WebP ends inside its {_chunk_name(fourcc)} chunk")
-        if first and fourcc not in (b"VP8 ", b"VP8L", b"VP8X"):
+        if pos == 12 and fourcc not in (b"VP8 ", b"VP8L", b"VP8X"):
             raise HeaderError("corrupt_image", "WebP does not start with a VP8, VP8L or VP8X chunk")
-        first = False
         if fourcc == b"VP8X":
             if size < 10:
                 raise HeaderError("corrupt_image", "WebP VP8X chunk too short")
@@ -504,7 +498,7 @@ def _webp(data) -> ImageInfo:
             bitstream = _webp_bitstream(fourcc, data, body, size)
             if vp8x is None:
                 break
-        pos = nxt
+        pos = body + size + (size & 1)
     if vp8x is not None and vp8x[0] & 0x02:  # animation
         flags, width, height = vp8x
         if frames == 0:

@@ -2,10 +2,7 @@
 
 * In the workers, `ManifestRows.items(unit)` reads the byte range of the manifest a work
   unit names (or the whole manifest) and turns each row into a planned item: an image to
-  read, or a dead letter with its reason (unparsable row, bad split, empty path, path
-  outside the allowed roots, missing or unknown label, extra column that does not convert).
-  The plan therefore carries byte ranges, never rows: the launcher does not hold the rows
-  and the job graph does not grow with the number of images.
+  read, or a dead letter with its reason. The plan carries byte ranges, never rows.
 * On the launcher, `ManifestRows.survey(unit)` reads the manifest once, one chunk at a
   time, for what must be known before any worker starts: the row count (the dry-run's
   exact count), the label texts (the default label map) and the split names used.
@@ -87,14 +84,12 @@ class ManifestSurvey:
 
 @dataclasses.dataclass(frozen=True)
 class ManifestRows:
-    """How to turn the rows of manifests into planned items (see the module docstring); a
-    work unit names its manifest (`WorkUnit.path`), against whose folder relative image
-    paths resolve.
+    """How to turn the rows of manifests into planned items; a work unit names its manifest
+    (`WorkUnit.path`), against whose folder relative image paths resolve.
 
     Attributes:
       fmt: the manifests' tabular format ("csv", "tsv" or "jsonl").
-      image_column, label_column, split_column: the named columns (see
-        `transforms.images.plan.plan_image_manifest`).
+      image_column, label_column, split_column: see `plan.plan_image_manifest`.
       roots: the allowed roots every image URI must lie in.
       labels: the label map; a label's index is its position. Empty: the rows carry no label.
       extra_spec: the conversion spec of the other columns, or None.

@@ -128,14 +128,12 @@ def opened_real_path(handle, path: str) -> str:
     return os.path.realpath(path)
 
 
-def is_within_roots(uri: str, roots: Sequence[str], *, resolve_symlinks: bool = True,
-                    real_path: str | None = None) -> bool:
+def is_within_roots(uri: str, roots: Sequence[str], *, resolve_symlinks: bool = True) -> bool:
     """Whether `uri` lies inside one of `roots` (already normalised by `normalize_root`).
 
     Local paths must be inside a root both as written (after `..` normalisation) and
     after resolving symlinks (against the roots' own resolved forms), so a symlink
     escaping the tree is refused while a root that is itself a symlink still works.
-    `real_path` is the already resolved path (see `opened_real_path`), if known.
     """
     try:
         path = normalize_uri(uri)
@@ -147,8 +145,7 @@ def is_within_roots(uri: str, roots: Sequence[str], *, resolve_symlinks: bool = 
         return False
     if remote or not resolve_symlinks:
         return True
-    real = real_path if real_path is not None else os.path.realpath(path)
-    return is_real_path_within_roots(real, candidates)
+    return is_real_path_within_roots(os.path.realpath(path), candidates)
 
 
 def is_real_path_within_roots(real_path: str, roots: Sequence[str]) -> bool:

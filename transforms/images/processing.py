@@ -1,9 +1,8 @@
 """Pillow-based image work: full-decode validation, conversion, EXIF orientation, resize.
 
-Only images that must change go through here; the default path keeps the original bytes
-and never decodes pixels (see `transforms.images.headers`). Every function bounds memory by checking
-the pixel count from the header before anything is decoded, and maps Pillow's many
-exception types onto the stable dead-letter reason codes through `ImageError`.
+Only images that must change go through here. Every function checks the pixel count from
+the header before anything is decoded, and maps Pillow's many exception types onto the
+dead-letter reason codes through `ImageError`.
 
 Beam-free.
 """
@@ -302,15 +301,11 @@ def _convert(image: Image.Image, mode: str) -> Image.Image:
 
 
 def _jpeg_mode(image: Image.Image, keep_gray: bool) -> Image.Image:
-    if image.mode.startswith("I") or image.mode == "F":
-        image = _to_8bit(image)
-    if image.mode == "L":
-        # Gray stays gray only when asked for (convert_mode "L"); otherwise JPEG output
-        # is uniformly RGB, so every record of a run has 3 channels.
-        return image if keep_gray else image.convert("RGB")
-    if image.mode == "P" and "transparency" in image.info:
-        image = image.convert("RGBA")
-    return image if image.mode == "RGB" else image.convert("RGB")
+    # Gray stays gray only when asked for (convert_mode "L", so the picture is gray by now);
+    # otherwise JPEG output is uniformly RGB, so every record of a run has 3 channels.
+    if image.mode == "F":
+        _to_8bit(image)  # refuses floating-point pixels
+    return _convert(image, "L" if keep_gray else "RGB")
 
 
 def _png_mode(image: Image.Image) -> Image.Image:

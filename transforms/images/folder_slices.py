@@ -230,25 +230,16 @@ class _Folder:
 
 @dataclasses.dataclass(frozen=True)
 class FolderSurvey:
-    """What the launcher learns from walking a tree once (module docstring).
+    """What the launcher learns from walking a tree once (module docstring). `listing_digest`:
+    SHA-256 of every file's relative path, size and mtime, in the order listed (a local
+    walk's; a gs:// listing's, by whole name)."""
 
-    Attributes:
-      files: every file under the root (each becomes a record or a dead letter).
-      split_mode: the tree has split folders (train, validation, test) at its top.
-      label_folders: the label folders holding at least one visible image, in label order
-        (`transforms.images.labels.sorted_labels`).
-      splits: the split of every folder holding files (files beside split folders have none).
-      listing_digest: SHA-256 of every file's relative path, size and mtime, in the order
-        listed (a local walk's; a gs:// listing's, by whole name).
-      folders: per folder with files, its candidate cuts (for `slices`).
-    """
-
-    files: int
-    split_mode: bool
-    label_folders: tuple[str, ...]
-    splits: tuple[str, ...]
+    files: int  # every file under the root (each becomes a record or a dead letter)
+    split_mode: bool  # the tree has split folders (train, validation, test) at its top
+    label_folders: tuple[str, ...]  # those holding a visible image, in label order (`sorted_labels`)
+    splits: tuple[str, ...]  # of every folder holding files (files beside split folders have none)
     listing_digest: str
-    folders: tuple[_Folder, ...]
+    folders: tuple[_Folder, ...]  # per folder with files, its candidate cuts (for `slices`)
 
     def slices(self, step: int, max_slices: int) -> tuple[WorkUnit, ...]:
         """Work units of whole multiples of `step` files, about `max_slices` of them (at
@@ -304,21 +295,13 @@ def survey_folder(root: str, step: int) -> FolderSurvey:
 
 @dataclasses.dataclass(frozen=True)
 class FolderSlices:
-    """How the workers read the slices of one tree (module docstring).
-
-    Attributes:
-      root: the tree's root.
-      roots: the allowed roots every image must lie in.
-      split_mode: the tree has split folders at its top.
-      labels: the label map; a label's index is its position.
-      plan_token: identifies the plan (its listing digest): a worker keeps a remote folder's
-        listing for the slices of the same plan.
-    """
+    """How the workers read the slices of one tree (module docstring). `plan_token` identifies
+    the plan (its listing digest): a worker keeps a remote folder's listing for its slices."""
 
     root: str
-    roots: tuple[str, ...]
+    roots: tuple[str, ...]  # the allowed roots every image must lie in
     split_mode: bool
-    labels: tuple[str, ...]
+    labels: tuple[str, ...]  # the label map; a label's index is its position
     plan_token: str = ""
 
     def items(self, unit: WorkUnit) -> Iterator[dict]:

@@ -62,17 +62,11 @@ class _Row(NamedTuple):
 
 @dataclasses.dataclass(frozen=True)
 class ManifestSurvey:
-    """What the launcher learns from reading a manifest once.
+    """What the launcher learns from reading a manifest once."""
 
-    Attributes:
-      rows: data rows, failed ones included (every one becomes a record or a dead letter).
-      label_texts: the distinct non-blank label cells of the rows that parse.
-      splits: the declared split names the split column uses, in first-seen order.
-    """
-
-    rows: int
-    label_texts: frozenset[str]
-    splits: tuple[str, ...]
+    rows: int  # data rows, failed ones included (each becomes a record or a dead letter)
+    label_texts: frozenset[str]  # the distinct non-blank label cells of the rows that parse
+    splits: tuple[str, ...]  # the declared split names the split column uses, in first-seen order
 
     @classmethod
     def of(cls, surveys: Iterable[ManifestSurvey]) -> ManifestSurvey:
@@ -85,31 +79,20 @@ class ManifestSurvey:
 @dataclasses.dataclass(frozen=True)
 class ManifestRows:
     """How to turn the rows of manifests into planned items; a work unit names its manifest
-    (`WorkUnit.path`), against whose folder relative image paths resolve.
+    (`WorkUnit.path`), against whose folder relative image paths resolve. The columns: see
+    `plan.plan_image_manifest`."""
 
-    Attributes:
-      fmt: the manifests' tabular format ("csv", "tsv" or "jsonl").
-      image_column, label_column, split_column: see `plan.plan_image_manifest`.
-      roots: the allowed roots every image URI must lie in.
-      labels: the label map; a label's index is its position. Empty: the rows carry no label.
-      extra_spec: the conversion spec of the other columns, or None.
-      csv: how the manifest is parsed.
-      splits: the spec's (name, weight) splits, assigned by hashing when no split column.
-      split_key: the columns hashed for that (default: the image URI).
-      declared_splits: the split names a split column may use.
-    """
-
-    fmt: str
+    fmt: str  # "csv", "tsv" or "jsonl"
     image_column: str
     label_column: str | None = None
     split_column: str | None = None
-    roots: tuple[str, ...] = ()
-    labels: tuple[str, ...] = ()
-    extra_spec: ConversionSpec | None = None
+    roots: tuple[str, ...] = ()  # the allowed roots every image URI must lie in
+    labels: tuple[str, ...] = ()  # the label map (index = position); empty: no label
+    extra_spec: ConversionSpec | None = None  # the conversion spec of the other columns
     csv: CsvOptions = CsvOptions()
-    splits: tuple[tuple[str, float], ...] = ()
-    split_key: tuple[str, ...] = ()
-    declared_splits: tuple[str, ...] = SPLIT_DIRECTORIES
+    splits: tuple[tuple[str, float], ...] = ()  # (name, weight), hashed when no split column
+    split_key: tuple[str, ...] = ()  # the columns hashed for that (default: the image URI)
+    declared_splits: tuple[str, ...] = SPLIT_DIRECTORIES  # the names a split column may use
 
     @property
     def named_columns(self) -> tuple[str, ...]:

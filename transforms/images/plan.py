@@ -173,27 +173,27 @@ def plan_image_manifest(
                          f"manifests of one conversion have one format")
     roots = tuple(dict.fromkeys(normalize_root(r) for r in (
         allowed_roots or [root for unit in files for root in default_allowed_roots(unit.path)])))
-    named = {c for c in (image_column, label_column, split_column) if c is not None}
+    declared = tuple(spec.split_names) if spec is not None and spec.splits else ()
     rows = ManifestRows(
         fmt=fmt, image_column=image_column,
         label_column=label_column, split_column=split_column, roots=roots,
         csv=spec.csv if spec is not None else CsvOptions(),
         splits=spec.splits if spec is not None else (),
         split_key=spec.split_key if spec is not None else (),
-        declared_splits=tuple(spec.split_names) if spec is not None and spec.splits else SPLIT_DIRECTORIES,
+        declared_splits=declared or SPLIT_DIRECTORIES,
     )
     survey = ManifestSurvey.of(rows.survey(unit) for unit in files)
     # A manifest without rows has no value to infer the other columns' types from: it
     # converts to nothing, rather than failing the inference.
-    extra_spec = _extra_spec(spec, files, fmt, named) if survey.rows or spec is not None else None
-    rows = dataclasses.replace(rows, extra_spec=extra_spec)
+    extra_spec = (_extra_spec(spec, files, fmt, set(rows.named_columns))
+                  if survey.rows or spec is not None else None)
     if labels is not None:
         label_map = _read_labels(labels)
     elif label_column is not None:
         label_map = sorted_labels(t for t in survey.label_texts if label_problem(t) is None)
     else:
         label_map = ()
-    rows = dataclasses.replace(rows, labels=label_map)
+    rows = dataclasses.replace(rows, extra_spec=extra_spec, labels=label_map)
     size = sum(unit.size for unit in files)
     range_bytes = range_bytes or max(_MIN_RANGE_BYTES, -(-size // _MANIFEST_RANGES))
     cut = split_text_units(files, fmt, rows.csv, range_bytes)
@@ -211,7 +211,6 @@ def plan_image_manifest(
         for unit in files:
             units += _units(unit.path, list(rows.items(unit)), roots, images_per_unit, len(units))
         planning = f"read on the launcher ({named_manifests}: {kept_whole.split(':')[0]})"
-    declared = spec.split_names if spec is not None and spec.splits else ()
     assigned = () if split_column is not None else declared
     return ImagePlan(
         work_units=tuple(units),

@@ -51,10 +51,6 @@ svg.bars text{fill:#1d2733}svg.spark{vertical-align:middle}details{margin:6px 0}
 """
 
 
-def _card(title: str, value: str) -> str:
-    return f'<div class="card">{esc(title)}<b>{value}</b></div>'
-
-
 def _inputs(manifest: dict[str, Any]) -> str:
     options = as_dict(manifest.get("options"))
     main = [[esc(name), f"<code>{esc(options[name])}</code>"] for name in _MAIN_OPTIONS
@@ -112,7 +108,7 @@ def _overview(data: ReportData) -> str:
     manifest = data.manifest
     counts = manifest.get("counts") or {}
     shards = manifest.get("shards") or []
-    cards = "".join(_card(title, value) for title, value in [
+    cards = "".join(f'<div class="card">{esc(title)}<b>{value}</b></div>' for title, value in [
         *_count_cards(counts),
         ("shards", fmt_number(len(shards))),
         ("bytes", fmt_bytes(sum(shard.get("bytes") or 0 for shard in shards))),
@@ -211,11 +207,6 @@ def _contact_sheets(data: ReportData) -> str:
     return section("contact-sheets", "Contact sheets", intro + sheets + _image_dead_letters(data))
 
 
-def _navigation(parts: dict[str, str]) -> str:
-    links = [f'<a href="#{anchor}">{esc(title)}</a>' for anchor, title in parts.items()]
-    return "<nav>" + "".join(links) + "</nav>"
-
-
 def render_report(data: ReportData) -> str:
     """The report page of `data`, as text."""
     sections = {
@@ -226,7 +217,8 @@ def render_report(data: ReportData) -> str:
         "drift": ("Drift", drift_section(data.drift)),
         "contact-sheets": ("Contact sheets", _contact_sheets(data)),
     }
-    shown = {anchor: title for anchor, (title, body) in sections.items() if body}
+    links = "".join(f'<a href="#{anchor}">{esc(title)}</a>'
+                    for anchor, (title, body) in sections.items() if body)
     notes = "".join(f'<p class="note">{esc(note)}</p>' for note in data.notes)
     title = f"TFRecord output: {data.output_dir}"
     return (
@@ -236,7 +228,7 @@ def render_report(data: ReportData) -> str:
         f"<title>{esc(title)}</title><style>{_STYLE}</style></head><body>"
         f"<header><h1>{esc(title)}</h1><p>run {esc(data.manifest.get('run_id', MISSING))}, "
         f"committed {esc(data.manifest.get('created_at', MISSING))}</p></header>"
-        f"{_navigation(shown)}<main>{notes}"
+        f"<nav>{links}</nav><main>{notes}"
         + "".join(body for _, body in sections.values())
         + "</main></body></html>\n"
     )

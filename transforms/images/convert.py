@@ -122,7 +122,6 @@ class ConvertImages(beam.DoFn):
         self._written = Metrics.counter(_COUNTERS, "images_written")
         self._converted = Metrics.counter(_COUNTERS, "images_reencoded")
         self._dead = Metrics.counter(_COUNTERS, "images_dead_lettered")
-        self._reasons = {}
 
     def process(self, unit: WorkUnit) -> Iterator[RecordBatch]:
         if not hasattr(self, "_written"):
@@ -137,11 +136,7 @@ class ConvertImages(beam.DoFn):
         self._converted.inc(chunk.reencoded)
         for reason, count in chunk.reasons.items():
             self._dead.inc(count)
-            counter = self._reasons.get(reason)
-            if counter is None:
-                counter = self._reasons[reason] = Metrics.counter(
-                    _COUNTERS, f"image_dead_letter_{reason}")
-            counter.inc(count)
+            Metrics.counter(_COUNTERS, f"image_dead_letter_{reason}").inc(count)
 
     def _chunks(self, unit: WorkUnit) -> Iterator[_Chunk]:
         """The images of one work unit, in chunks of at most ~`ImageConfig.chunk_bytes`."""

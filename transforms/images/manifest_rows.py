@@ -106,8 +106,6 @@ class ManifestRows:
         than under a split the run never declared."""
         return DEFAULT_SPLIT if self.split_column is None and not self.splits else DEAD_LETTER_SPLIT
 
-    # ---------------------------------------------------------------------- reading rows
-
     def _read_spec(self, columns_only: bool) -> ConversionSpec:
         """The spec the tabular reader reads the manifest with: the extra features (unless
         `columns_only`), plus the named columns read as text (a JSON value of another type
@@ -135,8 +133,6 @@ class ManifestRows:
             # A reader reports a chunk's failed rows apart from its parsed ones.
             rows.sort(key=lambda row: row.number)
             yield from rows
-
-    # ---------------------------------------------------------------------- the launcher's pass
 
     def survey(self, unit: WorkUnit) -> ManifestSurvey:
         """Reads the manifest once, one chunk at a time (module docstring).
@@ -170,8 +166,6 @@ class ManifestRows:
             shown = [k for k in keys if not k.startswith(_READ_PREFIX)]
             raise ValueError(f"{unit.path}: no column {missing[0]!r}; columns: {shown}")
         return ManifestSurvey(count, frozenset(labels), tuple(splits))
-
-    # ---------------------------------------------------------------------- the workers' items
 
     def items(self, unit: WorkUnit) -> Iterator[dict]:
         """The planned item of every row of `unit`, in file order (`planned_item` dicts)."""

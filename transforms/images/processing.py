@@ -71,19 +71,13 @@ def needs_render(info: ImageInfo | None, options: RenderOptions, orientation: in
     already satisfy every option keep their original bytes, so no generation loss is
     added by, say, `--encode jpeg` on a JPEG that needs no resize.
     """
-    if info is None or not info.tf_native:
-        return True
-    if options.encode is not None and options.encode != info.format:
-        return True
-    if options.apply_exif_orientation and orientation != 1:
-        return True
-    if options.convert_mode is not None and info.channels != (3 if options.convert_mode == "RGB" else 1):
-        return True
-    if options.resize is not None and (info.width, info.height) != tuple(options.resize):
-        return True
-    if options.max_side is not None and max(info.width, info.height) > options.max_side:
-        return True
-    return False
+    return bool(
+        info is None or not info.tf_native
+        or (options.encode is not None and options.encode != info.format)
+        or (options.apply_exif_orientation and orientation != 1)
+        or (options.convert_mode is not None and info.channels != (3 if options.convert_mode == "RGB" else 1))
+        or (options.resize is not None and (info.width, info.height) != tuple(options.resize))
+        or (options.max_side is not None and max(info.width, info.height) > options.max_side))
 
 
 def decode_fully(data: bytes, max_pixels: int) -> int:
@@ -157,14 +151,16 @@ def render(data: bytes, options: RenderOptions, source_format: str | None,
             picture = _convert(picture, options.convert_mode)
         if geometry:
             picture = _resize(_resizable(picture), options)
-        if target == "jpeg":
-            picture = _jpeg_mode(picture, keep_gray=options.convert_mode == "L")
-        else:
-            picture = _png_mode(picture)
         out = io.BytesIO()
         if target == "jpeg":
+            # Gray stays gray only when asked for (convert_mode "L"); otherwise JPEG output is
+            # uniformly RGB, so every record of a run has 3 channels.
+            if picture.mode == "F":
+                _to_8bit(picture)  # refuses floating-point pixels
+            picture = _convert(picture, options.convert_mode or "RGB")
             picture.save(out, "JPEG", quality=options.quality, icc_profile=icc_profile)
         else:
+            picture = _png_mode(picture)
             picture.save(out, "PNG", icc_profile=icc_profile if picture.mode != "1" else None)
     encoded = out.getvalue()
     try:
@@ -298,14 +294,6 @@ def _convert(image: Image.Image, mode: str) -> Image.Image:
     if image.mode == "P" and "transparency" in image.info:
         image = image.convert("RGBA")
     return image.convert(mode)
-
-
-def _jpeg_mode(image: Image.Image, keep_gray: bool) -> Image.Image:
-    # Gray stays gray only when asked for (convert_mode "L", so the picture is gray by now);
-    # otherwise JPEG output is uniformly RGB, so every record of a run has 3 channels.
-    if image.mode == "F":
-        _to_8bit(image)  # refuses floating-point pixels
-    return _convert(image, "L" if keep_gray else "RGB")
 
 
 def _png_mode(image: Image.Image) -> Image.Image:

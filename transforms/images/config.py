@@ -1,7 +1,7 @@
 """What an image conversion is told and what it promises: the converter's `ImageConfig` with
 its pixel transforms `RenderOptions` (and every option's choices and defaults, which the
-command line uses too), the planner's `ImagePlan` (with the side files it commits), the
-output features `IMAGE_FEATURES` (its dead-letter reason codes are `transforms.records.IMAGE_REASONS`).
+command line uses too), the planner's `ImagePlan` (with the side files it commits) and the
+output features `IMAGE_FEATURES` (reason codes: `transforms.records.IMAGE_REASONS`).
 
 Beam-free.
 """
@@ -19,21 +19,9 @@ from transforms.ordered_pool import check_threads
 from transforms.records import WorkUnit
 from transforms.tabular.spec import FEATURE_SPEC_VERSION, ConversionSpec
 
-__all__ = [
-    "CONVERT_MODES",
-    "DEFAULT_QUALITY",
-    "ENCODINGS",
-    "RESIZE_MODES",
-    "RenderOptions",
-    "DEFAULT_MAX_IMAGE_BYTES",
-    "DEFAULT_MAX_PIXELS",
-    "IMAGE_FEATURES",
-    "VALIDATE_MODES",
-    "ImageConfig",
-    "ImagePlan",
-    "SPLIT_DIRECTORIES",
-    "planned_item",
-]
+__all__ = ["CONVERT_MODES", "DEFAULT_QUALITY", "ENCODINGS", "RESIZE_MODES", "RenderOptions",
+           "DEFAULT_MAX_IMAGE_BYTES", "DEFAULT_MAX_PIXELS", "IMAGE_FEATURES", "VALIDATE_MODES", "ImageConfig",
+           "ImagePlan", "SPLIT_DIRECTORIES", "planned_item"]
 
 #: The choices of `ImageConfig.validate`, the default first.
 VALIDATE_MODES = ("header", "full")
@@ -47,15 +35,9 @@ SPLIT_DIRECTORIES = ("train", "validation", "test")
 
 #: The image features every record carries (the class features only with labels).
 IMAGE_FEATURES = {
-    "image/encoded": "string",
-    "image/format": "string",
-    "image/height": "int64",
-    "image/width": "int64",
-    "image/channels": "int64",
-    "image/filename": "string",
-    "image/key/sha256": "string",
-    "image/class/label": "int64",
-    "image/class/text": "string",
+    "image/encoded": "string", "image/format": "string", "image/height": "int64", "image/width": "int64",
+    "image/channels": "int64", "image/filename": "string", "image/key/sha256": "string",
+    "image/class/label": "int64", "image/class/text": "string",
 }
 
 
@@ -125,15 +107,14 @@ class ImageConfig:
     """How `ConvertImages` validates and transforms images (all transforms off by default).
 
     Attributes:
-      render: the pixel transforms (orientation, mode, resize, re-encoding); see
-        `transforms.images.processing.RenderOptions`.
+      render: the pixel transforms (`RenderOptions`).
       validate: "header" (default) parses headers and checks the container structure
         without decoding pixels; "full" also decodes every frame with Pillow (and
         inflates a PNG's compressed stream as libpng reads it).
       max_image_bytes: larger files are dead letters (`image_too_large`), never read whole.
       max_pixels: images with more pixels, summed over frames, are `decompression_bomb`.
-      allowed_roots: if given, URIs must also lie inside one of these roots (in addition
-        to the roots the planner put in each work unit).
+      allowed_roots: if given, URIs must also lie inside one of these roots (besides the
+        planner's).
       threads: images of one work unit converted at once; 0 means one per CPU the worker
         may use (`transforms.ordered_pool.default_threads`). Default 1 (Beam's thread):
         per-image work is mostly Python holding the GIL, and a second thread measured
@@ -172,9 +153,7 @@ def planned_item(uri: str, split: str, *, filename: str, label: int | None = Non
                  features: Mapping[str, tuple[str, list]] | None = None,
                  reject: tuple[str, str, str | None] | None = None, raw: str | None = None) -> dict:
     """One planned input, as the converter takes it: the image at `uri` for `split`, or,
-    with `reject` = (reason, message, column), an entry already known to be a dead letter.
-    `label`/`text`: the label's index and name; `row`/`raw`: the manifest row it came from;
-    `features`: the converted extra columns; `size`: the file size when listed."""
+    with `reject` = (reason, message, column), an entry already known to be a dead letter."""
     return {"uri": uri, "split": split, "filename": filename, "label": label, "text": text,
             "size": size, "row": row, "features": dict(features or {}), "reject": reject,
             "raw": raw}

@@ -1,21 +1,15 @@
 """The Beam DoFn `ConvertImages`: reads the images of a work unit and yields their
 tf.train.Examples, framed, in one `RecordBatch` per split, or a dead letter per image.
 
-Images are read inside the DoFn through Beam's FileSystems (so gs:// works exactly like a
-local path). Every planned item ends up either as a record or as a dead letter with a
-stable reason code (`transforms.records.REASONS`), including items the planner
-already knows are bad (they ride in the work units so that the sink counts them and
-input == written + dead-lettered holds).
+Images are read through Beam's FileSystems (gs:// like a local path). Every planned item,
+including one the planner already knows is bad, ends up as a record or as a dead letter
+with a reason code (`transforms.records.REASONS`), so input == written + dead-lettered.
 
 Default mode keeps the original bytes and reads height/width/channels from the header
 (`transforms.images.headers`), never decoding pixels. Formats TensorFlow cannot decode
-(TIFF, ...) are converted losslessly to PNG; optional transforms (EXIF orientation, mode,
-resize, re-encode) go through Pillow (`transforms.images.processing`).
-
-Output features (the TF object-detection / TFDS convention, `IMAGE_FEATURES`):
-  image/encoded, image/format, image/height, image/width, image/channels,
-  image/filename, image/key/sha256, image/class/label, image/class/text,
-  plus the manifest's extra columns as the conversion spec says.
+(TIFF, ...) are converted losslessly to PNG; optional transforms go through Pillow
+(`transforms.images.processing`). Features: `IMAGE_FEATURES` (the TF object-detection /
+TFDS convention), plus the manifest's extra columns.
 """
 
 from __future__ import annotations
@@ -53,13 +47,13 @@ _COUNTERS = "tfrecord_pipeline"
 
 
 class _Chunk:
-    """Records, dead letters and input counts of one chunk of a work unit, per split."""
+    """Records, dead letters and input counts of one chunk of a work unit, per split (in the
+    order the splits are met)."""
 
     def __init__(self):
-        self.order: list[str] = []
+        self.counts = collections.Counter()
         self.records = collections.defaultdict(list)
         self.dead = collections.defaultdict(list)
-        self.counts = collections.Counter()
         self.size = 0
         self.reencoded = 0
         self.reasons: collections.Counter = collections.Counter()  # dead letters by reason
@@ -68,47 +62,34 @@ class _Chunk:
         self.features = collections.defaultdict(list)
         self.encoded_lengths = collections.defaultdict(list)
 
-    def count(self, split: str) -> None:
-        if split not in self.counts:
-            self.order.append(split)
+    def add(self, item: Mapping[str, Any], outcome: _Converted | DeadLetterError) -> None:
+        split = item["split"]
         self.counts[split] += 1
-
-    def add_record(self, split: str, framed: bytes, features: Mapping[str, Any],
-                   encoded_length: int, reencoded: bool) -> None:
-        self.records[split].append(framed)
-        self.size += len(framed)
-        self.features[split].append(features)
-        self.encoded_lengths[split].append(encoded_length)
-        self.reencoded += reencoded
-
-    def add_dead_letter(self, split: str, reason: str, document: bytes) -> None:
+        if isinstance(outcome, _Converted):
+            self.records[split].append(outcome.framed)
+            self.size += len(outcome.framed)
+            self.features[split].append(outcome.features)
+            self.encoded_lengths[split].append(outcome.encoded_length)
+            self.reencoded += outcome.reencoded
+            return
+        document = dead_letter(
+            source=item["uri"], reason=outcome.reason, message=outcome.message,
+            split=None if split == DEAD_LETTER_SPLIT else split, row=item.get("row"),
+            column=outcome.column, raw=item.get("raw"),
+            filename=item.get("filename"), label=item.get("text"),
+        )
         self.dead[split].append(document)
         self.size += len(document)
-        self.reasons[reason] += 1
+        self.reasons[outcome.reason] += 1
 
-    def result(self, unit_index: int, chunk_index: int) -> _ChunkResult:
-        batches = []
-        for split in self.order:
+    def batches(self, key: str) -> Iterator[RecordBatch]:
+        for split, count in self.counts.items():
             framed = self.records[split]
             sizes = np.fromiter(map(len, framed), dtype=np.int64, count=len(framed))
             stats = (image_batch_stats(self.features[split], self.encoded_lengths[split])
                      if framed and stats_enabled() else None)
-            batches.append(RecordBatch(
-                key=batch_key(unit_index, chunk_index), split=split,
-                records=FramedRecords(b"".join(framed), np.cumsum(sizes)),
-                dead_letters=self.dead[split], input_count=self.counts[split],
-                feature_stats=stats,
-            ))
-        return _ChunkResult(batches, sum(map(len, self.records.values())), self.reencoded, self.reasons)
-
-
-class _ChunkResult(NamedTuple):
-    """A chunk's batches and what the runner's process counts in Beam metrics."""
-
-    batches: list  # RecordBatches
-    written: int
-    reencoded: int
-    dead: Mapping[str, int]  # dead letters by reason
+            yield RecordBatch(key=key, split=split, records=FramedRecords(b"".join(framed), np.cumsum(sizes)),
+                              dead_letters=self.dead[split], input_count=count, feature_stats=stats)
 
 
 class _Converted(NamedTuple):
@@ -120,11 +101,7 @@ class _Converted(NamedTuple):
 
 @beam.typehints.with_output_types(RecordBatch)
 class ConvertImages(beam.DoFn):
-    """Reads and converts the images of a `WorkUnit`; yields one RecordBatch per split.
-
-    Records are serialized tf.train.Examples (see the module docstring for features);
-    every image that cannot be stored becomes one dead letter with its reason code.
-    """
+    """Reads and converts the images of a `WorkUnit`; yields one RecordBatch per split."""
 
     def __init__(self, config: ImageConfig | None = None, source: Any = None):
         """`source`: what reads the items of work units planned as data (the plan's
@@ -137,9 +114,6 @@ class ConvertImages(beam.DoFn):
         # Runtime caches (filesystem clients, counters) are rebuilt on the worker.
         return {"_config": self._config, "_source": self._source}
 
-    def __setstate__(self, state):
-        self.__dict__.update(state)
-
     def setup(self):
         # Our own pixel check runs first with config.max_pixels; lift Pillow's global
         # guard to at least that so it does not refuse images the user allowed.
@@ -148,28 +122,23 @@ class ConvertImages(beam.DoFn):
         self._written = Metrics.counter(_COUNTERS, "images_written")
         self._converted = Metrics.counter(_COUNTERS, "images_reencoded")
         self._dead = Metrics.counter(_COUNTERS, "images_dead_lettered")
-        self._reasons = {}
 
     def process(self, unit: WorkUnit) -> Iterator[RecordBatch]:
         if not hasattr(self, "_written"):
             self.setup()
-        for result in self._chunks(unit):
-            self._count(result)
-            yield from result.batches
+        for index, chunk in enumerate(self._chunks(unit)):
+            self._count(chunk)
+            yield from chunk.batches(batch_key(unit.index, index))
 
-    def _count(self, result: _ChunkResult) -> None:
+    def _count(self, chunk: _Chunk) -> None:
         """Beam metrics (lost in a forked process, which has no metrics context)."""
-        self._written.inc(result.written)
-        self._converted.inc(result.reencoded)
-        for reason, count in result.dead.items():
+        self._written.inc(sum(map(len, chunk.records.values())))
+        self._converted.inc(chunk.reencoded)
+        for reason, count in chunk.reasons.items():
             self._dead.inc(count)
-            counter = self._reasons.get(reason)
-            if counter is None:
-                counter = self._reasons[reason] = Metrics.counter(
-                    _COUNTERS, f"image_dead_letter_{reason}")
-            counter.inc(count)
+            Metrics.counter(_COUNTERS, f"image_dead_letter_{reason}").inc(count)
 
-    def _chunks(self, unit: WorkUnit) -> Iterator[_ChunkResult]:
+    def _chunks(self, unit: WorkUnit) -> Iterator[_Chunk]:
         """The images of one work unit, in chunks of at most ~`ImageConfig.chunk_bytes`."""
         extra = unit.extra or {}
         if "items" in extra:
@@ -180,31 +149,18 @@ class ConvertImages(beam.DoFn):
             raise ValueError(f"work unit {unit.index} of {unit.path} has no items and "
                              f"ConvertImages was given no source to read them")
         chunk = _Chunk()
-        chunk_index = 0
         # Images are read, checked and framed on `threads` threads (file reads, hashing,
         # CRCs and Pillow release the GIL); results arrive in item order.
         outcomes = ordered_map(functools.partial(self._outcome, roots=roots), items,
                                self._config.threads or default_threads())
         for item, outcome in outcomes:
-            split = item["split"]
-            chunk.count(split)
-            if isinstance(outcome, _Converted):
-                chunk.add_record(split, outcome.framed, outcome.features, outcome.encoded_length,
-                                 outcome.reencoded)
-            else:
-                reject = outcome
-                chunk.add_dead_letter(split, reject.reason, dead_letter(
-                    source=item["uri"], reason=reject.reason, message=reject.message,
-                    split=None if split == DEAD_LETTER_SPLIT else split, row=item.get("row"),
-                    column=reject.column, raw=item.get("raw"),
-                    filename=item.get("filename"), label=item.get("text"),
-                ))
+            chunk.add(item, outcome)
             # Memory stays bounded even for a unit of very large images: its records
             # leave in several chunks once they hold more than `chunk_bytes`.
             if chunk.size >= self._config.chunk_bytes:
-                yield chunk.result(unit.index, chunk_index)
-                chunk, chunk_index = _Chunk(), chunk_index + 1
-        yield chunk.result(unit.index, chunk_index)
+                yield chunk
+                chunk = _Chunk()
+        yield chunk
 
     def _outcome(self, item: Mapping[str, Any], roots: tuple[str, ...]
                  ) -> tuple[Mapping[str, Any], _Converted | DeadLetterError]:
@@ -327,8 +283,7 @@ class ConvertImages(beam.DoFn):
                                   f"multi-frame {sniff_format(data)}: converting would drop frames; "
                                   f"pass --encode png to keep the first frame")
         source_format = info.format if info is not None else sniff_format(data)
-        rendered = render(data, options, source_format, config.max_pixels)
-        return rendered.data, rendered.info, True
+        return *render(data, options, source_format, config.max_pixels), True
 
 
 def _read_bounded(handle, size: int, limit: int) -> bytes:

@@ -2,28 +2,25 @@
 
 * On the launcher, `survey_folder` walks the tree once, keeping per folder only its file
   count, whether it holds an image, and every `step`-th file name (the candidate cuts). A
-  work unit names one folder and a range of file names in it, a slice of its sorted
-  listing: [first, stop), either end open. The plan therefore does not grow with the
-  number of images (about `max_slices` units, plus one per folder), and the launcher holds
-  no listing: a local tree is walked one folder at a time, a gs:// tree is listed one page
-  at a time (`transforms.object_listing`).
-* In the workers, `FolderSlices.items(unit)` lists the unit's range of that folder and
-  applies the tree's rules (`entry_rules`) to each file. A gs:// slice lists just its range
-  (the store is asked for it). A worker keeps a folder's sorted listing for its next slice
-  of the same folder: a local folder while its modification time stays the same, a folder
-  of another object store for the same plan. A file that appears between planning and
-  reading falls in exactly one slice (the ranges cover every name), or in none where a
-  worker kept an object store's listing from before it; never in two. One that disappears
-  is a `missing_file` dead letter or simply not read.
+  work unit names one folder and a range [first, stop) of its sorted file names, either end
+  open, so the plan does not grow with the number of images (about `max_slices` units, plus
+  one per folder) and the launcher holds no listing: a local tree is walked one folder at a
+  time, a gs:// tree listed one page at a time (`transforms.object_listing`).
+* In the workers, `FolderSlices.items(unit)` lists the unit's range of that folder (a gs://
+  slice just its range) and applies the tree's rules (`entry_rules`) to each file. A worker
+  keeps a folder's sorted listing for its next slice of the same folder: a local folder
+  while its modification time stays the same, another object store's for the same plan. A
+  file that appears between planning and reading falls in exactly one slice, or in none
+  where a worker kept an object store's older listing; never in two. One that disappears is
+  a `missing_file` dead letter or simply not read.
 
 The rules: ROOT/<label>/**/<file>, or ROOT/<split>/<label>/**/<file> when a top-level folder
 is named train, validation or test; hidden files and folders, files without an image
-extension and files directly in ROOT (or in a split folder) are dead letters; in a tree of
-split folders, those beside them belong to no split (`DEAD_LETTER_SPLIT`). Local trees
-are walked with `os.walk` (a symlinked folder is not followed: it is a `symlinked_folder` dead
-letter; dangling symlinks are kept and reported `missing_file` when read); gs:// trees are
-listed page by page; other object stores by Beam's FileSystems, which returns the whole
-listing at once (so there the launcher and each worker hold a folder's listing).
+extension and files directly in ROOT (or in a split folder) are dead letters, and in a tree
+of split folders those beside them belong to no split (`DEAD_LETTER_SPLIT`). A symlinked
+folder is not followed (`os.walk`): it is a `symlinked_folder` dead letter; dangling symlinks
+are `missing_file` when read. Object stores other than gs:// are listed by Beam's
+FileSystems, whole (there the launcher and each worker hold a folder's listing).
 """
 
 from __future__ import annotations
@@ -50,6 +47,10 @@ IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".gif", ".bmp", ".webp", ".tif", ".
 
 def _separator(root: str) -> str:
     return "/" if "://" in root else os.sep
+
+
+def _relative_parts(root: str, folder: str) -> tuple[str, ...]:
+    return tuple(folder[len(root) + 1:].split(_separator(root))) if folder != root else ()
 
 
 def _hidden(name: str) -> bool:
@@ -95,6 +96,12 @@ def _name_range(names: Sequence[str], first: str | None, stop: str | None) -> sl
                  len(names) if stop is None else bisect.bisect_left(names, stop))
 
 
+def _objects(pattern: str) -> list[tuple[str, int, float | None]]:
+    """(path, size, mtime) of the objects Beam's FileSystems match (folder markers left out)."""
+    return [(m.path, m.size_in_bytes, getattr(m, "last_updated_in_seconds", None))
+            for m in fs.match([pattern])[0].metadata_list if not m.path.endswith("/")]
+
+
 class _SortedListing:
     """The sorted names in one local folder, kept for the next slice of the same folder
     while the folder's modification time stays the same (adding or removing a file changes
@@ -136,10 +143,8 @@ class _RemoteListing:
     def entries(cls, folder: str, token: str, first: str | None, stop: str | None) -> list[tuple]:
         kept = cls._kept
         if not token or kept is None or kept[:2] != (folder, token):
-            matched = fs.match([fs.literal(folder.rstrip("/")) + "/*"])[0].metadata_list
-            entries = sorted((m.path.rsplit("/", 1)[1], m.size_in_bytes,
-                              getattr(m, "last_updated_in_seconds", None))
-                             for m in matched if not m.path.endswith("/"))
+            entries = sorted((path.rsplit("/", 1)[1], size, mtime)
+                             for path, size, mtime in _objects(fs.literal(folder.rstrip("/")) + "/*"))
             kept = (folder, token, [entry[0] for entry in entries], entries)
             cls._kept = kept if token else None
         return kept[3][_name_range(kept[2], first, stop)]
@@ -185,73 +190,56 @@ def _refuse_unreadable(error: OSError) -> None:
         raise ValueError(fs.unreadable_folder(error.filename, error)) from error
 
 
-def _walk(root: str) -> Iterator[tuple[str, list[tuple[str, int | None, float | None]]]]:
-    """(folder, its files) of every folder under `root` holding files, folders in sorted
-    order; not for gs:// (see `_files`)."""
-    if "://" in root:
-        matched = fs.match([fs.literal(root.rstrip("/")) + "/**"])[0].metadata_list
-        folders: dict[str, list] = {}
-        for m in matched:
-            if not m.path.endswith("/"):
-                folder, name = m.path.rsplit("/", 1)
-                folders.setdefault(folder, []).append(
-                    (name, m.size_in_bytes, getattr(m, "last_updated_in_seconds", None)))
-        for folder in sorted(folders):
-            yield folder, sorted(folders[folder])
-        return
-    if not os.path.isdir(root):
-        raise FileNotFoundError(f"{root} is not a folder")
-    for folder, subfolders, _ in os.walk(root, onerror=_refuse_unreadable):
-        subfolders.sort()
-        files = _list_folder(folder)
-        if files:
-            yield folder, files
-
-
 def _files(root: str) -> Iterator[tuple[str, str, int | None, float | None]]:
     """(folder, name, size, mtime) of every file under `root`, a folder's names in sorted
     order: a gs:// tree as its listing streams, its folders interleaved
-    (`transforms.object_listing`); elsewhere folder by folder (`_walk`)."""
+    (`transforms.object_listing`); a local tree folder by folder, folders in sorted order."""
     if object_listing.streams(root):
         for relative, size, mtime in object_listing.list_objects(root, recursive=True):
             folder, _, name = relative.rpartition("/")
             yield (f"{root}/{folder}" if folder else root), name, size, mtime
         return
-    for folder, files in _walk(root):
-        for name, size, mtime in files:
+    if "://" in root:
+        yield from sorted((*path.rsplit("/", 1), size, mtime)
+                          for path, size, mtime in _objects(fs.literal(root.rstrip("/")) + "/**"))
+        return
+    if not os.path.isdir(root):
+        raise FileNotFoundError(f"{root} is not a folder")
+    for folder, subfolders, _ in os.walk(root, onerror=_refuse_unreadable):
+        subfolders.sort()
+        for name, size, mtime in _list_folder(folder):
             yield folder, name, size, mtime
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass
 class _Folder:
+    """What the survey keeps of one folder while its files stream by (in name order)."""
+
     path: str
     parts: tuple[str, ...]  # relative to the root
-    files: int
-    has_image: bool  # a visible file with an image extension
-    cuts: tuple[str, ...]  # every `step`-th name, from the first
+    files: int = 0
+    has_image: bool = False  # a visible file with an image extension (what entry_rules asks of the name)
+    cuts: list[str] = dataclasses.field(default_factory=list)  # every `step`-th name, from the first
+
+    def add(self, name: str, step: int) -> None:
+        if self.files % step == 0:
+            self.cuts.append(name)
+        self.files += 1
+        self.has_image = self.has_image or (not _hidden(name) and _image_extension(name))
 
 
 @dataclasses.dataclass(frozen=True)
 class FolderSurvey:
-    """What the launcher learns from walking a tree once (module docstring).
+    """What the launcher learns from walking a tree once (module docstring). `listing_digest`:
+    SHA-256 of every file's relative path, size and mtime, in the order listed (a local
+    walk's; a gs:// listing's, by whole name)."""
 
-    Attributes:
-      files: every file under the root (each becomes a record or a dead letter).
-      split_mode: the tree has split folders (train, validation, test) at its top.
-      label_folders: the label folders holding at least one visible image, in label order
-        (`transforms.images.labels.sorted_labels`).
-      splits: the split of every folder holding files (files beside split folders have none).
-      listing_digest: SHA-256 of every file's relative path, size and mtime, in the order
-        listed (a local walk's; a gs:// listing's, by whole name).
-      folders: per folder with files, its candidate cuts (for `slices`).
-    """
-
-    files: int
-    split_mode: bool
-    label_folders: tuple[str, ...]
-    splits: tuple[str, ...]
+    files: int  # every file under the root (each becomes a record or a dead letter)
+    split_mode: bool  # the tree has split folders (train, validation, test) at its top
+    label_folders: tuple[str, ...]  # those holding a visible image, in label order (`sorted_labels`)
+    splits: tuple[str, ...]  # of every folder holding files (files beside split folders have none)
     listing_digest: str
-    folders: tuple[_Folder, ...]
+    folders: tuple[_Folder, ...]  # per folder with files, its candidate cuts (for `slices`)
 
     def slices(self, step: int, max_slices: int) -> tuple[WorkUnit, ...]:
         """Work units of whole multiples of `step` files, about `max_slices` of them (at
@@ -268,22 +256,6 @@ class FolderSurvey:
         return tuple(units)
 
 
-class _Tally:
-    """What the survey keeps of one folder while its files stream by (in name order)."""
-
-    def __init__(self, parts: tuple[str, ...]):
-        self.parts = parts
-        self.files = 0
-        self.has_image = False  # what entry_rules asks of the name itself
-        self.cuts: list[str] = []
-
-    def add(self, name: str, step: int) -> None:
-        if self.files % step == 0:
-            self.cuts.append(name)
-        self.files += 1
-        self.has_image = self.has_image or (not _hidden(name) and _image_extension(name))
-
-
 def survey_folder(root: str, step: int) -> FolderSurvey:
     """Walks the tree at `root` once (module docstring).
 
@@ -291,20 +263,16 @@ def survey_folder(root: str, step: int) -> FolderSurvey:
       FileNotFoundError: `root` is not a folder or holds no file.
       ValueError: `root` mixes split folders with other folders.
     """
-    separator = _separator(root)
-    prefix = root + separator
     digest = hashlib.sha256()
-    tallies: dict[str, _Tally] = {}
+    found: dict[str, _Folder] = {}
     for path, name, size, mtime in _files(root):
-        tally = tallies.get(path)
-        if tally is None:
-            parts = tuple(path[len(prefix):].split(separator)) if path != root else ()
-            tally = tallies[path] = _Tally(parts)
-        tally.add(name, step)
-        digest.update(repr(("/".join([*tally.parts, name]), size, mtime)).encode("utf-8"))
+        folder = found.get(path)
+        if folder is None:
+            folder = found[path] = _Folder(path, _relative_parts(root, path))
+        folder.add(name, step)
+        digest.update(repr(("/".join([*folder.parts, name]), size, mtime)).encode("utf-8"))
     # A local walk visits folders in its own order; an object store's, sorted by path.
-    ordered = sorted(tallies.items()) if "://" in root else tallies.items()
-    folders = [_Folder(path, t.parts, t.files, t.has_image, tuple(t.cuts)) for path, t in ordered]
+    folders = [found[path] for path in (sorted(found) if "://" in root else found)]
     if not folders:
         raise FileNotFoundError(f"no files under {root}")
     top = {f.parts[0] for f in folders if f.parts and not f.parts[0].startswith(".")}
@@ -327,35 +295,26 @@ def survey_folder(root: str, step: int) -> FolderSurvey:
 
 @dataclasses.dataclass(frozen=True)
 class FolderSlices:
-    """How the workers read the slices of one tree (module docstring).
-
-    Attributes:
-      root: the tree's root.
-      roots: the allowed roots every image must lie in.
-      split_mode: the tree has split folders at its top.
-      labels: the label map; a label's index is its position.
-      plan_token: identifies the plan (its listing digest): a worker keeps a remote folder's
-        listing for the slices of the same plan.
-    """
+    """How the workers read the slices of one tree (module docstring). `plan_token` identifies
+    the plan (its listing digest): a worker keeps a remote folder's listing for its slices."""
 
     root: str
-    roots: tuple[str, ...]
+    roots: tuple[str, ...]  # the allowed roots every image must lie in
     split_mode: bool
-    labels: tuple[str, ...]
+    labels: tuple[str, ...]  # the label map; a label's index is its position
     plan_token: str = ""
 
     def items(self, unit: WorkUnit) -> Iterator[dict]:
         """The planned item of every file of the slice `unit`, in name order."""
-        separator = _separator(self.root)
         extra = unit.extra or {}
         first, stop = extra.get("first"), extra.get("stop")
         folder = unit.path
-        parts = (folder[len(self.root) + 1:].split(separator) if folder != self.root else [])
+        parts, prefix = _relative_parts(self.root, folder), folder + _separator(self.root)
         index = {label: i for i, label in enumerate(self.labels)}
         for name, size, _ in _list_folder(folder, first, stop, self.plan_token):
             split, label, reject = entry_rules([*parts, name], self.split_mode, index)
             if size == _FOLDER_LINK:
                 size, reject = None, ("symlinked_folder", "a symlink to a folder, not followed: "
                                       "link the files, or convert the folder it names", None)
-            yield planned_item(folder + separator + name, split, filename="/".join([*parts, name]),
+            yield planned_item(prefix + name, split, filename="/".join([*parts, name]),
                                label=index.get(label), text=label, size=size, reject=reject)

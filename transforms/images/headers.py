@@ -62,19 +62,29 @@ import zlib
 
 from transforms.records import DeadLetterError
 
-__all__ = [
-    "HeaderError",
-    "ImageInfo",
-    "parse_header",
-    "png_idat_run",
-    "sniff_format",
-    "TF_NATIVE_FORMATS",
-]
-
-#: Formats TensorFlow's decode_image reads (JPEG XL aside, which Pillow cannot read).
-TF_NATIVE_FORMATS = ("jpeg", "png", "gif", "bmp", "webp")
+__all__ = ["HeaderError", "ImageInfo", "parse_header", "png_idat_run", "sniff_format"]
 
 _PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+# Leading bytes of each format, tried in this order (one regular expression: the first
+# alternative that matches names the format).
+_SIGNATURES = re.compile(b"|".join(b"(?P<%s>%s)" % (name, pattern) for name, pattern in (
+    (b"jpeg", rb"\xff\xd8\xff"),
+    (b"png", re.escape(_PNG_SIGNATURE)),
+    (b"gif", rb"GIF8[79]a"),
+    (b"bmp", rb"BM.{16}"),
+    (b"webp", rb"RIFF.{4}WEBP"),
+    (b"tiff", rb"II\*\x00|MM\x00\*|II\+\x00|MM\x00\+"),
+    (b"jpeg2000", rb"\x00\x00\x00\x0cjP  \r\n\x87\n|\xff\x4f\xff\x51"),
+    (b"jxl", rb"\xff\x0a|\x00\x00\x00\x0cJXL \r\n\x87\n"),
+    (b"avif", rb".{4}ftyp(?:avif|avis)"),
+    (b"heif", rb".{4}ftyp(?:heic|heix|hevc|hevx|heim|heis|mif1|msf1)"),
+    (b"psd", rb"8BPS"),
+    (b"ico", rb"\x00\x00[\x01\x02]\x00.{3}"),
+    (b"qoi", rb"qoif"),
+    (b"dds", rb"DDS "),
+    (b"openexr", rb"\x76\x2f\x31\x01"),
+    (b"pnm", rb"P[1-7][ \t\r\n]"),
+)), re.DOTALL)
 # A JPEG marker inside entropy-coded data: 0xFF followed by anything except a stuffed
 # zero, a restart marker (D0-D7) or another fill byte.
 _JPEG_MARKER = re.compile(rb"\xff[^\x00\xd0-\xd7\xff]")
@@ -89,6 +99,7 @@ _PNG_DEPTHS = {0: (1, 2, 4, 8, 16), 2: (8, 16), 3: (1, 2, 4, 8), 4: (8, 16), 6: 
 _PNG_TF_MAX_SIDE = 1 << 27
 _PNG_TF_MAX_PIXELS = 1 << 29
 _BMP_TF_MAX_PIXELS = (2**31 - 1) // 8
+_BMP_MASKS = (0x00FF0000, 0x0000FF00, 0x000000FF)  # the only bit fields TF decodes right
 
 
 class HeaderError(DeadLetterError):
@@ -129,42 +140,8 @@ def sniff_format(data: bytes) -> str | None:
     read (tiff, jpeg2000, heif, avif, jxl, psd, ico, ...) so that callers can tell an
     unsupported image from a file that is not an image at all.
     """
-    head = bytes(data[:32])
-    if head.startswith(b"\xff\xd8\xff"):
-        return "jpeg"
-    if head.startswith(_PNG_SIGNATURE):
-        return "png"
-    if head.startswith((b"GIF87a", b"GIF89a")):
-        return "gif"
-    if head.startswith(b"BM") and len(head) >= 18:
-        return "bmp"
-    if head.startswith(b"RIFF") and head[8:12] == b"WEBP":
-        return "webp"
-    if head.startswith((b"II*\x00", b"MM\x00*", b"II+\x00", b"MM\x00+")):
-        return "tiff"
-    if head.startswith((b"\x00\x00\x00\x0cjP  \r\n\x87\n", b"\xff\x4f\xff\x51")):
-        return "jpeg2000"
-    if head.startswith((b"\xff\x0a", b"\x00\x00\x00\x0cJXL \r\n\x87\n")):
-        return "jxl"
-    if head[4:8] == b"ftyp":
-        brand = head[8:12]
-        if brand in (b"avif", b"avis"):
-            return "avif"
-        if brand in (b"heic", b"heix", b"hevc", b"hevx", b"heim", b"heis", b"mif1", b"msf1"):
-            return "heif"
-    if head.startswith(b"8BPS"):
-        return "psd"
-    if head.startswith((b"\x00\x00\x01\x00", b"\x00\x00\x02\x00")) and len(head) > 6:
-        return "ico"
-    if head.startswith(b"qoif"):
-        return "qoi"
-    if head.startswith(b"DDS "):
-        return "dds"
-    if head.startswith(b"\x76\x2f\x31\x01"):
-        return "openexr"
-    if re.match(rb"P[1-7][ \t\r\n]", head):
-        return "pnm"
-    return None
+    match = _SIGNATURES.match(bytes(data[:32]))
+    return match.lastgroup if match else None
 
 
 def parse_header(data: bytes) -> ImageInfo:
@@ -463,7 +440,8 @@ def _bmp(data) -> ImageInfo:
         note = f"compressed BMP (method {compression})"
     elif bpp not in (8, 24, 32):
         note = f"{bpp}-bit BMP"
-    elif compression == 3 and not _bmp_standard_masks(data, dib, n):
+    elif compression == 3 and (n < 14 + 40 + 12 or struct.unpack_from("<III", data, 54) != _BMP_MASKS):
+        # With a 40-byte header the masks follow it; larger headers embed them at 54.
         note = "BMP with non-standard bit fields"
     elif bpp == 8 and not _bmp_gray_palette(data, dib, compression, colors_used, offset):
         note = "8-bit BMP with a color palette (TF would return palette indices)"
@@ -473,14 +451,6 @@ def _bmp(data) -> ImageInfo:
         note = "BMP larger than tf.io.decode_bmp accepts"
     channels = {8: 1, 24: 3, 32: 4}.get(bpp, 3)
     return ImageInfo("bmp", width, rows, channels, 1, not note, note)
-
-
-def _bmp_standard_masks(data, dib: int, n: int) -> bool:
-    # With a 40-byte header the masks follow it; larger headers embed them at 54.
-    if n < 14 + 40 + 12:
-        return False
-    red, green, blue = struct.unpack_from("<III", data, 54)
-    return (red, green, blue) == (0x00FF0000, 0x0000FF00, 0x000000FF)
 
 
 def _bmp_gray_palette(data, dib: int, compression: int, colors_used: int, offset: int) -> bool:
@@ -505,17 +475,14 @@ def _webp(data) -> ImageInfo:
     has_alph = False
     bitstream = None
     frames = 0
-    first = True
     while pos + 8 <= end:
         fourcc = bytes(data[pos : pos + 4])
         (size,) = struct.unpack_from("<I", data, pos + 4)
         body = pos + 8
-        nxt = body + size + (size & 1)
         if body + size > end:
             raise HeaderError("truncated_image", f"WebP ends inside its {_chunk_name(fourcc)} chunk")
-        if first and fourcc not in (b"VP8 ", b"VP8L", b"VP8X"):
+        if pos == 12 and fourcc not in (b"VP8 ", b"VP8L", b"VP8X"):
             raise HeaderError("corrupt_image", "WebP does not start with a VP8, VP8L or VP8X chunk")
-        first = False
         if fourcc == b"VP8X":
             if size < 10:
                 raise HeaderError("corrupt_image", "WebP VP8X chunk too short")
@@ -531,7 +498,7 @@ def _webp(data) -> ImageInfo:
             bitstream = _webp_bitstream(fourcc, data, body, size)
             if vp8x is None:
                 break
-        pos = nxt
+        pos = body + size + (size & 1)
     if vp8x is not None and vp8x[0] & 0x02:  # animation
         flags, width, height = vp8x
         if frames == 0:

@@ -2,10 +2,7 @@
 
 * In the workers, `ManifestRows.items(unit)` reads the byte range of the manifest a work
   unit names (or the whole manifest) and turns each row into a planned item: an image to
-  read, or a dead letter with its reason (unparsable row, bad split, empty path, path
-  outside the allowed roots, missing or unknown label, extra column that does not convert).
-  The plan therefore carries byte ranges, never rows: the launcher does not hold the rows
-  and the job graph does not grow with the number of images.
+  read, or a dead letter with its reason. The plan carries byte ranges, never rows.
 * On the launcher, `ManifestRows.survey(unit)` reads the manifest once, one chunk at a
   time, for what must be known before any worker starts: the row count (the dry-run's
   exact count), the label texts (the default label map) and the split names used.
@@ -65,17 +62,11 @@ class _Row(NamedTuple):
 
 @dataclasses.dataclass(frozen=True)
 class ManifestSurvey:
-    """What the launcher learns from reading a manifest once.
+    """What the launcher learns from reading a manifest once."""
 
-    Attributes:
-      rows: data rows, failed ones included (every one becomes a record or a dead letter).
-      label_texts: the distinct non-blank label cells of the rows that parse.
-      splits: the declared split names the split column uses, in first-seen order.
-    """
-
-    rows: int
-    label_texts: frozenset[str]
-    splits: tuple[str, ...]
+    rows: int  # data rows, failed ones included (each becomes a record or a dead letter)
+    label_texts: frozenset[str]  # the distinct non-blank label cells of the rows that parse
+    splits: tuple[str, ...]  # the declared split names the split column uses, in first-seen order
 
     @classmethod
     def of(cls, surveys: Iterable[ManifestSurvey]) -> ManifestSurvey:
@@ -87,34 +78,21 @@ class ManifestSurvey:
 
 @dataclasses.dataclass(frozen=True)
 class ManifestRows:
-    """How to turn the rows of manifests into planned items (see the module docstring); a
-    work unit names its manifest (`WorkUnit.path`), against whose folder relative image
-    paths resolve.
+    """How to turn the rows of manifests into planned items; a work unit names its manifest
+    (`WorkUnit.path`), against whose folder relative image paths resolve. The columns: see
+    `plan.plan_image_manifest`."""
 
-    Attributes:
-      fmt: the manifests' tabular format ("csv", "tsv" or "jsonl").
-      image_column, label_column, split_column: the named columns (see
-        `transforms.images.plan.plan_image_manifest`).
-      roots: the allowed roots every image URI must lie in.
-      labels: the label map; a label's index is its position. Empty: the rows carry no label.
-      extra_spec: the conversion spec of the other columns, or None.
-      csv: how the manifest is parsed.
-      splits: the spec's (name, weight) splits, assigned by hashing when no split column.
-      split_key: the columns hashed for that (default: the image URI).
-      declared_splits: the split names a split column may use.
-    """
-
-    fmt: str
+    fmt: str  # "csv", "tsv" or "jsonl"
     image_column: str
     label_column: str | None = None
     split_column: str | None = None
-    roots: tuple[str, ...] = ()
-    labels: tuple[str, ...] = ()
-    extra_spec: ConversionSpec | None = None
+    roots: tuple[str, ...] = ()  # the allowed roots every image URI must lie in
+    labels: tuple[str, ...] = ()  # the label map (index = position); empty: no label
+    extra_spec: ConversionSpec | None = None  # the conversion spec of the other columns
     csv: CsvOptions = CsvOptions()
-    splits: tuple[tuple[str, float], ...] = ()
-    split_key: tuple[str, ...] = ()
-    declared_splits: tuple[str, ...] = SPLIT_DIRECTORIES
+    splits: tuple[tuple[str, float], ...] = ()  # (name, weight), hashed when no split column
+    split_key: tuple[str, ...] = ()  # the columns hashed for that (default: the image URI)
+    declared_splits: tuple[str, ...] = SPLIT_DIRECTORIES  # the names a split column may use
 
     @property
     def named_columns(self) -> tuple[str, ...]:
@@ -127,8 +105,6 @@ class ManifestRows:
         none (`DEAD_LETTER_SPLIT`): such a row is counted in the run's totals only, rather
         than under a split the run never declared."""
         return DEFAULT_SPLIT if self.split_column is None and not self.splits else DEAD_LETTER_SPLIT
-
-    # ---------------------------------------------------------------------- reading rows
 
     def _read_spec(self, columns_only: bool) -> ConversionSpec:
         """The spec the tabular reader reads the manifest with: the extra features (unless
@@ -157,8 +133,6 @@ class ManifestRows:
             # A reader reports a chunk's failed rows apart from its parsed ones.
             rows.sort(key=lambda row: row.number)
             yield from rows
-
-    # ---------------------------------------------------------------------- the launcher's pass
 
     def survey(self, unit: WorkUnit) -> ManifestSurvey:
         """Reads the manifest once, one chunk at a time (module docstring).
@@ -192,8 +166,6 @@ class ManifestRows:
             shown = [k for k in keys if not k.startswith(_READ_PREFIX)]
             raise ValueError(f"{unit.path}: no column {missing[0]!r}; columns: {shown}")
         return ManifestSurvey(count, frozenset(labels), tuple(splits))
-
-    # ---------------------------------------------------------------------- the workers' items
 
     def items(self, unit: WorkUnit) -> Iterator[dict]:
         """The planned item of every row of `unit`, in file order (`planned_item` dicts)."""
@@ -291,14 +263,13 @@ def _python_values(values: Any, num_rows: int) -> Sequence:
     try:
         return values.to_pylist()
     except UnicodeDecodeError:
-        return [_python_value(values, i) for i in range(num_rows)]
-
-
-def _python_value(values: pa.Array | pa.ChunkedArray, index: int) -> Any:
-    try:
-        return values[index].as_py()
-    except UnicodeDecodeError:
-        return None
+        found = []
+        for index in range(num_rows):
+            try:
+                found.append(values[index].as_py())
+            except UnicodeDecodeError:
+                found.append(None)
+        return found
 
 
 def _utf8_line(row: _Row) -> _Row:

@@ -20,18 +20,9 @@ from collections.abc import Iterable, Sequence
 
 from transforms import fs
 
-__all__ = [
-    "bucket_root",
-    "default_allowed_roots",
-    "is_remote",
-    "is_real_path_within_roots",
-    "is_within_roots",
-    "normalize_root",
-    "normalize_uri",
-    "opened_real_path",
-    "resolve_reference",
-    "uri_dirname",
-]
+__all__ = ["default_allowed_roots", "is_remote", "is_real_path_within_roots",
+           "is_within_roots", "normalize_root", "normalize_uri", "opened_real_path", "resolve_reference",
+           "uri_dirname"]
 
 _SCHEME = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.-]*)://(.*)$", re.DOTALL)
 
@@ -78,15 +69,6 @@ def uri_dirname(uri: str) -> str:
     return os.path.dirname(normalize_uri(uri))
 
 
-def bucket_root(uri: str) -> str | None:
-    """gs://bucket/ for gs://bucket/anything, else None."""
-    match = _SCHEME.match(uri)
-    if not match or match.group(1).lower() != "gs":
-        return None
-    bucket = match.group(2).split("/", 1)[0]
-    return f"gs://{bucket}/" if bucket else None
-
-
 def default_allowed_roots(manifest_path: str, command_line_uris: Iterable[str] = ()) -> tuple[str, ...]:
     """The manifest's own folder tree plus every gs:// bucket named on the command line.
 
@@ -95,9 +77,10 @@ def default_allowed_roots(manifest_path: str, command_line_uris: Iterable[str] =
     """
     roots = [uri_dirname(manifest_path)]
     for uri in (manifest_path, *command_line_uris):
-        bucket = bucket_root(uri) if uri else None
+        match = _SCHEME.match(uri or "")
+        bucket = match.group(2).split("/", 1)[0] if match and match.group(1).lower() == "gs" else ""
         if bucket:
-            roots.append(bucket)
+            roots.append(f"gs://{bucket}/")
     return tuple(dict.fromkeys(normalize_root(root) for root in roots))
 
 
@@ -145,14 +128,12 @@ def opened_real_path(handle, path: str) -> str:
     return os.path.realpath(path)
 
 
-def is_within_roots(uri: str, roots: Sequence[str], *, resolve_symlinks: bool = True,
-                    real_path: str | None = None) -> bool:
+def is_within_roots(uri: str, roots: Sequence[str], *, resolve_symlinks: bool = True) -> bool:
     """Whether `uri` lies inside one of `roots` (already normalised by `normalize_root`).
 
     Local paths must be inside a root both as written (after `..` normalisation) and
     after resolving symlinks (against the roots' own resolved forms), so a symlink
     escaping the tree is refused while a root that is itself a symlink still works.
-    `real_path` is the already resolved path (see `opened_real_path`), if known.
     """
     try:
         path = normalize_uri(uri)
@@ -164,8 +145,7 @@ def is_within_roots(uri: str, roots: Sequence[str], *, resolve_symlinks: bool = 
         return False
     if remote or not resolve_symlinks:
         return True
-    real = real_path if real_path is not None else os.path.realpath(path)
-    return is_real_path_within_roots(real, candidates)
+    return is_real_path_within_roots(os.path.realpath(path), candidates)
 
 
 def is_real_path_within_roots(real_path: str, roots: Sequence[str]) -> bool:

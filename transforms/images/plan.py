@@ -1,15 +1,9 @@
 """Planning image conversions on the launcher: class-folder trees (`plan_image_folder`) and
-CSV/TSV/JSONL manifests (`plan_image_manifest`) become an `ImagePlan` of `WorkUnit`s.
+CSV/TSV/JSONL manifests (`plan_image_manifest`) become an `ImagePlan` of `WorkUnit`s, planned
+as data (slices of folder listings, byte ranges of manifests: no row per image).
 
-Both are planned as data: a manifest's work units are byte ranges that the workers read
-(`transforms.images.manifest_rows`), a tree's are slices of its folders' listings that the
-workers list again (`transforms.images.folder_slices`), so neither the launcher nor the job
-graph holds a row per image.
-
-Planning never reads an image. Inputs already known to be bad (hidden files, non-image
-extensions, unknown labels, paths outside the allowed roots, manifest rows that do not
-parse) are planned too, as items carrying their dead-letter reason, so that the converter
-counts them and input == written + dead-lettered holds.
+Planning never reads an image. Inputs already known to be bad are planned as items carrying
+their dead-letter reason, so that input == written + dead-lettered holds.
 """
 
 from __future__ import annotations
@@ -33,30 +27,19 @@ from transforms.tabular.plan import plan_tabular
 from transforms.tabular.spec import ConversionSpec, CsvOptions
 from transforms.tabular.split_units import split_text_units
 
-__all__ = [
-    "DEFAULT_IMAGES_PER_UNIT",
-    "IMAGE_EXTENSIONS",
-    "MANIFEST_FORMATS",
-    "SPLIT_DIRECTORIES",
-    "manifest_format",
-    "plan_image_folder",
-    "plan_image_manifest",
-]
+__all__ = ["DEFAULT_IMAGES_PER_UNIT", "IMAGE_EXTENSIONS", "MANIFEST_FORMATS", "SPLIT_DIRECTORIES",
+           "manifest_format", "plan_image_folder", "plan_image_manifest"]
 
 DEFAULT_IMAGES_PER_UNIT = 64
 #: The tabular formats a manifest may have.
 MANIFEST_FORMATS = ("csv", "tsv", "jsonl")
 # Compression suffixes a manifest name may end with (Beam decompresses them when reading).
 _COMPRESSION_SUFFIXES = (".gz", ".bz2", ".zst", ".deflate")
-# A folder tree becomes about this many slices (at least one per folder).
-_FOLDER_SLICES = 256
-# A manifest becomes up to this many byte ranges (the plan's size stays flat) ...
+_FOLDER_SLICES = 256  # a folder tree becomes about this many slices (at least one per folder)
+# A manifest becomes up to this many byte ranges (the plan's size stays flat) of at least
+# _MIN_RANGE_BYTES (~100 rows of a typical manifest, so a small one still spreads out).
 _MANIFEST_RANGES = 256
-# ... of at least this many bytes.
 _MIN_RANGE_BYTES = 8 << 10
-
-
-# --------------------------------------------------------------------------- shared
 
 
 def _units(source: str, items: Sequence[dict], roots: tuple[str, ...],
@@ -87,12 +70,8 @@ def plan_image_folder(
     labels: Sequence[str] | str | None = None,
 ) -> ImagePlan:
     """Plans ROOT/<label>/**/<file>, or ROOT/<split>/<label>/**/<file> when a top-level
-    folder is named train, validation or test.
-
-    The tree is planned as data: the launcher walks it once, one folder at a time, and its
-    work units are slices of a folder's sorted listing, listed again in the workers
-    (`transforms.images.folder_slices`): whole multiples of `images_per_unit` files, about
-    `_FOLDER_SLICES` of them (at least one per folder).
+    folder is named train, validation or test; work units are about `_FOLDER_SLICES` slices
+    of whole multiples of `images_per_unit` files (`transforms.images.folder_slices`).
 
     Labels are the sorted names of the label folders holding at least one image; a
     label's index is its position. `labels` (a list, or the path of a labels.txt) fixes
@@ -139,9 +118,6 @@ def _read_labels(labels: Sequence[str] | str) -> tuple[str, ...]:
     return check_label_list(labels)
 
 
-# --------------------------------------------------------------------------- manifests
-
-
 def plan_image_manifest(
     manifest_path: str,
     image_column: str,
@@ -154,15 +130,10 @@ def plan_image_manifest(
     images_per_unit: int = DEFAULT_IMAGES_PER_UNIT,
     range_bytes: int | None = None,
 ) -> ImagePlan:
-    """Plans a CSV/TSV/JSONL manifest with one image per row.
-
-    The manifest is planned as data: its work units are byte ranges of the manifest, read
-    in the workers (`transforms.images.manifest_rows`); the launcher reads it once, one
-    chunk at a time, for the row count, the label map and the split names, and holds no
-    row. A manifest that cannot be cut (compressed, or an encoding or dialect the byte-range
-    scan does not take; see `transforms.tabular.split_units`) is read on the launcher
-    instead, its rows planned as items of `images_per_unit` images; `ImagePlan.planning`
-    says which.
+    """Plans a CSV/TSV/JSONL manifest with one image per row: byte ranges read in the workers
+    (`transforms.images.manifest_rows`), or, for a manifest that cannot be cut (compressed,
+    or see `transforms.tabular.split_units`), its rows read on the launcher as items of
+    `images_per_unit` images; `ImagePlan.planning` says which.
 
     Args:
       manifest_path: the manifest on any Beam filesystem, named .csv, .tsv or .jsonl (see
@@ -186,8 +157,7 @@ def plan_image_manifest(
         distinct labels of the manifest (numeric order when all are integers). Labels not
         in a given map are dead letters (`unknown_label`).
       images_per_unit: images per work unit of a manifest read on the launcher.
-      range_bytes: the size of the manifest's byte ranges; default: the manifest cut into
-        up to `_MANIFEST_RANGES` ranges of at least `_MIN_RANGE_BYTES`.
+      range_bytes: the size of the manifest's byte ranges; default: up to `_MANIFEST_RANGES`.
 
     Raises:
       ValueError: unknown manifest type, a named column the manifest lacks, spec
@@ -203,29 +173,30 @@ def plan_image_manifest(
                          f"manifests of one conversion have one format")
     roots = tuple(dict.fromkeys(normalize_root(r) for r in (
         allowed_roots or [root for unit in files for root in default_allowed_roots(unit.path)])))
-    named = {c for c in (image_column, label_column, split_column) if c is not None}
+    declared = tuple(spec.split_names) if spec is not None and spec.splits else ()
     rows = ManifestRows(
         fmt=fmt, image_column=image_column,
         label_column=label_column, split_column=split_column, roots=roots,
         csv=spec.csv if spec is not None else CsvOptions(),
         splits=spec.splits if spec is not None else (),
         split_key=spec.split_key if spec is not None else (),
-        declared_splits=tuple(spec.split_names) if spec is not None and spec.splits else SPLIT_DIRECTORIES,
+        declared_splits=declared or SPLIT_DIRECTORIES,
     )
     survey = ManifestSurvey.of(rows.survey(unit) for unit in files)
     # A manifest without rows has no value to infer the other columns' types from: it
     # converts to nothing, rather than failing the inference.
-    extra_spec = _extra_spec(spec, files, fmt, named) if survey.rows or spec is not None else None
-    rows = dataclasses.replace(rows, extra_spec=extra_spec)
+    extra_spec = (_extra_spec(spec, files, fmt, set(rows.named_columns))
+                  if survey.rows or spec is not None else None)
     if labels is not None:
         label_map = _read_labels(labels)
     elif label_column is not None:
         label_map = sorted_labels(t for t in survey.label_texts if label_problem(t) is None)
     else:
         label_map = ()
-    rows = dataclasses.replace(rows, labels=label_map)
+    rows = dataclasses.replace(rows, extra_spec=extra_spec, labels=label_map)
     size = sum(unit.size for unit in files)
-    cut = split_text_units(files, fmt, rows.csv, range_bytes or _range_bytes(size))
+    range_bytes = range_bytes or max(_MIN_RANGE_BYTES, -(-size // _MANIFEST_RANGES))
+    cut = split_text_units(files, fmt, rows.csv, range_bytes)
     kept_whole = next((f.kept_whole for f in cut.files if f.kept_whole), None)
     if any(CompressionTypes.detect_compression_type(unit.path) != CompressionTypes.UNCOMPRESSED
            for unit in files):
@@ -240,7 +211,6 @@ def plan_image_manifest(
         for unit in files:
             units += _units(unit.path, list(rows.items(unit)), roots, images_per_unit, len(units))
         planning = f"read on the launcher ({named_manifests}: {kept_whole.split(':')[0]})"
-    declared = spec.split_names if spec is not None and spec.splits else ()
     assigned = () if split_column is not None else declared
     return ImagePlan(
         work_units=tuple(units),
@@ -253,13 +223,6 @@ def plan_image_manifest(
         source=source,
         planning=planning,
     )
-
-
-def _range_bytes(size: int) -> int:
-    """The byte-range size a manifest of `size` bytes is cut at: up to `_MANIFEST_RANGES`
-    ranges (so the plan stays small however many images), none under `_MIN_RANGE_BYTES`
-    (~100 rows of a typical manifest, so a small manifest still spreads over the workers)."""
-    return max(_MIN_RANGE_BYTES, -(-size // _MANIFEST_RANGES))
 
 
 def manifest_format(path: str) -> str:

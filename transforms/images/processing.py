@@ -1,9 +1,8 @@
 """Pillow-based image work: full-decode validation, conversion, EXIF orientation, resize.
 
-Only images that must change go through here; the default path keeps the original bytes
-and never decodes pixels (see `transforms.images.headers`). Every function bounds memory by checking
-the pixel count from the header before anything is decoded, and maps Pillow's many
-exception types onto the stable dead-letter reason codes through `ImageError`.
+Only images that must change go through here. Every function checks the pixel count from
+the header before anything is decoded, and maps Pillow's many exception types onto the
+dead-letter reason codes through `ImageError`.
 
 Beam-free.
 """
@@ -11,7 +10,6 @@ Beam-free.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import io
 import math
 import zlib
@@ -29,14 +27,7 @@ from transforms.images.headers import (
 )
 from transforms.records import DeadLetterError
 
-__all__ = [
-    "ImageError",
-    "Rendered",
-    "decode_fully",
-    "exif_orientation",
-    "needs_render",
-    "render",
-]
+__all__ = ["ImageError", "decode_fully", "exif_orientation", "needs_render", "render"]
 
 #: Orientation values (EXIF tag 0x0112) that swap width and height.
 _SWAPPING_ORIENTATIONS = (5, 6, 7, 8)
@@ -53,14 +44,6 @@ _INFLATE_STEP = 1 << 16
 
 class ImageError(DeadLetterError):
     """An image could not be validated or converted; `reason` is a dead-letter code."""
-
-
-@dataclasses.dataclass(frozen=True)
-class Rendered:
-    """Bytes to store and what TensorFlow decodes them to."""
-
-    data: bytes
-    info: ImageInfo
 
 
 def exif_orientation(data: bytes) -> int:
@@ -88,19 +71,13 @@ def needs_render(info: ImageInfo | None, options: RenderOptions, orientation: in
     already satisfy every option keep their original bytes, so no generation loss is
     added by, say, `--encode jpeg` on a JPEG that needs no resize.
     """
-    if info is None or not info.tf_native:
-        return True
-    if options.encode is not None and options.encode != info.format:
-        return True
-    if options.apply_exif_orientation and orientation != 1:
-        return True
-    if options.convert_mode is not None and info.channels != (3 if options.convert_mode == "RGB" else 1):
-        return True
-    if options.resize is not None and (info.width, info.height) != tuple(options.resize):
-        return True
-    if options.max_side is not None and max(info.width, info.height) > options.max_side:
-        return True
-    return False
+    return bool(
+        info is None or not info.tf_native
+        or (options.encode is not None and options.encode != info.format)
+        or (options.apply_exif_orientation and orientation != 1)
+        or (options.convert_mode is not None and info.channels != (3 if options.convert_mode == "RGB" else 1))
+        or (options.resize is not None and (info.width, info.height) != tuple(options.resize))
+        or (options.max_side is not None and max(info.width, info.height) > options.max_side))
 
 
 def decode_fully(data: bytes, max_pixels: int) -> int:
@@ -144,8 +121,9 @@ def _check_png_stream(data: bytes) -> None:
 
 
 def render(data: bytes, options: RenderOptions, source_format: str | None,
-           max_pixels: int) -> Rendered:
-    """Decodes the first frame, applies the options and encodes the result.
+           max_pixels: int) -> tuple[bytes, ImageInfo]:
+    """Decodes the first frame, applies the options and encodes the result; returns the bytes
+    to store and what TensorFlow decodes them to.
 
     The output format is `options.encode`, else JPEG for a JPEG source whose pixels
     changed, else PNG (lossless). JPEG output is RGB unless `convert_mode` is "L" (alpha
@@ -173,21 +151,23 @@ def render(data: bytes, options: RenderOptions, source_format: str | None,
             picture = _convert(picture, options.convert_mode)
         if geometry:
             picture = _resize(_resizable(picture), options)
-        if target == "jpeg":
-            picture = _jpeg_mode(picture, keep_gray=options.convert_mode == "L")
-        else:
-            picture = _png_mode(picture)
         out = io.BytesIO()
         if target == "jpeg":
+            # Gray stays gray only when asked for (convert_mode "L"); otherwise JPEG output is
+            # uniformly RGB, so every record of a run has 3 channels.
+            if picture.mode == "F":
+                _to_8bit(picture)  # refuses floating-point pixels
+            picture = _convert(picture, options.convert_mode or "RGB")
             picture.save(out, "JPEG", quality=options.quality, icc_profile=icc_profile)
         else:
+            picture = _png_mode(picture)
             picture.save(out, "PNG", icc_profile=icc_profile if picture.mode != "1" else None)
     encoded = out.getvalue()
     try:
         info = parse_header(encoded)
     except HeaderError as error:  # our own encoder produced something unreadable: a bug
         raise RuntimeError(f"re-encoded image does not parse: {error}") from error
-    return Rendered(encoded, info)
+    return encoded, info
 
 
 @contextlib.contextmanager
@@ -266,18 +246,20 @@ def _draft(image: Image.Image, options: RenderOptions, orientation: int) -> None
 
 def _resizable(image: Image.Image) -> Image.Image:
     """A mode Pillow resamples meaningfully (palettes and bilevel images are not)."""
-    mode = image.mode
-    if mode == "P":
+    if image.mode == "P":
         return image.convert("RGBA" if "transparency" in image.info else "RGB")
-    if mode == "1":
-        return image.convert("L")
+    return image.convert("L") if image.mode == "1" else _plain(image)
+
+
+def _plain(image: Image.Image) -> Image.Image:
+    """Premultiplied-alpha, other colour spaces and 16-bit variants as plain modes (which
+    Pillow resamples and PNG stores)."""
+    mode = image.mode
     if mode in _WITH_ALPHA:
         return image.convert(_WITH_ALPHA[mode])
     if mode in _TO_RGB:
         return image.convert("RGB")
-    if mode.startswith("I;16"):
-        return image.convert("I;16") if mode != "I;16" else image
-    return image
+    return image.convert("I;16") if mode.startswith("I;16") and mode != "I;16" else image
 
 
 def _resize(image: Image.Image, options: RenderOptions) -> Image.Image:
@@ -314,31 +296,14 @@ def _convert(image: Image.Image, mode: str) -> Image.Image:
     return image.convert(mode)
 
 
-def _jpeg_mode(image: Image.Image, keep_gray: bool) -> Image.Image:
-    if image.mode.startswith("I") or image.mode == "F":
-        image = _to_8bit(image)
-    if image.mode == "L":
-        # Gray stays gray only when asked for (convert_mode "L"); otherwise JPEG output
-        # is uniformly RGB, so every record of a run has 3 channels.
-        return image if keep_gray else image.convert("RGB")
-    if image.mode == "P" and "transparency" in image.info:
-        image = image.convert("RGBA")
-    return image if image.mode == "RGB" else image.convert("RGB")
-
-
 def _png_mode(image: Image.Image) -> Image.Image:
     mode = image.mode
-    if mode in _PNG_MODES:
-        return image
-    if mode in _WITH_ALPHA:
-        return image.convert(_WITH_ALPHA[mode])
-    if mode in _TO_RGB:
-        return image.convert("RGB")
-    if mode.startswith("I;16"):
-        return image.convert("I;16")
     if mode == "I":
         array = np.asarray(image)
         if array.size and (array.min() < 0 or array.max() > 65535):
             raise ImageError("unsupported_format", "32-bit integer pixels outside 0..65535")
         return Image.fromarray(array.astype(np.uint16), "I;16")
-    raise ImageError("unsupported_format", f"pixel mode {mode} cannot be stored as PNG")
+    image = _plain(image)
+    if image.mode not in _PNG_MODES:
+        raise ImageError("unsupported_format", f"pixel mode {mode} cannot be stored as PNG")
+    return image

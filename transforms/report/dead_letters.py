@@ -64,17 +64,13 @@ def _lines(handle, budget: list[int]) -> Iterator[bytes]:
         yield pending
 
 
-def _wanted(counts: dict[str, Any], per_reason: int) -> dict[str, int]:
-    """Examples still wanted per reason, from the manifest's counts by reason."""
-    return {str(reason): min(int(count), per_reason) for reason, count in counts.items()
-            if isinstance(count, int) and count > 0}
-
-
 def sample_dead_letters(output_dir: str, manifest: dict[str, Any], per_reason: int) -> DeadLetterSample:
     """Up to `per_reason` dead letters of each reason, from the files `manifest` lists."""
     sample = DeadLetterSample()
     counts = (manifest.get("counts") or {}).get("dead_letter_reasons") or {}
-    wanted = _wanted(counts, per_reason) if isinstance(counts, dict) else {}
+    # Examples still wanted per reason, from the manifest's counts by reason.
+    wanted = {str(reason): min(int(count), per_reason) for reason, count in counts.items()
+              if isinstance(count, int) and count > 0} if isinstance(counts, dict) else {}
     budget = [MAX_SCAN_BYTES]
     for entry in manifest.get("dead_letter_files") or ():
         if budget[0] <= 0 or (counts and not any(wanted.values())):

@@ -77,11 +77,11 @@ def fmt_bytes(value: Any) -> str:
     if not isinstance(value, (int, float)) or isinstance(value, bool):
         return fmt_number(value)
     size = float(value)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(size) < 1024 or unit == "TiB":
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(size) < 1024:
             return f"{int(size):,} B" if unit == "B" else f"{size:.1f} {unit}"
         size /= 1024
-    return fmt_number(value)  # pragma: no cover - the loop always returns
+    return f"{size:.1f} TiB"
 
 
 def fmt_percent(part: Any, whole: Any) -> str:

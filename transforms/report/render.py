@@ -51,10 +51,6 @@ svg.bars text{fill:#1d2733}svg.spark{vertical-align:middle}details{margin:6px 0}
 """
 
 
-def _card(title: str, value: str) -> str:
-    return f'<div class="card">{esc(title)}<b>{value}</b></div>'
-
-
 def _inputs(manifest: dict[str, Any]) -> str:
     options = as_dict(manifest.get("options"))
     main = [[esc(name), f"<code>{esc(options[name])}</code>"] for name in _MAIN_OPTIONS
@@ -112,7 +108,7 @@ def _overview(data: ReportData) -> str:
     manifest = data.manifest
     counts = manifest.get("counts") or {}
     shards = manifest.get("shards") or []
-    cards = "".join(_card(title, value) for title, value in [
+    cards = "".join(f'<div class="card">{esc(title)}<b>{value}</b></div>' for title, value in [
         *_count_cards(counts),
         ("shards", fmt_number(len(shards))),
         ("bytes", fmt_bytes(sum(shard.get("bytes") or 0 for shard in shards))),
@@ -141,34 +137,34 @@ def _example_line(example: dict[str, Any]) -> str:
     return f"<li><code>{where}</code>{column} \u2014 {esc(example.get('message') or '')}</li>"
 
 
-def _reason_counts(data: ReportData) -> dict[str, int]:
+def _by_reason(data: ReportData, limit: int | None = None) -> list[tuple[str, int, str, int]]:
+    """(reason, count, its examples as an HTML list, examples shown) of every dead-letter reason,
+    most frequent first; `limit`: examples shown at most per reason."""
     counts = (data.manifest.get("counts") or {}).get("dead_letter_reasons") or {}
     if not counts and data.stats:  # older manifests: the statistics count them too
         counts = (data.stats.get("dead_letters") or {}).get("by_reason") or {}
-    return {str(reason): count for reason, count in counts.items() if isinstance(count, int)}
-
-
-def _examples_of(data: ReportData, reason: str) -> list[dict[str, Any]]:
-    examples = data.dead_letters.by_reason.get(reason)
-    if not examples and data.stats:  # the files could not be read: the statistics kept some
-        examples = ((data.stats.get("dead_letters") or {}).get("examples") or {}).get(reason)
-    return [example for example in examples or () if isinstance(example, dict)]
+    counts = {str(reason): count for reason, count in counts.items() if isinstance(count, int)}
+    found = []
+    for reason, count in sorted(counts.items(), key=lambda item: (-item[1], item[0])):
+        examples = data.dead_letters.by_reason.get(reason)
+        if not examples and data.stats:  # the files could not be read: the statistics kept some
+            examples = ((data.stats.get("dead_letters") or {}).get("examples") or {}).get(reason)
+        examples = [example for example in examples or () if isinstance(example, dict)][:limit]
+        lines = "".join(_example_line(example) for example in examples)
+        found.append((reason, count, f'<ul class="examples">{lines}</ul>', len(examples)))
+    return found
 
 
 def _dead_letters(data: ReportData) -> str:
-    counts = _reason_counts(data)
-    if not counts:
+    found = _by_reason(data, _OVERVIEW_EXAMPLES)
+    if not found:
         return section("dead-letters", "Dead letters", "<p>None: every input record was converted.</p>")
-    ordered = sorted(counts.items(), key=lambda item: (-item[1], item[0]))
-    rows = []
-    for reason, count in ordered:
-        examples = _examples_of(data, reason)[:_OVERVIEW_EXAMPLES]
-        lines = "".join(_example_line(example) for example in examples)
-        rows.append([f"<code>{esc(reason)}</code>", fmt_number(count),
-                     f'<ul class="examples">{lines}</ul>' if lines else MISSING])
+    rows = [[f"<code>{esc(reason)}</code>", fmt_number(count), examples if shown else MISSING]
+            for reason, count, examples, shown in found]
     note = "" if data.dead_letters.complete else (
         '<p class="note">The dead-letter files are large: examples come from their beginning.</p>')
-    body = (bar_chart_svg(ordered, title="dead letters by reason", warn=list(counts))
+    body = (bar_chart_svg([(reason, count) for reason, count, *_ in found], title="dead letters by reason",
+                          warn=[reason for reason, *_ in found])
             + table(["reason", "records", f"examples (up to {_OVERVIEW_EXAMPLES})"], rows) + note
             + '<p class="note">Every dead letter is a JSON line in <code>dead_letter/*.jsonl</code>.</p>')
     return section("dead-letters", "Dead letters", body)
@@ -192,18 +188,12 @@ def _sheet(sheet: ContactSheet) -> str:
 
 
 def _image_dead_letters(data: ReportData) -> str:
-    counts = _reason_counts(data)
-    if not counts:
-        return ""
-    parts = ["<h3>Dead-lettered images</h3>"]
-    for reason, count in sorted(counts.items(), key=lambda item: (-item[1], item[0])):
-        examples = _examples_of(data, reason)
-        lines = "".join(_example_line(example) for example in examples)
-        more = count - len(examples)
-        tail = f'<p class="note">and {more:,} more</p>' if more > 0 else ""
+    parts = []
+    for reason, count, examples, shown in _by_reason(data):
+        more = f'<p class="note">and {count - shown:,} more</p>' if count > shown else ""
         parts.append(f"<h4><code>{esc(reason)}</code> ({fmt_number(count)})</h4>"
-                     f'<ul class="examples">{lines}</ul>{tail}')
-    return "".join(parts)
+                     f"{examples}{more}")
+    return "<h3>Dead-lettered images</h3>" + "".join(parts) if parts else ""
 
 
 def _contact_sheets(data: ReportData) -> str:
@@ -217,11 +207,6 @@ def _contact_sheets(data: ReportData) -> str:
     return section("contact-sheets", "Contact sheets", intro + sheets + _image_dead_letters(data))
 
 
-def _navigation(parts: dict[str, str]) -> str:
-    links = [f'<a href="#{anchor}">{esc(title)}</a>' for anchor, title in parts.items()]
-    return "<nav>" + "".join(links) + "</nav>"
-
-
 def render_report(data: ReportData) -> str:
     """The report page of `data`, as text."""
     sections = {
@@ -232,7 +217,8 @@ def render_report(data: ReportData) -> str:
         "drift": ("Drift", drift_section(data.drift)),
         "contact-sheets": ("Contact sheets", _contact_sheets(data)),
     }
-    shown = {anchor: title for anchor, (title, body) in sections.items() if body}
+    links = "".join(f'<a href="#{anchor}">{esc(title)}</a>'
+                    for anchor, (title, body) in sections.items() if body)
     notes = "".join(f'<p class="note">{esc(note)}</p>' for note in data.notes)
     title = f"TFRecord output: {data.output_dir}"
     return (
@@ -242,7 +228,7 @@ def render_report(data: ReportData) -> str:
         f"<title>{esc(title)}</title><style>{_STYLE}</style></head><body>"
         f"<header><h1>{esc(title)}</h1><p>run {esc(data.manifest.get('run_id', MISSING))}, "
         f"committed {esc(data.manifest.get('created_at', MISSING))}</p></header>"
-        f"{_navigation(shown)}<main>{notes}"
+        f"<nav>{links}</nav><main>{notes}"
         + "".join(body for _, body in sections.values())
         + "</main></body></html>\n"
     )

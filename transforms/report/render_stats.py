@@ -94,14 +94,17 @@ def _histogram_cell(name: str, stats: dict[str, Any]) -> str:
     return ""
 
 
+def _span(low: Any, high: Any, mean: str = "") -> str:
+    """Values per record: `low` alone when it is `high`, else the range (and its mean)."""
+    return fmt_number(low) if low == high else f"{fmt_number(low)}\u2013{fmt_number(high)}{mean}"
+
+
 def _values_per_record(stats: dict[str, Any]) -> str:
     per_record = as_dict(stats.get("values_per_record"))
     if not per_record:
         return MISSING
-    low, high = per_record.get("min"), per_record.get("max")
-    if low == high:
-        return fmt_number(low)
-    return f"{fmt_number(low)}\u2013{fmt_number(high)} (mean {fmt_number(per_record.get('mean'))})"
+    mean = f" (mean {fmt_number(per_record.get('mean'))})"
+    return _span(per_record.get("min"), per_record.get("max"), mean)
 
 
 def _split_features_table(split_stats: dict[str, Any]) -> str:
@@ -141,8 +144,7 @@ def _spec_features_table(feature_spec: dict[str, Any]) -> str:
     for name, entry in _spec_features(feature_spec):
         presence = as_dict(entry.get("presence"))
         low, high = presence.get("min_values"), presence.get("max_values")
-        per_record = MISSING if low is None else (
-            fmt_number(low) if low == high else f"{fmt_number(low)}\u2013{fmt_number(high)}")
+        per_record = MISSING if low is None else _span(low, high)
         rows.append([f"<code>{esc(name)}</code>", esc(entry.get("dtype", MISSING)),
                      esc(entry.get("kind", MISSING)),
                      fmt_percent(presence.get("records"), presence.get("of")), per_record])
@@ -162,11 +164,7 @@ def features_section(stats: dict[str, Any] | None, feature_spec: dict[str, Any] 
     """The features: per split with statistics from `stats.json`, else (no stats.json, or
     one without feature statistics, as for SequenceExamples) the feature spec's dtypes,
     kinds and presence over all splits."""
-    if stats is not None and feature_spec is not None and not _has_feature_stats(stats):
-        body = ('<p class="note">No feature statistics for this output (stats.json counts its '
-                'records only): dtypes and kinds from feature_spec.json.</p>')
-        return section("features", "Features", body + _spec_features_table(feature_spec))
-    if stats is not None:
+    if stats is not None and (feature_spec is None or _has_feature_stats(stats)):
         splits = as_dict(stats.get("splits"))
         parts = []
         for split in ordered_splits(list(splits), manifest):
@@ -174,13 +172,16 @@ def features_section(stats: dict[str, Any] | None, feature_spec: dict[str, Any] 
             records = split_stats.get("records")
             parts.append(f"<h3>{esc(split)} <small>{fmt_number(records)} record"
                          f"{'' if records == 1 else 's'}</small></h3>{_split_features_table(split_stats)}")
-        return section("features", "Features", "".join(parts) or "<p>No statistics.</p>")
-    if feature_spec is not None:
-        body = ('<p class="note">No statistics for this output (no stats.json): dtypes, kinds '
+        body = "".join(parts) or "<p>No statistics.</p>"
+    elif feature_spec is not None:
+        body = ('<p class="note">No feature statistics for this output (stats.json counts its '
+                'records only): dtypes and kinds from feature_spec.json.</p>' if stats is not None else
+                '<p class="note">No statistics for this output (no stats.json): dtypes, kinds '
                 'and presence over all splits from feature_spec.json.</p>')
         body += _spec_features_table(feature_spec)
-        return section("features", "Features", body)
-    return section("features", "Features", "<p>No stats.json and no feature_spec.json.</p>")
+    else:
+        body = "<p>No stats.json and no feature_spec.json.</p>"
+    return section("features", "Features", body)
 
 
 def _counts_inline(counts: dict[str, Any]) -> str:

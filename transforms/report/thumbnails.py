@@ -15,6 +15,7 @@ import base64
 import contextlib
 import dataclasses
 import io
+import itertools
 import logging
 from collections.abc import Sequence
 from typing import Any
@@ -25,16 +26,8 @@ from transforms import fs
 from transforms.format.example_codec import decode_example
 from transforms.tfrecord_io import read_tfrecord_file
 
-__all__ = [
-    "MAX_LABELS",
-    "NO_LABEL",
-    "PER_LABEL",
-    "THUMBNAIL_PIXELS",
-    "ContactSheet",
-    "Thumbnail",
-    "contact_sheets",
-    "thumbnail_data_uri",
-]
+__all__ = ["MAX_LABELS", "NO_LABEL", "PER_LABEL", "THUMBNAIL_PIXELS", "ContactSheet", "Thumbnail",
+           "contact_sheets", "thumbnail_data_uri"]
 
 _LOG = logging.getLogger(__name__)
 
@@ -143,13 +136,13 @@ class _Sampler:
         self.records = 0
         self.bytes = 0
 
-    def full(self) -> bool:
+    def done(self) -> bool:
+        """Whether every sheet is full or the scan's budget is spent."""
+        if self.records >= MAX_SCAN_RECORDS or self.bytes >= MAX_SCAN_BYTES:
+            return True
         if not self.fixed and len(self.sheets) < self.max_labels:
             return False
         return all(len(sheet.thumbnails) >= self.per_label for sheet in self.sheets.values())
-
-    def spent(self) -> bool:
-        return self.records >= MAX_SCAN_RECORDS or self.bytes >= MAX_SCAN_BYTES
 
     def add(self, payload: bytes, split: str, labels: Sequence[str] | None) -> None:
         self.records += 1
@@ -180,7 +173,7 @@ def contact_sheets(output_dir: str, manifest: dict[str, Any], labels: Sequence[s
     # the rest of each shard in order, while sheets are not full and the budget lasts.
     for first, limit in ((0, per_label), (per_label, None)):
         for entry in shards:
-            if sampler.full() or sampler.spent():
+            if sampler.done():
                 break
             _scan(sampler, fs.join_path(output_dir, entry["path"]), compression,
                   str(entry.get("split")), labels, first, limit)
@@ -193,13 +186,9 @@ def _scan(sampler: _Sampler, path: str, compression: str | None, split: str,
     `first` when `limit` is None)."""
     try:
         with contextlib.closing(read_tfrecord_file(path, compression)) as payloads:
-            for index, payload in enumerate(payloads):
-                if limit is not None and index >= first + limit:
-                    return
-                if index < first:
-                    continue
+            for payload in itertools.islice(payloads, first, None if limit is None else first + limit):
                 sampler.add(payload, split, labels)
-                if sampler.full() or sampler.spent():
+                if sampler.done():
                     return
     except (OSError, ValueError) as error:  # a corrupt shard: `verify` is the tool for that
         _LOG.warning("report: stopped reading %s for thumbnails: %s", path, error)

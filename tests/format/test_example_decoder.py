@@ -11,8 +11,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.format.reference_codec import encode_example
 from tests.format.strategies import KINDS, NAMES, VALUES
-from transforms.format.example_codec import decode_example, encode_example, encode_varint
+from transforms.format.example_codec import decode_example, encode_varint
 from transforms.format.example_decoder import (
     ExampleDecodeError,
     MixedKindError,

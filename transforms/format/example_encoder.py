@@ -6,7 +6,7 @@ Its input is one `transforms.format.example_columns.Column` per feature (built w
 Building one protobuf message per row costs tens of microseconds; this module writes
 the wire bytes of every Example of a batch with array operations over the batch, so
 the cost per row is a few hundred nanoseconds. The output is byte-identical to
-`example_codec.encode_example` (the protobuf reference) for the same logical rows,
+`example_codec.encode_example_parts` and the protobuf reference for the same logical rows,
 including the feature order (sorted by UTF-8 name); the tests compare both on random
 schemas.
 
@@ -507,7 +507,7 @@ def encode_framed(num_rows: int, columns: Sequence[Column],
 
 
 def encode_columns(num_rows: int, columns: Sequence[Column]) -> list[bytes]:
-    """Serialize `num_rows` tf.train.Examples from columns, byte-identical to encode_example.
+    """Serialize `num_rows` tf.train.Examples from columns, byte-identical to encode_example_parts.
 
     Row r's Example holds, sorted by name, every column present in row r with that row's
     values. Columns may come in any order.

@@ -387,7 +387,6 @@ class TFRecordWriter:
 
     Attributes:
       records_written: number of records written.
-      bytes_written_uncompressed: framed bytes written, before compression.
     """
 
     def __init__(
@@ -401,32 +400,16 @@ class TFRecordWriter:
         self._crc_fn = crc_fn
         self.compression = self._out.compression
         self.records_written = 0
-        self.bytes_written_uncompressed = 0
 
     def write(self, payload: bytes) -> None:
         """Frames and writes one payload."""
-        framed = frame_record(payload, self._crc_fn)
-        self._out.write(framed)
+        self._out.write(frame_record(payload, self._crc_fn))
         self.records_written += 1
-        self.bytes_written_uncompressed += len(framed)
 
-    def write_framed(self, framed: bytes, num_records: int | None = None) -> None:
-        """Writes bytes already framed by `frame_records` (the fast path).
-
-        Args:
-          framed: concatenated framed records.
-          num_records: how many records `framed` holds, if the caller knows; otherwise
-            they are counted by walking the length fields, which also checks that
-            `framed` is a whole number of records.
-
-        Raises:
-          ValueError: if `num_records` is None and `framed` is not whole records.
-        """
-        if num_records is None:
-            num_records = _count_framed(framed)
+    def write_framed(self, framed: bytes, num_records: int) -> None:
+        """Writes `num_records` records already framed by `frame_records` (the fast path)."""
         self._out.write(framed)
         self.records_written += num_records
-        self.bytes_written_uncompressed += len(framed)
 
     def flush(self) -> None:
         self._out.flush()
@@ -445,16 +428,3 @@ class TFRecordWriter:
     def __exit__(self, *exc_info) -> None:
         self.close()
 
-
-def _count_framed(framed: bytes) -> int:
-    pos, count, end = 0, 0, len(framed)
-    unpack = _U64.unpack_from
-    while pos < end:
-        if end - pos < HEADER_SIZE:
-            raise ValueError(f"framed bytes end with a partial record header at byte {pos}")
-        (length,) = unpack(framed, pos)
-        pos += length + HEADER_SIZE + FOOTER_SIZE
-        count += 1
-    if pos != end:
-        raise ValueError("framed bytes end with a partial record")
-    return count

@@ -42,7 +42,6 @@ __all__ = [
     "IndexWriter",
     "index_line",
     "index_lines",
-    "iter_checked_index_entries",
     "iter_index_entries",
     "write_index",
 ]
@@ -189,37 +188,27 @@ def iter_index_entries(
         index += 1
 
 
-def iter_checked_index_entries(
-    binary_file: BinaryIO, path: str = "<stream>", crc_fn: CrcFn = DEFAULT_CRC
-) -> Iterator[IndexEntry]:
-    """The index entries of an uncompressed TFRecord stream whose every record is read with
-    both CRCs checked (`tfrecord_reader.iter_records`): for an index that must only be
-    written for an intact file. Reads every payload (memory: one record at a time), where
-    `iter_index_entries` skips them.
-
-    Raises:
-      TFRecordCorruptError: as `iter_records` does (a data CRC mismatch included). Entries
-        before the bad record have been yielded; the bad record's never is.
-    """
-    for info in iter_records(binary_file, path=path, crc_fn=crc_fn):
-        yield IndexEntry(info.offset, framed_size(len(info.payload)))
-
-
 def write_index(
     binary_file: BinaryIO, out: BinaryIO, path: str = "<stream>", crc_fn: CrcFn = DEFAULT_CRC,
     check_payloads: bool = False,
 ) -> int:
     """Writes the index of the uncompressed TFRecord stream `binary_file` to `out`, line by
-    line as records are found (see `iter_index_entries`; with `check_payloads`,
-    `iter_checked_index_entries`); returns the number of records.
+    line as records are found (see `iter_index_entries`); returns the number of records.
+    With `check_payloads`, for an index that must only be written for an intact file, every
+    record is read with both CRCs checked (`tfrecord_reader.iter_records`, one record in
+    memory at a time) instead of skipped.
 
     Raises TFRecordCorruptError as those do; `out` then holds the lines of the records
     before the bad one, so callers write to a temporary name.
     """
-    entries = iter_checked_index_entries if check_payloads else iter_index_entries
+    if check_payloads:
+        entries = (IndexEntry(info.offset, framed_size(len(info.payload)))
+                   for info in iter_records(binary_file, path=path, crc_fn=crc_fn))
+    else:
+        entries = iter_index_entries(binary_file, path, crc_fn)
     lines: list[bytes] = []
     records = 0
-    for entry in entries(binary_file, path, crc_fn):
+    for entry in entries:
         lines.append(index_line(entry.offset, entry.length))
         records += 1
         if len(lines) >= 8192:  # bounded memory, few writes

@@ -116,19 +116,11 @@ def truncation_reason(length: int, available: int) -> str:
     return f"truncated footer: {available - HEADER_SIZE - length} of {FOOTER_SIZE} bytes"
 
 
-def _open_stream(binary_file: BinaryIO, compression: Compression) -> Callable[[int], bytes]:
-    if compression is Compression.NONE:
-        return binary_file.read
-    return Inflater(binary_file, compression).read
-
-
 def iter_records(
     binary_file: BinaryIO,
     compression: str | Compression | None = Compression.NONE,
     path: str = "<stream>",
     crc_fn: CrcFn = DEFAULT_CRC,
-    verify: bool = True,
-    max_record_bytes: int = MAX_RECORD_BYTES,
 ) -> Iterator[RecordInfo]:
     """Reads the records of a TFRecord stream from a binary file object.
 
@@ -138,11 +130,6 @@ def iter_records(
       compression: how the stream is compressed (see `parse_compression`).
       path: name used in errors.
       crc_fn: the CRC-32C function.
-      verify: check the length and payload CRCs of every record. Truncation and bad
-        compressed streams are detected either way.
-      max_record_bytes: a record claiming a longer payload is reported as corruption before
-        any of it is read, so a hostile length field (or a small gzip stream inflating to
-        gigabytes) cannot exhaust memory.
 
     Yields:
       `RecordInfo(index, offset, payload)`; `offset` is the byte offset of the record's
@@ -155,8 +142,9 @@ def iter_records(
         corruption have been yielded; the corrupt one never is.
     """
     compression = parse_compression(compression)
-    source = _Source(_open_stream(binary_file, compression))
-    cache = length_crc_cache(crc_fn) if verify else {}
+    source = _Source(binary_file.read if compression is Compression.NONE
+                     else Inflater(binary_file, compression).read)
+    cache = length_crc_cache(crc_fn)
     unpack_header = HEADER.unpack_from
     unpack_footer = U32.unpack_from
     index = 0
@@ -172,18 +160,19 @@ def iter_records(
                     raise StreamError(f"truncated record header: {have} of {HEADER_SIZE} bytes")
                 buf, pos = source.buf, source.pos
             length, length_crc = unpack_header(buf, pos)
-            if verify:
-                expected = cache.get(length)
-                if expected is None:
-                    expected = masked_crc32c(buf[pos : pos + 8], crc_fn)
-                    if len(cache) < LENGTH_CRC_CACHE_MAX:
-                        cache[length] = expected
-                if length_crc != expected:
-                    raise StreamError(length_crc_problem(index, buf[pos: pos + HEADER_SIZE],
-                                                         length_crc, expected))
-            if length > max_record_bytes:
+            expected = cache.get(length)
+            if expected is None:
+                expected = masked_crc32c(buf[pos : pos + 8], crc_fn)
+                if len(cache) < LENGTH_CRC_CACHE_MAX:
+                    cache[length] = expected
+            if length_crc != expected:
+                raise StreamError(length_crc_problem(index, buf[pos: pos + HEADER_SIZE],
+                                                     length_crc, expected))
+            # Refused before any of it is read: a hostile length field (or a small gzip
+            # stream inflating to gigabytes) cannot exhaust memory.
+            if length > MAX_RECORD_BYTES:
                 raise StreamError(f"record length {length} exceeds the reader's limit of "
-                                   f"{max_record_bytes} bytes")
+                                   f"{MAX_RECORD_BYTES} bytes")
             total = HEADER_SIZE + length + FOOTER_SIZE
             if len(buf) - pos < total:
                 have = source.fill(total)
@@ -192,14 +181,11 @@ def iter_records(
                 buf, pos = source.buf, source.pos
             start = pos + HEADER_SIZE
             payload = buf[start : start + length]
-            if verify:
-                (data_crc,) = unpack_footer(buf, start + length)
-                crc = crc_fn(payload)
-                expected = (((crc >> 15) | (crc << 17)) + MASK_DELTA) & 0xFFFFFFFF
-                if data_crc != expected:
-                    raise StreamError(
-                        f"data CRC mismatch (stored 0x{data_crc:08x}, computed 0x{expected:08x})"
-                    )
+            (data_crc,) = unpack_footer(buf, start + length)
+            crc = crc_fn(payload)
+            expected = (((crc >> 15) | (crc << 17)) + MASK_DELTA) & 0xFFFFFFFF
+            if data_crc != expected:
+                raise StreamError(f"data CRC mismatch (stored 0x{data_crc:08x}, computed 0x{expected:08x})")
         except StreamError as e:
             raise TFRecordCorruptError(path, offset, index, str(e)) from e.__cause__
         source.pos = pos + total

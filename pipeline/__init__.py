@@ -59,8 +59,7 @@ naming the lines to add or remove, when a module is missing here or listed but g
     tfrecord_format.py  TFRecord framing and writing, byte-compatible with TensorFlow
     tfrecord_index.py   `.tfindex` sidecars of uncompressed TFRecord files
     tfrecord_reader.py  reading TFRecord streams, every CRC checked, memory bounded
-    varints.py          protobuf varints of whole numpy arrays at once
-    wire_scan.py        reading protobuf wire data of many messages at once with numpy
+    wire_scan.py        protobuf wire data of many messages at once with numpy: varints, ranges
   transforms/images/  images (class-folder trees, CSV/JSONL manifests) to Examples
     config.py           `ImageConfig`: what an image conversion is told and promises
     convert.py          the DoFn `ConvertImages`: a work unit's images to Examples

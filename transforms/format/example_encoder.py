@@ -1,7 +1,7 @@
 """Vectorised tf.train.Example encoder: a whole batch of rows per call, numpy only.
 
 Its input is one `transforms.format.example_columns.Column` per feature (built with
-`column_from_values` or `column_from_arrow`); varints come from `transforms.format.varints`.
+`column_from_values` or `column_from_arrow`); varints come from `transforms.format.wire_scan`.
 
 Building one protobuf message per row costs tens of microseconds; this module writes
 the wire bytes of every Example of a batch with array operations over the batch, so
@@ -55,8 +55,7 @@ import pyarrow as pa
 from transforms.format.example_codec import encode_varint
 from transforms.format.example_columns import Column, NormalisedColumn, exclusive_cumsum, normalise, take_rows
 from transforms.format.tfrecord_format import CrcFn, FramedRecords, framing_headers
-from transforms.format.varints import varint_bytes, varint_sizes
-from transforms.format.wire_scan import segment_counts
+from transforms.format.wire_scan import put_varints, segment_counts, varint_bytes, varint_sizes
 
 __all__ = ["encode_columns", "encode_framed"]
 
@@ -251,14 +250,10 @@ def _head_table(name: bytes, kind: str, body: np.ndarray) -> tuple[np.ndarray, n
 
     def put_varint(values: np.ndarray, rows: np.ndarray | None = None) -> None:
         nonlocal cursor
-        sizes = varint_sizes(values)
-        size_max = int(sizes.max())
-        encoded = varint_bytes(values, size_max, sizes)
-        keep = np.arange(size_max) < sizes[:, None]
-        if rows is not None:
-            keep &= rows[:, None]
-        flat[(cursor[:, None] + np.arange(size_max))[keep]] = encoded[keep]
-        cursor = cursor + (sizes if rows is None else np.where(rows, sizes, 0))
+        if rows is None:
+            cursor = cursor + put_varints(flat, cursor, values)
+        else:
+            cursor[rows] += put_varints(flat, cursor[rows], values[rows])
 
     put_const(b"\n")
     put_varint(entry_len)
@@ -406,10 +401,7 @@ def _plan_int64s(layout: _RowMatrix, norm: NormalisedColumn, length: _Body) -> N
 
     def write(matrix):
         positions = _value_positions(norm, matrix.shape[1], start, sizes)
-        encoded = varint_bytes(norm.values, width, sizes)
-        in_value = np.arange(width) < sizes[:, None]
-        flat = matrix.reshape(-1)
-        flat[(positions[:, None] + np.arange(width))[in_value]] = encoded[in_value]
+        put_varints(matrix.reshape(-1), positions, norm.values, sizes)
 
     layout.writes.append(write)
     layout.prefix_mask(start, body_width, length.lengths, norm.present)
@@ -426,13 +418,7 @@ def _plan_bytes(layout: _RowMatrix, norm: NormalisedColumn, length: _Body) -> No
         positions = _value_positions(norm, matrix.shape[1], start, items)
         flat = matrix.reshape(-1)
         flat[positions] = 0x0A  # BytesList.value tag
-        width = int(len_sizes.max())
-        encoded = varint_bytes(lengths, width, len_sizes)
-        if width == 1:
-            flat[positions + 1] = encoded[:, 0]
-        else:
-            in_varint = np.arange(width) < len_sizes[:, None]
-            flat[(positions[:, None] + 1 + np.arange(width))[in_varint]] = encoded[in_varint]
+        put_varints(flat, positions + 1, lengths, len_sizes)
         if norm.values.size:
             # Every data byte moves by the gap its value has to its destination.
             shift = positions + 1 + len_sizes - norm.value_offsets[:-1]

@@ -34,29 +34,11 @@ from transforms.format.tfrecord_format import (
     FramedRecords,
     framing_headers,
 )
-from transforms.format.varints import varint_bytes, varint_sizes
-from transforms.format.wire_scan import segment_counts
+from transforms.format.wire_scan import put_varints, segment_counts, varint_sizes
 
 __all__ = ["encode_sequence_batch", "encode_sequence_framed"]
 
 _KIND_TAG = {"bytes": 0x0A, "float": 0x12, "int64": 0x1A}
-
-
-def _put_varints(out: np.ndarray, positions: np.ndarray, values: np.ndarray,
-                 sizes: np.ndarray | None = None) -> np.ndarray:
-    """Writes the varint of each value at its position in `out`; returns their sizes."""
-    if sizes is None:
-        sizes = varint_sizes(values)
-    if values.size == 0:
-        return sizes
-    width = int(sizes.max())
-    if width == 1:
-        out[positions] = values
-        return sizes
-    encoded = varint_bytes(values, width, sizes)
-    keep = np.arange(width) < sizes[:, None]
-    out[(positions[:, None] + np.arange(width))[keep]] = encoded[keep]
-    return sizes
 
 
 def _put_const(out: np.ndarray, positions: np.ndarray, data: bytes) -> None:
@@ -106,19 +88,19 @@ class _FeatureList:
         norm = self.norm
         out[starts] = 0x0A
         at = starts + 1
-        at += _put_varints(out, at, self.feature_len)
+        at += put_varints(out, at, self.feature_len)
         out[at] = _KIND_TAG[norm.kind]
         at += 1
-        at += _put_varints(out, at, self.list_len)
+        at += put_varints(out, at, self.list_len)
         if norm.kind != "bytes":
             packed = np.flatnonzero(self.body > 0)
             if packed.size < at.size:
                 at_packed = at[packed]
                 out[at_packed] = 0x0A
-                at[packed] += 1 + _put_varints(out, at_packed + 1, self.body[packed])
+                at[packed] += 1 + put_varints(out, at_packed + 1, self.body[packed])
             else:
                 out[at] = 0x0A
-                at += 1 + _put_varints(out, at + 1, self.body)
+                at += 1 + put_varints(out, at + 1, self.body)
         if norm.num_values == 0:
             return
         rows, offsets = _within_row(self.value_sizes, norm)
@@ -126,10 +108,10 @@ class _FeatureList:
         if norm.kind == "float":
             out[positions[:, None] + np.arange(4)] = norm.values.view(np.uint8).reshape(-1, 4)
         elif norm.kind == "int64":
-            _put_varints(out, positions, norm.values, self.value_sizes)
+            put_varints(out, positions, norm.values, self.value_sizes)
         else:
             out[positions] = 0x0A  # BytesList.value tag
-            _put_varints(out, positions + 1, norm.value_lengths, self.len_sizes)
+            put_varints(out, positions + 1, norm.value_lengths, self.len_sizes)
             lengths = norm.value_lengths
             if norm.values.size:
                 # Every data byte moves by the gap between its value's source and target.
@@ -188,15 +170,15 @@ def _render(num_sequences: int, context: Sequence[Column], step_offsets, feature
     at = start + context_len
     out[at] = 0x12  # SequenceExample.feature_lists
     at += 1
-    at += _put_varints(out, at, lists_len)
+    at += put_varints(out, at, lists_len)
     step_sequence = np.repeat(np.arange(num_sequences), np.diff(step_offsets))
     for feature_list, body, entry_len in entries:
         out[at] = 0x0A  # FeatureLists.feature_list map entry
         at += 1
-        at += _put_varints(out, at, entry_len)
+        at += put_varints(out, at, entry_len)
         _put_const(out, at, feature_list.key)
         at += len(feature_list.key)
-        at += _put_varints(out, at, body)
+        at += put_varints(out, at, body)
         if num_steps:
             before = exclusive_cumsum(feature_list.element_len)
             starts = at[step_sequence] + before[:-1] - before[step_offsets[:-1]][step_sequence]

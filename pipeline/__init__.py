@@ -47,7 +47,6 @@ naming the lines to add or remove, when a module is missing here or listed but g
     tfrecord_io.py      reading TFRecord files in Beam: `ReadTFRecordFiles`
   transforms/format/  Beam-free format code, on `protos` only
     compression.py      whole-stream compression of TFRecord files, as TensorFlow reads them
-    compression_sniffing.py  which compression a file's first bytes show
     example_codec.py    tf.train.Example one record at a time: decoder, fast encoder
     example_columns.py  the vectorised encoder's input: a batch's values per feature
     example_decoder.py  batch Example decoder: serialized Examples in, one column per feature
@@ -58,7 +57,7 @@ naming the lines to add or remove, when a module is missing here or listed but g
     sequence_encoder.py vectorised SequenceExample encoder: many sequences per call
     tfrecord_format.py  TFRecord framing and writing, byte-compatible with TensorFlow
     tfrecord_index.py   `.tfindex` sidecars of uncompressed TFRecord files
-    tfrecord_reader.py  reading TFRecord streams, every CRC checked, memory bounded
+    tfrecord_reader.py  reading TFRecord streams, every CRC checked; sniffing their compression
     wire_scan.py        protobuf wire data of many messages at once with numpy: varints, ranges
   transforms/images/  images (class-folder trees, CSV/JSONL manifests) to Examples
     config.py           `ImageConfig`: what an image conversion is told and promises

@@ -1,5 +1,5 @@
-"""Tests for transforms/format/tfrecord_index.py (index sidecars) and
-transforms/format/compression_sniffing.py (what a suffix-less file holds)."""
+"""Tests for transforms/format/tfrecord_index.py (index sidecars) and the compression sniffing
+of transforms/format/tfrecord_reader.py (what a suffix-less file holds)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 
 from transforms.format.compression import Compression, compression_from_path
-from transforms.format.compression_sniffing import SNIFF_BYTES, sniff_compression
 from transforms.format.tfrecord_format import FramedRecords, frame_record, frame_records
 from transforms.format.tfrecord_index import (
     IndexEntry,
@@ -21,7 +20,7 @@ from transforms.format.tfrecord_index import (
     iter_index_entries,
     write_index,
 )
-from transforms.format.tfrecord_reader import TFRecordCorruptError
+from transforms.format.tfrecord_reader import SNIFF_BYTES, TFRecordCorruptError, sniff_compression
 
 
 class _Unseekable:

@@ -1,9 +1,18 @@
-"""Reading TFRecord streams with every CRC checked and memory bounded: `iter_records`.
+"""Reading TFRecord streams with every CRC checked and memory bounded: `iter_records`; and
+`sniff_compression`, which compression a file's first bytes show.
 
 Reading verifies both CRCs of every record and raises `TFRecordCorruptError` (naming the
 file, byte offset and record index) on any mismatch, truncation, bad compressed stream or a
 record longer than `MAX_RECORD_BYTES`; a corrupt payload is never returned. Decompression
-is streaming with bounded memory (`transforms.format.compression.Inflater`). Beam-free."""
+is streaming with bounded memory (`transforms.format.compression.Inflater`).
+
+Sniffing serves files whose name does not say (Beam's `WriteToTFRecord` writes
+`prefix-00000-of-00001` with no suffix, compressed or not). An uncompressed file starts with a
+record header whose length CRC checks; a gzip stream with the magic bytes 1f 8b; a zlib (Beam:
+DEFLATE) stream with a two-byte header whose method is deflate and whose value is a multiple
+of 31 (RFC 1950). The header test comes first: the odd TFRecord whose first length bytes happen
+to look like a gzip or zlib header still has a matching length CRC, while a compressed stream
+passes that check with probability 2**-32. Beam-free."""
 
 from __future__ import annotations
 
@@ -30,8 +39,8 @@ from transforms.format.tfrecord_format import (
     masked_crc32c,
 )
 
-__all__ = ['MAX_RECORD_BYTES', 'RecordInfo', 'TFRecordCorruptError', 'iter_records', 'length_crc_problem',
-           'truncation_reason']
+__all__ = ['MAX_RECORD_BYTES', 'SNIFF_BYTES', 'RecordInfo', 'TFRecordCorruptError', 'iter_records',
+           'length_crc_problem', 'sniff_compression', 'truncation_reason']
 
 
 #: The longest record payload the reader accepts (see `iter_records`): far above any record
@@ -191,3 +200,22 @@ def iter_records(
         source.pos = pos + total
         yield RecordInfo(index, offset, payload)
         index += 1
+
+
+#: How many bytes from the start of a file `sniff_compression` looks at.
+SNIFF_BYTES = HEADER_SIZE
+
+
+def sniff_compression(head: bytes) -> Compression:
+    """The compression the first `SNIFF_BYTES` bytes of a file show (see the module
+    docstring). An empty file, and bytes that are neither (which the reader then reports as
+    corrupt), count as NONE."""
+    if not head or (len(head) >= HEADER_SIZE and HEADER.unpack_from(head)[1] == masked_crc32c(head[:8])):
+        return Compression.NONE
+    if head[:2] == b"\x1f\x8b":
+        return Compression.GZIP
+    cmf, flg = (head + b"\0")[:2]
+    # zlib: compression method 8 (deflate), log2(window size) - 8 at most 7, check bits.
+    if (cmf & 0x0F) == 8 and (cmf >> 4) <= 7 and (cmf * 256 + flg) % 31 == 0:
+        return Compression.ZLIB
+    return Compression.NONE

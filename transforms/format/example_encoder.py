@@ -57,7 +57,7 @@ from transforms.format.example_columns import Column, NormalisedColumn, exclusiv
 from transforms.format.tfrecord_format import CrcFn, FramedRecords, framing_headers
 from transforms.format.wire_scan import put_varints, segment_counts, varint_bytes, varint_sizes
 
-__all__ = ["encode_columns", "encode_framed"]
+__all__ = ["Body", "encode_columns", "encode_framed", "feature_body", "list_and_feature_lengths"]
 
 _KIND_TAG = {"bytes": 0x0A, "float": 0x12, "int64": 0x1A}
 # A padded matrix may be this many times larger than the output it holds (plus a fixed
@@ -194,16 +194,16 @@ class _RowMatrix:
 
 
 @dataclasses.dataclass
-class _Body:
+class Body:
     """Per-row byte counts of a feature's values (its "body")."""
 
     lengths: np.ndarray  # int64 per row: packed values (numeric) or value items (bytes)
     value_sizes: np.ndarray | None  # int64: varint size per value; bytes: of each length
 
 
-def _body(norm: NormalisedColumn) -> _Body:
+def feature_body(norm: NormalisedColumn) -> Body:
     if norm.kind == "float":
-        return _Body(4 * norm.counts, None)
+        return Body(4 * norm.counts, None)
     if norm.kind == "int64":
         sizes = varint_sizes(norm.values)
         per_value = sizes
@@ -211,8 +211,15 @@ def _body(norm: NormalisedColumn) -> _Body:
         sizes = varint_sizes(norm.value_lengths)
         per_value = 1 + sizes + norm.value_lengths
     if norm.one_each:
-        return _Body(per_value.astype(np.int64), sizes)
-    return _Body(segment_counts(per_value, norm.row_offsets), sizes)
+        return Body(per_value.astype(np.int64), sizes)
+    return Body(segment_counts(per_value, norm.row_offsets), sizes)
+
+
+def list_and_feature_lengths(kind: str, body: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For each body length, the length of the Feature's list (`[0a len(packed)] values` of
+    int64/float, omitted without values; the values of bytes) and of the Feature."""
+    list_len = body if kind == "bytes" else np.where(body > 0, 1 + varint_sizes(body) + body, 0)
+    return list_len, 1 + varint_sizes(list_len) + list_len
 
 
 def _head_table(name: bytes, kind: str, body: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -226,12 +233,7 @@ def _head_table(name: bytes, kind: str, body: np.ndarray) -> tuple[np.ndarray, n
     body length: a batch needs one head per distinct length, not one per row.
     """
     count = body.size
-    if kind == "bytes":
-        list_len = body
-    else:
-        has_values = body > 0
-        list_len = np.where(has_values, 1 + varint_sizes(body) + body, 0)
-    feature_len = 1 + varint_sizes(list_len) + list_len
+    list_len, feature_len = list_and_feature_lengths(kind, body)
     key = b"\n" + encode_varint(len(name)) + name + b"\x12"
     entry_len = len(key) + varint_sizes(feature_len) + feature_len
     head_len = 1 + varint_sizes(entry_len) + entry_len - body
@@ -261,6 +263,7 @@ def _head_table(name: bytes, kind: str, body: np.ndarray) -> tuple[np.ndarray, n
     put_varint(feature_len)
     put_const(bytes([_KIND_TAG[kind]]))
     put_varint(list_len)
+    has_values = body > 0
     if kind != "bytes" and has_values.any():
         put_const(b"\n", has_values)
         put_varint(body, has_values)
@@ -280,7 +283,7 @@ def _plan(norms: Sequence[NormalisedColumn], num_rows: int, framed: bool = False
     for norm in norms:
         if not norm.present.any():
             continue
-        body = _body(norm)
+        body = feature_body(norm)
         present_lengths = body.lengths if norm.all_present else body.lengths[norm.present]
         low, high = int(present_lengths.min()), int(present_lengths.max())
         if low == high:
@@ -374,7 +377,7 @@ def _plan_floats(layout: _RowMatrix, norm: NormalisedColumn) -> None:
     layout.prefix_mask(start, 4 * max_count, body, norm.present)
 
 
-def _plan_int64s(layout: _RowMatrix, norm: NormalisedColumn, length: _Body) -> None:
+def _plan_int64s(layout: _RowMatrix, norm: NormalisedColumn, length: Body) -> None:
     max_count = int(norm.counts.max())
     sizes = length.value_sizes
     width = int(sizes.max())
@@ -407,7 +410,7 @@ def _plan_int64s(layout: _RowMatrix, norm: NormalisedColumn, length: _Body) -> N
     layout.prefix_mask(start, body_width, length.lengths, norm.present)
 
 
-def _plan_bytes(layout: _RowMatrix, norm: NormalisedColumn, length: _Body) -> None:
+def _plan_bytes(layout: _RowMatrix, norm: NormalisedColumn, length: Body) -> None:
     body_width = int(length.lengths.max())
     start = layout.reserve(body_width)
     len_sizes = length.value_sizes

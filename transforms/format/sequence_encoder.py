@@ -25,7 +25,7 @@ import pyarrow as pa
 
 from transforms.format.example_codec import encode_varint, feature_sort_key
 from transforms.format.example_columns import Column, NormalisedColumn, exclusive_cumsum, normalise
-from transforms.format.example_encoder import encode_columns
+from transforms.format.example_encoder import encode_columns, feature_body, list_and_feature_lengths
 from transforms.format.tfrecord_format import (
     DEFAULT_CRC,
     FOOTER_SIZE,
@@ -63,23 +63,17 @@ class _FeatureList:
 
     def __init__(self, norm: NormalisedColumn):
         self.norm = norm
-        kind = norm.kind
-        if kind == "float":
+        body = feature_body(norm)
+        if norm.kind == "float":
             self.value_sizes = np.full(norm.num_values, 4, np.int64)
-        elif kind == "int64":
-            self.value_sizes = varint_sizes(norm.values)
+        elif norm.kind == "int64":
+            self.value_sizes = body.value_sizes
         else:
-            self.len_sizes = varint_sizes(norm.value_lengths)
+            self.len_sizes = body.value_sizes
             self.value_sizes = 1 + self.len_sizes + norm.value_lengths
-        body = (self.value_sizes.astype(np.int64) if norm.one_each
-                else segment_counts(self.value_sizes, norm.row_offsets))
-        if kind == "bytes":
-            list_len = body
-        else:
-            list_len = np.where(body > 0, 1 + varint_sizes(body) + body, 0)
-        feature_len = 1 + varint_sizes(list_len) + list_len
-        self.body, self.list_len, self.feature_len = body, list_len, feature_len
-        self.element_len = 1 + varint_sizes(feature_len) + feature_len
+        self.body = body.lengths
+        self.list_len, self.feature_len = list_and_feature_lengths(norm.kind, self.body)
+        self.element_len = 1 + varint_sizes(self.feature_len) + self.feature_len
         name = norm.name
         self.key = b"\x0a" + encode_varint(len(name)) + name + b"\x12"
 

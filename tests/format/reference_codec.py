@@ -5,7 +5,8 @@ why the whole map is not serialized with deterministic=True).
 The test oracle of the fast encoders (`example_codec.encode_example_parts`, the vectorised
 `example_encoder` and `sequence_encoder`), held to TensorFlow's own bytes in
 tests/format/test_example_codec.py and test_sequence_codec.py, and a convenient way for tests
-to build records. Not product code: the product only writes with the fast encoders.
+to build records. Not product code: the product only writes with the fast encoders. Also
+`column_from_values`, the vectorised encoders' input built from Python values.
 """
 
 from __future__ import annotations
@@ -17,8 +18,9 @@ import numpy as np
 
 from protos import example_pb2, feature_pb2
 from transforms.format.example_codec import KINDS, encode_varint, feature_sort_key
+from transforms.format.example_columns import Column, exclusive_cumsum
 
-__all__ = ["encode_example", "encode_sequence_example"]
+__all__ = ["column_from_values", "encode_example", "encode_sequence_example"]
 
 _BYTES_LIKE = (bytes, bytearray, memoryview)
 _LIST_FIELD = {"int64": "int64_list", "float": "float_list", "bytes": "bytes_list"}
@@ -123,3 +125,31 @@ def encode_sequence_example(
         entries.append(single.SerializeToString())
     body = b"".join(entries)
     return context_bytes + b"\x12" + encode_varint(len(body)) + body
+
+
+def column_from_values(name: str, kind: str, rows: Sequence[Any]) -> Column:
+    """A Column from Python values, one entry per row (convenience; loops in Python).
+
+    Each entry is None (feature absent), a sequence of values, or a single value (for
+    "bytes", a bytes-like or str is a single value; str is encoded as UTF-8).
+    """
+    if kind not in KINDS:
+        raise ValueError(f"feature {name!r}: unknown kind {kind!r}; expected one of {KINDS}")
+    present = np.array([row is not None for row in rows], bool)
+    flat: list = []
+    counts = np.zeros(len(rows), np.int64)
+    for i, row in enumerate(rows):
+        if row is None:
+            continue
+        if isinstance(row, (str, bytes, bytearray, memoryview)) or not isinstance(row, Sequence):
+            row = [row]
+        counts[i] = len(row)
+        flat.extend(row)
+    row_offsets = exclusive_cumsum(counts)
+    if kind == "bytes":
+        data = [v.encode("utf-8") if isinstance(v, str) else bytes(v) for v in flat]
+        value_offsets = exclusive_cumsum(np.fromiter(map(len, data), np.int64, len(data)))
+        values = np.frombuffer(b"".join(data), np.uint8)
+        return Column(name, kind, values, value_offsets, row_offsets, present)
+    dtype = np.int64 if kind == "int64" else np.float32
+    return Column(name, kind, np.array(flat, dtype=dtype), None, row_offsets, present)

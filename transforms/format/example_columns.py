@@ -9,7 +9,6 @@ are refused (`NullElementError`): TensorFlow's lists cannot hold them. Beam-free
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -23,7 +22,6 @@ __all__ = [
     "NormalisedColumn",
     "NullElementError",
     "column_from_arrow",
-    "column_from_values",
     "exclusive_cumsum",
     "normalise",
     "take_rows",
@@ -209,34 +207,6 @@ def take_rows(norm: NormalisedColumn, rows: np.ndarray) -> NormalisedColumn:
     starts = norm.row_offsets[:-1][rows]
     counts = norm.counts[rows]
     return _take(norm.name, norm.kind, starts, counts, norm.present[rows], norm.values, norm.value_offsets)
-
-
-def column_from_values(name: str, kind: str, rows: Sequence[Any]) -> Column:
-    """A Column from Python values, one entry per row (convenience; loops in Python).
-
-    Each entry is None (feature absent), a sequence of values, or a single value (for
-    "bytes", a bytes-like or str is a single value; str is encoded as UTF-8).
-    """
-    if kind not in KINDS:
-        raise ValueError(f"feature {name!r}: unknown kind {kind!r}; expected one of {KINDS}")
-    present = np.array([row is not None for row in rows], bool)
-    flat: list = []
-    counts = np.zeros(len(rows), np.int64)
-    for i, row in enumerate(rows):
-        if row is None:
-            continue
-        if isinstance(row, (str, bytes, bytearray, memoryview)) or not isinstance(row, Sequence):
-            row = [row]
-        counts[i] = len(row)
-        flat.extend(row)
-    row_offsets = exclusive_cumsum(counts)
-    if kind == "bytes":
-        data = [v.encode("utf-8") if isinstance(v, str) else bytes(v) for v in flat]
-        value_offsets = exclusive_cumsum(np.fromiter(map(len, data), np.int64, len(data)))
-        values = np.frombuffer(b"".join(data), np.uint8)
-        return Column(name, kind, values, value_offsets, row_offsets, present)
-    dtype = np.int64 if kind == "int64" else np.float32
-    return Column(name, kind, np.array(flat, dtype=dtype), None, row_offsets, present)
 
 
 def _arrow_values(name: str, kind: str, values: pa.Array) -> tuple[np.ndarray, np.ndarray | None]:

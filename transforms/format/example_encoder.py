@@ -1,7 +1,7 @@
 """Vectorised tf.train.Example encoder: a whole batch of rows per call, numpy only.
 
-Its input is one `transforms.format.example_columns.Column` per feature (built with
-`column_from_values` or `column_from_arrow`); varints come from `transforms.format.wire_scan`.
+Its input is one `transforms.format.example_columns.Column` per feature (e.g. from
+`column_from_arrow`); varints come from `transforms.format.wire_scan`.
 
 Building one protobuf message per row costs tens of microseconds; this module writes
 the wire bytes of every Example of a batch with array operations over the batch, so

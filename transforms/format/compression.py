@@ -29,17 +29,8 @@ try:
 except ImportError:  # pragma: no cover - isal is a declared dependency
     _isal_zlib = None
 
-__all__ = [
-    "Compression",
-    "Inflater",
-    "READ_CHUNK",
-    "StreamError",
-    "check_level",
-    "compression_from_path",
-    "open_compressor",
-    "parse_compression",
-    "shard_suffix",
-]
+__all__ = ["Compression", "Inflater", "READ_CHUNK", "StreamError", "check_level", "compression_from_path",
+           "open_compressor", "parse_compression", "shard_suffix"]
 
 
 _ISAL_DEFAULT_LEVEL = 2

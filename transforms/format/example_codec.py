@@ -26,18 +26,8 @@ from google.protobuf.message import DecodeError
 
 from protos import example_pb2
 
-__all__ = [
-    "FLOAT32_MAX",
-    "INT64_MAX",
-    "INT64_MIN",
-    "KINDS",
-    "decode_example",
-    "encode_example_parts",
-    "encode_varint",
-    "feature_sort_key",
-    "kind_of_list_field",
-    "parse_message",
-]
+__all__ = ["FLOAT32_MAX", "INT64_MAX", "INT64_MIN", "KINDS", "decode_example", "encode_example_parts",
+           "encode_varint", "feature_sort_key", "kind_of_list_field", "parse_message"]
 
 #: Feature kinds, named after the tf.train.Feature list they fill.
 KINDS = ("int64", "float", "bytes")

@@ -17,15 +17,8 @@ import pyarrow as pa
 from transforms.format.example_codec import INT64_MAX, KINDS, feature_sort_key
 from transforms.format.wire_scan import exclusive_cumsum
 
-__all__ = [
-    "Column",
-    "NormalisedColumn",
-    "NullElementError",
-    "column_from_arrow",
-    "exclusive_cumsum",
-    "normalise",
-    "take_rows",
-]
+__all__ = ["Column", "NormalisedColumn", "NullElementError", "column_from_arrow", "exclusive_cumsum",
+           "normalise", "take_rows"]
 
 
 @dataclasses.dataclass(frozen=True)

@@ -34,25 +34,9 @@ from transforms.format.compression import (
     open_compressor,
 )
 
-__all__ = [
-    "DEFAULT_CRC",
-    "FOOTER_SIZE",
-    "HEADER",
-    "HEADER_SIZE",
-    "LENGTH_CRC_CACHE_MAX",
-    "MASK_DELTA",
-    "U32",
-    "CrcFn",
-    "FramedRecords",
-    "TFRecordWriter",
-    "frame_parts",
-    "frame_record",
-    "frame_records",
-    "framed_size",
-    "framing_headers",
-    "length_crc_cache",
-    "masked_crc32c",
-]
+__all__ = ["DEFAULT_CRC", "FOOTER_SIZE", "HEADER", "HEADER_SIZE", "LENGTH_CRC_CACHE_MAX", "MASK_DELTA", "U32",
+           "CrcFn", "FramedRecords", "TFRecordWriter", "frame_parts", "frame_record", "frame_records",
+           "framed_size", "framing_headers", "length_crc_cache", "masked_crc32c"]
 
 
 CrcFn = Callable[[bytes], int]

@@ -36,15 +36,8 @@ from transforms.format.tfrecord_reader import (
     truncation_reason,
 )
 
-__all__ = [
-    "INDEX_SUFFIX",
-    "IndexEntry",
-    "IndexWriter",
-    "index_line",
-    "index_lines",
-    "iter_index_entries",
-    "write_index",
-]
+__all__ = ["INDEX_SUFFIX", "IndexEntry", "IndexWriter", "index_line", "index_lines", "iter_index_entries",
+           "write_index"]
 
 #: The sidecar of `x.tfrecord` is `x.tfrecord.tfindex`.
 INDEX_SUFFIX = ".tfindex"

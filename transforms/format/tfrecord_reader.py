@@ -39,8 +39,8 @@ from transforms.format.tfrecord_format import (
     masked_crc32c,
 )
 
-__all__ = ['MAX_RECORD_BYTES', 'SNIFF_BYTES', 'RecordInfo', 'TFRecordCorruptError', 'iter_records',
-           'length_crc_problem', 'sniff_compression', 'truncation_reason']
+__all__ = ["MAX_RECORD_BYTES", "SNIFF_BYTES", "RecordInfo", "TFRecordCorruptError", "iter_records",
+           "length_crc_problem", "sniff_compression", "truncation_reason"]
 
 
 #: The longest record payload the reader accepts (see `iter_records`): far above any record

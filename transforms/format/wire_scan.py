@@ -13,18 +13,8 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = [
-    "MAX_VARINT_BYTES",
-    "bytes_at",
-    "exclusive_cumsum",
-    "gather_ranges",
-    "packed_varints",
-    "put_varints",
-    "read_varints",
-    "segment_counts",
-    "varint_bytes",
-    "varint_sizes",
-]
+__all__ = ["MAX_VARINT_BYTES", "bytes_at", "exclusive_cumsum", "gather_ranges", "packed_varints",
+           "put_varints", "read_varints", "segment_counts", "varint_bytes", "varint_sizes"]
 
 #: A varint of a 64-bit value takes at most 10 bytes; protobuf rejects longer ones.
 MAX_VARINT_BYTES = 10

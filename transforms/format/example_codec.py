@@ -27,7 +27,7 @@ from google.protobuf.message import DecodeError
 from protos import example_pb2
 
 __all__ = ["FLOAT32_MAX", "INT64_MAX", "INT64_MIN", "KINDS", "decode_example", "encode_example_parts",
-           "encode_varint", "feature_sort_key", "kind_of_list_field", "parse_message"]
+           "encode_varint", "feature_sort_key", "feature_values", "parse_message"]
 
 #: Feature kinds, named after the tf.train.Feature list they fill.
 KINDS = ("int64", "float", "bytes")
@@ -88,9 +88,10 @@ def parse_message(payload: bytes | bytearray | memoryview, message):
     return message
 
 
-def kind_of_list_field(field: str) -> str:
-    """The feature kind a tf.train.Feature list field holds ("int64_list" -> "int64")."""
-    return _KIND_OF_FIELD[field]
+def feature_values(feature) -> tuple[str | None, list]:
+    """(kind, values) of a tf.train.Feature message; (None, []) when no list is set."""
+    field = feature.WhichOneof("kind")
+    return (None, []) if field is None else (_KIND_OF_FIELD[field], list(getattr(feature, field).value))
 
 
 def decode_example(payload: bytes) -> dict[str, tuple[str | None, list]]:
@@ -106,12 +107,7 @@ def decode_example(payload: bytes) -> dict[str, tuple[str | None, list]]:
     decoded: dict[str, tuple[str | None, list]] = {}
     feature_map = example.features.feature
     for name in sorted(feature_map, key=feature_sort_key):
-        feature = feature_map[name]
-        field = feature.WhichOneof("kind")
-        if field is None:
-            decoded[name] = (None, [])
-        else:
-            decoded[name] = (_KIND_OF_FIELD[field], list(getattr(feature, field).value))
+        decoded[name] = feature_values(feature_map[name])
     return decoded
 
 

@@ -115,9 +115,6 @@ class SchemaLearner:
         """Whether `name` needs a list column (None: never seen)."""
         return None if name not in self._max_values else self._max_values[name] > 1
 
-    def kind(self, name: str) -> str | None:
-        return self._kinds.get(name)
-
 
 def _first_with_values(column: DecodedColumn) -> int:
     with_values = np.flatnonzero(column.counts)

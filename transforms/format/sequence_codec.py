@@ -25,7 +25,7 @@ from protos import example_pb2
 from transforms.format.example_codec import (
     decode_example,
     feature_sort_key,
-    kind_of_list_field,
+    feature_values,
     parse_message,
 )
 
@@ -61,12 +61,10 @@ def decode_sequence_example(payload: bytes) -> tuple[dict, dict]:
     for name in sorted(feature_list_map, key=feature_sort_key):
         kinds, steps = set(), []
         for feature in feature_list_map[name].feature:
-            field = feature.WhichOneof("kind")
-            if field is None:
-                steps.append([])
-                continue
-            kinds.add(kind_of_list_field(field))
-            steps.append(list(getattr(feature, field).value))
+            kind, values = feature_values(feature)
+            if kind:
+                kinds.add(kind)
+            steps.append(values)
         if len(kinds) > 1:
             raise ValueError(f"feature list {name!r} mixes kinds {sorted(kinds)}")
         lists[name] = (kinds.pop() if kinds else None, steps)

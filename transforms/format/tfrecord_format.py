@@ -189,7 +189,6 @@ def frame_records(payloads: Sequence[bytes], crc_fn: CrcFn = DEFAULT_CRC) -> byt
 
 
 def _frame(payloads: Sequence[bytes], lengths: list[int], crc_fn: CrcFn) -> bytes:
-    """`frame_records`, given the payload lengths (which callers may need as well)."""
     n = len(payloads)
     if n == 0:
         return b""

@@ -202,31 +202,23 @@ def take_rows(norm: NormalisedColumn, rows: np.ndarray) -> NormalisedColumn:
     return _take(norm.name, norm.kind, starts, counts, norm.present[rows], norm.values, norm.value_offsets)
 
 
+_BYTES_TYPES = (pa.types.is_binary, pa.types.is_string, pa.types.is_large_binary, pa.types.is_large_string,
+                pa.types.is_fixed_size_binary, pa.types.is_binary_view, pa.types.is_string_view)
+
+
 def _arrow_values(name: str, kind: str, values: pa.Array) -> tuple[np.ndarray, np.ndarray | None]:
     """numpy values (and value offsets for bytes) of a flat Arrow array; nulls become 0/b""."""
     value_type = values.type
     if kind == "bytes":
-        if not (
-            pa.types.is_binary(value_type)
-            or pa.types.is_string(value_type)
-            or pa.types.is_large_binary(value_type)
-            or pa.types.is_large_string(value_type)
-            or pa.types.is_fixed_size_binary(value_type)
-            or pa.types.is_binary_view(value_type)
-            or pa.types.is_string_view(value_type)
-        ):
+        if not any(is_type(value_type) for is_type in _BYTES_TYPES):
             raise ValueError(f"feature {name!r}: a bytes feature cannot be built from {value_type}")
         values = values.cast(pa.large_binary())
         _, offsets_buffer, data_buffer = values.buffers()
         offsets = np.frombuffer(offsets_buffer, np.int64)[values.offset : values.offset + len(values) + 1]
         data = np.frombuffer(data_buffer, np.uint8) if data_buffer is not None else np.zeros(0, np.uint8)
         return data, offsets
-    numeric = (
-        pa.types.is_integer(value_type)
-        or pa.types.is_boolean(value_type)
-        or (kind == "float" and pa.types.is_floating(value_type))
-    )
-    if not numeric:
+    if not (pa.types.is_integer(value_type) or pa.types.is_boolean(value_type)
+            or (kind == "float" and pa.types.is_floating(value_type))):
         raise ValueError(f"feature {name!r}: a {kind} feature cannot be built from {value_type}")
     if values.null_count:
         values = values.fill_null(False if pa.types.is_boolean(value_type) else 0)

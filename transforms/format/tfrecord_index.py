@@ -36,7 +36,7 @@ from transforms.format.tfrecord_reader import (
     truncation_reason,
 )
 
-__all__ = ["INDEX_SUFFIX", "IndexEntry", "IndexWriter", "index_line", "index_lines", "iter_index_entries",
+__all__ = ["INDEX_SUFFIX", "IndexEntry", "IndexWriter", "index_line", "iter_index_entries",
            "write_index"]
 
 #: The sidecar of `x.tfrecord` is `x.tfrecord.tfindex`.
@@ -59,40 +59,25 @@ def index_line(offset: int, length: int) -> bytes:
     return b"%d %d\n" % (offset, length)
 
 
-def index_lines(start_offset: int, framed_sizes: Sequence[int] | np.ndarray) -> bytes:
-    """The index lines of records framed back to back from byte `start_offset` on, given
-    each record's framed size (payload + 16)."""
-    sizes = np.asarray(framed_sizes, dtype=np.int64)
-    if sizes.size == 0:
-        return b""
-    ends = np.cumsum(sizes) + start_offset
-    starts = (ends - sizes).tolist()
-    return "".join([f"{start} {size}\n" for start, size in zip(starts, sizes.tolist(), strict=True)]
-                   ).encode("ascii")
-
-
 class IndexWriter:
     """Writes the index of a TFRecord file while the file itself is written: the caller
     hands over the framed size of every record it writes, in order, and the lines go to
     `out` at once (no second pass over the shard, memory bounded by one batch).
 
     Attributes:
-      records: records indexed so far.
       offset: bytes of framed records indexed so far (the next record's offset).
     """
 
     def __init__(self, out: BinaryIO):
         self._out = out
-        self.records = 0
         self.offset = 0
 
     def add(self, framed_sizes: Sequence[int] | np.ndarray) -> None:
-        """Indexes the next records, given their framed sizes."""
+        """Indexes the next records, given their framed sizes (payload + 16)."""
         sizes = np.asarray(framed_sizes, dtype=np.int64)
-        if sizes.size == 0:
-            return
-        self._out.write(index_lines(self.offset, sizes))
-        self.records += int(sizes.size)
+        starts = (np.cumsum(sizes) - sizes + self.offset).tolist()
+        lines = [f"{start} {size}\n" for start, size in zip(starts, sizes.tolist(), strict=True)]
+        self._out.write("".join(lines).encode("ascii"))
         self.offset += int(sizes.sum())
 
 

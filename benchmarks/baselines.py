@@ -161,7 +161,7 @@ def _worker_ceiling(cfg: dict) -> dict[str, float]:
 def _worker_plain_images(cfg: dict) -> dict[str, float]:
     import hashlib
 
-    from transforms.format.example_codec import encode_example
+    from tests.format.reference_codec import encode_example
     from transforms.format.tfrecord_format import TFRecordWriter
     from transforms.images.headers import parse_header
 

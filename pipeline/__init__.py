@@ -49,20 +49,18 @@ naming the lines to add or remove, when a module is missing here or listed but g
     tfrecord_io.py      reading TFRecord files in Beam: `ReadTFRecordFiles`
   transforms/format/  Beam-free format code, on `protos` only
     compression.py      whole-stream compression of TFRecord files, as TensorFlow reads them
-    compression_sniffing.py  which compression a file's first bytes show
-    example_codec.py    tf.train.Example one record at a time: the reference codec
+    example_codec.py    tf.train.Example one record at a time: decoder, fast encoder
     example_columns.py  the vectorised encoder's input: a batch's values per feature
     example_decoder.py  batch Example decoder: serialized Examples in, one column per feature
     example_encoder.py  vectorised Example encoder: a whole batch of rows per call
     example_table.py    decoded Example batches as Arrow tables of a fixed schema
     manifest_format.py  the shape of `manifest.json`
-    sequence_codec.py   tf.train.SequenceExample: the reference encoder and the decoder
+    sequence_codec.py   tf.train.SequenceExample: its layout and the decoder
     sequence_encoder.py vectorised SequenceExample encoder: many sequences per call
     tfrecord_format.py  TFRecord framing and writing, byte-compatible with TensorFlow
     tfrecord_index.py   `.tfindex` sidecars of uncompressed TFRecord files
-    tfrecord_reader.py  reading TFRecord streams, every CRC checked, memory bounded
-    varints.py          protobuf varints of whole numpy arrays at once
-    wire_scan.py        reading protobuf wire data of many messages at once with numpy
+    tfrecord_reader.py  reading TFRecord streams, every CRC checked; sniffing their compression
+    wire_scan.py        protobuf wire data of many messages at once with numpy: varints, ranges
   transforms/images/  images (class-folder trees, CSV/JSONL manifests) to Examples
     config.py           `ImageConfig`: what an image conversion is told and promises
     convert.py          the DoFn `ConvertImages`: a work unit's images to Examples

@@ -31,12 +31,16 @@ from pipeline.errors import UsageError
 from transforms import fs
 from transforms import manifest as manifest_lib
 from transforms.format.compression import Compression, compression_from_path
-from transforms.format.compression_sniffing import SNIFF_BYTES, sniff_compression
 from transforms.format.example_codec import decode_example
 from transforms.format.manifest_format import MANIFEST_NAME, is_plain_relative
 from transforms.format.tfrecord_format import framed_size
 from transforms.format.tfrecord_index import INDEX_SUFFIX, index_line
-from transforms.format.tfrecord_reader import TFRecordCorruptError, iter_records
+from transforms.format.tfrecord_reader import (
+    SNIFF_BYTES,
+    TFRecordCorruptError,
+    iter_records,
+    sniff_compression,
+)
 
 __all__ = ["Problem", "compression_of_file", "format_report", "resolve_tfrecord_paths", "verify_paths"]
 

@@ -15,7 +15,7 @@ import pytest
 from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 
 from pipeline.cli import EXIT_CORRUPT, run
-from transforms.format.example_codec import encode_example
+from tests.format.reference_codec import encode_example
 from transforms.records import RecordBatch, batch_key
 from transforms.sink import WriteToShardedTFRecord
 
@@ -243,7 +243,7 @@ def test_console_entry_point_flushes_output_and_keeps_exit_codes(tmp_path):
 
 
 def test_inspect_prints_strict_json_and_shortens_long_bytes(tmp_path, capsys):
-    from transforms.format.example_codec import encode_example
+    from tests.format.reference_codec import encode_example
     from transforms.format.tfrecord_format import TFRecordWriter
 
     image = bytes([0xFF, 0xD8]) + bytes(range(256)) * 40

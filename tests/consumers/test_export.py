@@ -18,8 +18,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from pipeline.cli import EXIT_CORRUPT, EXIT_USAGE, run
+from tests.format.reference_codec import encode_example
 from tests.helpers import in_memory_args
-from transforms.format.example_codec import encode_example
 from transforms.format.tfrecord_format import frame_records
 
 SPEC = """\

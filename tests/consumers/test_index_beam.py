@@ -21,8 +21,8 @@ from apache_beam.testing.util import assert_that, equal_to
 
 import pipeline
 from pipeline.cli import EXIT_CORRUPT, EXIT_OK, EXIT_USAGE, run
+from tests.format.reference_codec import encode_example
 from tests.helpers import in_memory_args
-from transforms.format.example_codec import encode_example
 from transforms.records import RecordBatch, batch_key
 from transforms.sink import WriteToShardedTFRecord
 from transforms.tfrecord_io import read_tfrecord_file

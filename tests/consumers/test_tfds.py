@@ -16,9 +16,9 @@ import pytest
 from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 
 from pipeline.cli import run
+from tests.format.reference_codec import encode_example
 from tests.helpers import in_memory_args
 from tests.images import image_samples as samples
-from transforms.format.example_codec import encode_example
 from transforms.records import RecordBatch, batch_key
 from transforms.sink import WriteToShardedTFRecord
 from transforms.tfds_metadata import (

@@ -1,9 +1,8 @@
-"""The reference Example codec, checked against TensorFlow's own classes and parser."""
+"""The reference Example encoder (tests/format/reference_codec.py) and our decoder, checked against
+TensorFlow's own classes and parser; the fast per-record encoder against the reference."""
 
 from __future__ import annotations
 
-import base64
-import json
 import math
 import struct
 
@@ -14,13 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from protos import example_pb2
-from transforms.format.example_codec import (
-    decode_example,
-    encode_example,
-    encode_example_parts,
-    example_to_jsonable,
-    feature_sort_key,
-)
+from tests.format.reference_codec import encode_example
+from transforms.format.example_codec import decode_example, encode_example_parts, feature_sort_key
 
 
 def _tf_example(features):
@@ -189,33 +183,6 @@ def test_decode_reads_tensorflow_written_examples_and_kindless_features():
     ex = example_pb2.Example()
     ex.features.feature["nothing"].SetInParent()
     assert decode_example(ex.SerializeToString()) == {"nothing": (None, [])}
-    assert example_to_jsonable(ex.SerializeToString()) == {"nothing": {}}
-
-
-def test_example_to_jsonable():
-    payload = encode_example(
-        {
-            "text": ("bytes", ["héllo".encode(), b"\xff\x00", b""]),
-            "score": ("float", [0.1, 2.5]),
-            "count": ("int64", [-3, 2**40]),
-            "none": ("float", []),
-        }
-    )
-    rendered = example_to_jsonable(payload)
-    assert rendered == {
-        "count": {"int64": [-3, 2**40]},
-        "none": {"float": []},
-        "score": {"float": [0.1, 2.5]},
-        "text": {"bytes": ["héllo", {"base64": base64.b64encode(b"\xff\x00").decode()}, ""]},
-    }
-    assert isinstance(rendered["score"]["float"][0], float)
-    assert isinstance(rendered["count"]["int64"][0], int)
-    assert json.loads(json.dumps(rendered)) == rendered
-
-
-def test_example_to_jsonable_non_finite_floats():
-    rendered = example_to_jsonable(encode_example({"x": ("float", [math.nan, -math.inf])}))
-    assert math.isnan(rendered["x"]["float"][0]) and rendered["x"]["float"][1] == -math.inf
 
 
 _names = st.text(min_size=1, max_size=12)

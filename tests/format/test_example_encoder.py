@@ -13,10 +13,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.format.reference_codec import column_from_values, encode_example
 from tests.format.strategies import INT64, KINDS, NAMES, VALUES
 from transforms.format import example_encoder
-from transforms.format.example_codec import decode_example, encode_example
-from transforms.format.example_columns import Column, NullElementError, column_from_arrow, column_from_values
+from transforms.format.example_codec import decode_example
+from transforms.format.example_columns import Column, NullElementError, column_from_arrow
 from transforms.format.example_encoder import encode_columns, encode_framed
 from transforms.format.tfrecord_format import frame_records
 

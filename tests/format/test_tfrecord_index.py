@@ -1,5 +1,5 @@
-"""Tests for transforms/format/tfrecord_index.py (index sidecars) and
-transforms/format/compression_sniffing.py (what a suffix-less file holds)."""
+"""Tests for transforms/format/tfrecord_index.py (index sidecars) and the compression sniffing
+of transforms/format/tfrecord_reader.py (what a suffix-less file holds)."""
 
 from __future__ import annotations
 
@@ -11,17 +11,15 @@ import numpy as np
 import pytest
 
 from transforms.format.compression import Compression, compression_from_path
-from transforms.format.compression_sniffing import SNIFF_BYTES, sniff_compression
 from transforms.format.tfrecord_format import FramedRecords, frame_record, frame_records
 from transforms.format.tfrecord_index import (
     IndexEntry,
     IndexWriter,
     index_line,
-    index_lines,
     iter_index_entries,
     write_index,
 )
-from transforms.format.tfrecord_reader import TFRecordCorruptError
+from transforms.format.tfrecord_reader import SNIFF_BYTES, TFRecordCorruptError, sniff_compression
 
 
 class _Unseekable:
@@ -148,7 +146,6 @@ def test_checking_payloads_finds_a_bad_payload_and_indexes_a_good_one_alike(seek
 def test_lines_as_written_equal_lines_found_by_scanning():
     payloads = [b"p" * n for n in (0, 1, 200, 3, 70000, 5)]
     scanned = _index_of(frame_records(payloads))
-    assert index_lines(0, [len(p) + 16 for p in payloads]) == scanned
     assert b"".join(index_line(e.offset, e.length)
                     for e in iter_index_entries(io.BytesIO(frame_records(payloads)))) == scanned
     # Written batch by batch while the shard grows, from FramedRecords or from sizes.
@@ -158,13 +155,16 @@ def test_lines_as_written_equal_lines_found_by_scanning():
     writer.add(np.array([], np.int64))
     writer.add([len(p) + 16 for p in payloads[2:]])
     assert out.getvalue() == scanned
-    assert writer.records == len(payloads)
     assert writer.offset == len(frame_records(payloads))
 
 
-def test_index_lines_start_at_the_given_offset():
-    assert index_lines(100, [16, 20]) == b"100 16\n116 20\n"
-    assert index_lines(5, []) == b""
+def test_index_lines_continue_from_the_records_already_indexed():
+    out = io.BytesIO()
+    writer = IndexWriter(out)
+    writer.add([100])
+    writer.add([])
+    writer.add([16, 20])
+    assert out.getvalue() == b"0 100\n100 16\n116 20\n"
 
 
 # ------------------------------------------------------------------- compression sniffing

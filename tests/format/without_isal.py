@@ -38,9 +38,10 @@ def compress(data: bytes, compression, level):
 def write_records(path: str, framed: bytes, payloads: list[bytes], compression, level):
     """Writes `framed` (the vectorised path), then `payloads` one by one; the backend."""
     from transforms.format.tfrecord_format import TFRecordWriter
+    from transforms.format.tfrecord_reader import iter_records
 
     with open(path, "wb") as raw, TFRecordWriter(raw, compression, level) as writer:
-        writer.write_framed(framed)
+        writer.write_framed(framed, len(list(iter_records(io.BytesIO(framed)))))
         for payload in payloads:
             writer.write(payload)
         return writer._out.backend

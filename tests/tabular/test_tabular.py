@@ -25,6 +25,7 @@ from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 from apache_beam.testing.util import assert_that
 
+from tests.format.reference_codec import encode_example
 from tests.tabular.tabular_samples import (
     ISSUE_CSV,
     ISSUE_GOOD,
@@ -34,7 +35,7 @@ from tests.tabular.tabular_samples import (
     reference,
     rows_from_tf,
 )
-from transforms.format.example_codec import decode_example, encode_example
+from transforms.format.example_codec import decode_example
 from transforms.format.tfrecord_format import TFRecordWriter
 from transforms.records import WorkUnit
 from transforms.tabular import csv_reader, json_reader

@@ -29,21 +29,10 @@ try:
 except ImportError:  # pragma: no cover - isal is a declared dependency
     _isal_zlib = None
 
-__all__ = [
-    "Compression",
-    "Inflater",
-    "READ_CHUNK",
-    "StreamError",
-    "check_level",
-    "compression_from_path",
-    "open_compressor",
-    "parse_compression",
-    "shard_suffix",
-]
+__all__ = ["Compression", "Inflater", "READ_CHUNK", "StreamError", "check_level", "compression_from_path",
+           "open_compressor", "parse_compression", "shard_suffix"]
 
 
-#: Whether the ISA-L backend is used. Tests set this to False to force the zlib fallback.
-_HAVE_ISAL = _isal_zlib is not None
 _ISAL_DEFAULT_LEVEL = 2
 _ZLIB_DEFAULT_LEVEL = 6
 _ISAL_MAX_LEVEL = 3
@@ -127,17 +116,6 @@ def check_level(level: int | None) -> int | None:
     return level
 
 
-def _select_backend(level: int | None) -> tuple[str, object, int]:
-    """(backend name, zlib-like module, effective level) for a compression level."""
-    if check_level(level) is None:
-        if _HAVE_ISAL:
-            return "isal", _isal_zlib, _ISAL_DEFAULT_LEVEL
-        return "zlib", zlib, _ZLIB_DEFAULT_LEVEL
-    if level <= _ISAL_MAX_LEVEL and _HAVE_ISAL:
-        return "isal", _isal_zlib, level
-    return "zlib", zlib, level
-
-
 class _CompressingWriter:
     """Compresses what is written to it into `raw`; close() ends the stream, not `raw`.
 
@@ -147,11 +125,14 @@ class _CompressingWriter:
 
     def __init__(self, raw: BinaryIO, compression: Compression, level: int | None):
         self.compression = compression
-        if compression is Compression.NONE:
-            self.backend, self.level, self._compressor = None, None, None
-        else:
-            self.backend, module, self.level = _select_backend(level)
-            self._compressor = module.compressobj(self.level, module.DEFLATED, _WBITS[compression])
+        self.backend, self.level, self._compressor = None, None, None
+        if compression is not Compression.NONE:
+            if check_level(level) is None:
+                level = _ISAL_DEFAULT_LEVEL if _isal_zlib else _ZLIB_DEFAULT_LEVEL
+            self.backend = "isal" if _isal_zlib and level <= _ISAL_MAX_LEVEL else "zlib"
+            module = _isal_zlib if self.backend == "isal" else zlib
+            self.level = level
+            self._compressor = module.compressobj(level, module.DEFLATED, _WBITS[compression])
         self._raw = raw
         self.closed = False
 
@@ -212,7 +193,7 @@ class Inflater:
     def __init__(self, raw: BinaryIO, compression: Compression):
         self._raw = raw
         self._compression = compression
-        self._module = _isal_zlib if _HAVE_ISAL else zlib
+        self._module = _isal_zlib or zlib
         self._errors = (zlib.error,) if _isal_zlib is None else (zlib.error, _isal_zlib.error)
         self._inflater = self._new()
         self._started = False  # any compressed byte seen

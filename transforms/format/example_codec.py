@@ -1,10 +1,7 @@
-"""tf.train.Example one record at a time: the reference encoder and decoder, and the
-fast per-record encoder (`encode_example_parts`) that must give the reference's bytes.
-
-`encode_example` is the simple, obviously-correct oracle, built on our generated protobuf
-classes: protobuf serializes every feature. The vectorised encoder in `example_encoder`
-and `encode_example_parts` here must produce exactly the same bytes, and the tests hold
-them to that. Beam-free.
+"""tf.train.Example one record at a time: the decoder (`decode_example`, on our generated
+protobuf classes) and the fast per-record encoder (`encode_example_parts`), which writes the
+wire format directly. The tests hold it byte for byte to a protobuf reference encoder
+(tests/format/reference_codec.py) and to TensorFlow. Beam-free.
 
 Feature order: features are written sorted by the UTF-8 bytes of their names (the order
 of Python's `sorted` on the names), so the bytes of an Example do not depend on insertion
@@ -12,9 +9,7 @@ order, process or protobuf backend. We do not delegate this to
 `SerializeToString(deterministic=True)` on the whole map: the upb backend (the default
 Python runtime) sorts string map keys with a comparator that puts a longer key before a
 key that is its prefix ("aa" before "a"), unlike the C++ and pure-Python runtimes, and
-protocolbuffers/protobuf#26621 proposes changing that comparator. So each feature's map
-entry is serialized by protobuf on its own and the entries are concatenated in our order;
-a repeated map field on the wire is exactly the concatenation of its entries.
+protocolbuffers/protobuf#26621 proposes changing that comparator.
 
 An Example always carries its `features` field, even when it has no feature: it
 serializes as b"\\n\\x00", the same as TensorFlow's
@@ -23,29 +18,16 @@ serializes as b"\\n\\x00", the same as TensorFlow's
 
 from __future__ import annotations
 
-import base64
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 from google.protobuf.message import DecodeError
 
-from protos import example_pb2, feature_pb2
+from protos import example_pb2
 
-__all__ = [
-    "FLOAT32_MAX",
-    "INT64_MAX",
-    "INT64_MIN",
-    "KINDS",
-    "decode_example",
-    "encode_example",
-    "encode_example_parts",
-    "encode_varint",
-    "example_to_jsonable",
-    "feature_sort_key",
-    "kind_of_list_field",
-    "parse_message",
-]
+__all__ = ["FLOAT32_MAX", "INT64_MAX", "INT64_MIN", "KINDS", "decode_example", "encode_example_parts",
+           "encode_varint", "feature_sort_key", "feature_values", "parse_message"]
 
 #: Feature kinds, named after the tf.train.Feature list they fill.
 KINDS = ("int64", "float", "bytes")
@@ -57,8 +39,7 @@ INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 FLOAT32_MAX = 3.4028234663852886e38
 
 _BYTES_LIKE = (bytes, bytearray, memoryview)
-_LIST_FIELD = {"int64": "int64_list", "float": "float_list", "bytes": "bytes_list"}
-_KIND_OF_FIELD = {field: kind for kind, field in _LIST_FIELD.items()}
+_KIND_OF_FIELD = {"int64_list": "int64", "float_list": "float", "bytes_list": "bytes"}
 
 
 def feature_sort_key(name: str) -> bytes:
@@ -71,69 +52,6 @@ def feature_sort_key(name: str) -> bytes:
         return name.encode("utf-8")
     except UnicodeEncodeError as e:
         raise ValueError(f"feature name {name!r} is not valid UTF-8: {e}") from None
-
-
-def _as_value_list(kind: str, values: Any) -> list:
-    """Accepts a sequence of values, or a single value, of the given kind."""
-    if isinstance(values, (str, *_BYTES_LIKE)):
-        if kind != "bytes":
-            raise TypeError(f"{kind} features take numbers, got {type(values).__name__}")
-        values = [values]
-    elif isinstance(values, np.ndarray):
-        values = values.reshape(-1).tolist()
-    elif isinstance(values, Iterable):
-        values = list(values)
-    else:
-        values = [values]
-    if kind == "bytes":
-        return [v.encode("utf-8") if isinstance(v, str) else v for v in values]
-    if kind == "int64":
-        # protobuf deprecates bools in int fields (rejected from 7.34); they mean 0/1 here.
-        return [int(v) if isinstance(v, (bool, np.bool_)) else v for v in values]
-    return values
-
-
-def _feature_entry(name: str, kind: str, values: Any) -> bytes:
-    """The serialized Features message holding only this feature (one map entry)."""
-    if kind not in _LIST_FIELD:
-        raise ValueError(f"feature {name!r}: unknown kind {kind!r}; expected one of {KINDS}")
-    features = feature_pb2.Features()
-    value_list = getattr(features.feature[name], _LIST_FIELD[kind])
-    try:
-        # SetInParent: an empty list is still a present feature of this kind.
-        value_list.SetInParent()
-        value_list.value.extend(_as_value_list(kind, values))
-    except (TypeError, ValueError, UnicodeEncodeError) as e:
-        raise ValueError(f"feature {name!r} ({kind}): invalid values: {e}") from e
-    return features.SerializeToString()
-
-
-def encode_example(features: Mapping[str, tuple[str, Sequence]]) -> bytes:
-    """Serialize one tf.train.Example, features sorted by name.
-
-    Args:
-      features: feature name -> (kind, values), kind one of KINDS. `values` is a
-        sequence (an empty one gives a present feature with an empty list) or a single
-        value. "int64" takes Python/numpy integers in the int64 range, "float" takes real
-        numbers (stored as float32, like TensorFlow), "bytes" takes bytes-like objects or
-        str (encoded as UTF-8).
-
-    Raises:
-      ValueError: naming the feature, for an empty or non-str name, an unknown kind or a
-        value protobuf refuses (e.g. an out-of-range int, a float for an int64 feature).
-    """
-    keyed = sorted((feature_sort_key(name), name) for name in features)
-    entries = []
-    for _, name in keyed:
-        try:
-            kind, values = features[name]
-        except (TypeError, ValueError):
-            raise ValueError(f"feature {name!r}: expected a (kind, values) pair") from None
-        entries.append(_feature_entry(name, kind, values))
-    # Example.features is field 1, length-delimited; the concatenated single-entry
-    # Features messages are one Features message with all the entries.
-    body = b"".join(entries)
-    return b"\n" + encode_varint(len(body)) + body
 
 
 _ONE_BYTE_VARINTS = tuple(bytes((i,)) for i in range(128))
@@ -170,9 +88,10 @@ def parse_message(payload: bytes | bytearray | memoryview, message):
     return message
 
 
-def kind_of_list_field(field: str) -> str:
-    """The feature kind a tf.train.Feature list field holds ("int64_list" -> "int64")."""
-    return _KIND_OF_FIELD[field]
+def feature_values(feature) -> tuple[str | None, list]:
+    """(kind, values) of a tf.train.Feature message; (None, []) when no list is set."""
+    field = feature.WhichOneof("kind")
+    return (None, []) if field is None else (_KIND_OF_FIELD[field], list(getattr(feature, field).value))
 
 
 def decode_example(payload: bytes) -> dict[str, tuple[str | None, list]]:
@@ -188,51 +107,8 @@ def decode_example(payload: bytes) -> dict[str, tuple[str | None, list]]:
     decoded: dict[str, tuple[str | None, list]] = {}
     feature_map = example.features.feature
     for name in sorted(feature_map, key=feature_sort_key):
-        feature = feature_map[name]
-        field = feature.WhichOneof("kind")
-        if field is None:
-            decoded[name] = (None, [])
-        else:
-            decoded[name] = (_KIND_OF_FIELD[field], list(getattr(feature, field).value))
+        decoded[name] = feature_values(feature_map[name])
     return decoded
-
-
-def _jsonable_bytes(value: bytes) -> str | dict[str, str]:
-    try:
-        return value.decode("utf-8")
-    except UnicodeDecodeError:
-        return {"base64": base64.b64encode(value).decode("ascii")}
-
-
-def _shortest_float32(value: float) -> float:
-    # The decoded double of a float32 (0.10000000149011612) printed as the shortest
-    # decimal that reads back as the same float32 (0.1).
-    return float(str(np.float32(value)))
-
-
-def example_to_jsonable(payload: bytes) -> dict[str, Any]:
-    """A JSON-serialisable view of a serialized Example, for inspection.
-
-    Returns {name: {kind: [values]}} sorted by name, e.g.
-    {"label": {"int64": [3]}, "text": {"bytes": ["héllo", {"base64": "/w=="}]}}.
-    Bytes values are UTF-8 text when they decode, else {"base64": ...}; floats are
-    floats (the shortest decimal of the float32; NaN and infinities stay float and need
-    `json.dumps`' default allow_nan); ints are ints. A Feature with no list gives {}.
-
-    Raises:
-      ValueError: when the payload does not parse as an Example.
-    """
-    rendered: dict[str, Any] = {}
-    for name, (kind, values) in decode_example(payload).items():
-        if kind is None:
-            rendered[name] = {}
-        elif kind == "bytes":
-            rendered[name] = {kind: [_jsonable_bytes(v) for v in values]}
-        elif kind == "float":
-            rendered[name] = {kind: [_shortest_float32(v) for v in values]}
-        else:
-            rendered[name] = {kind: values}
-    return rendered
 
 
 # ---------------------------------------------------------------------------------------

@@ -9,7 +9,6 @@ are refused (`NullElementError`): TensorFlow's lists cannot hold them. Beam-free
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -18,16 +17,8 @@ import pyarrow as pa
 from transforms.format.example_codec import INT64_MAX, KINDS, feature_sort_key
 from transforms.format.wire_scan import exclusive_cumsum
 
-__all__ = [
-    "Column",
-    "NormalisedColumn",
-    "NullElementError",
-    "column_from_arrow",
-    "column_from_values",
-    "exclusive_cumsum",
-    "normalise",
-    "take_rows",
-]
+__all__ = ["Column", "NormalisedColumn", "NullElementError", "column_from_arrow", "exclusive_cumsum",
+           "normalise", "take_rows"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -211,59 +202,23 @@ def take_rows(norm: NormalisedColumn, rows: np.ndarray) -> NormalisedColumn:
     return _take(norm.name, norm.kind, starts, counts, norm.present[rows], norm.values, norm.value_offsets)
 
 
-def column_from_values(name: str, kind: str, rows: Sequence[Any]) -> Column:
-    """A Column from Python values, one entry per row (convenience; loops in Python).
-
-    Each entry is None (feature absent), a sequence of values, or a single value (for
-    "bytes", a bytes-like or str is a single value; str is encoded as UTF-8).
-    """
-    if kind not in KINDS:
-        raise ValueError(f"feature {name!r}: unknown kind {kind!r}; expected one of {KINDS}")
-    present = np.array([row is not None for row in rows], bool)
-    flat: list = []
-    counts = np.zeros(len(rows), np.int64)
-    for i, row in enumerate(rows):
-        if row is None:
-            continue
-        if isinstance(row, (str, bytes, bytearray, memoryview)) or not isinstance(row, Sequence):
-            row = [row]
-        counts[i] = len(row)
-        flat.extend(row)
-    row_offsets = exclusive_cumsum(counts)
-    if kind == "bytes":
-        data = [v.encode("utf-8") if isinstance(v, str) else bytes(v) for v in flat]
-        value_offsets = exclusive_cumsum(np.fromiter(map(len, data), np.int64, len(data)))
-        values = np.frombuffer(b"".join(data), np.uint8)
-        return Column(name, kind, values, value_offsets, row_offsets, present)
-    dtype = np.int64 if kind == "int64" else np.float32
-    return Column(name, kind, np.array(flat, dtype=dtype), None, row_offsets, present)
+_BYTES_TYPES = (pa.types.is_binary, pa.types.is_string, pa.types.is_large_binary, pa.types.is_large_string,
+                pa.types.is_fixed_size_binary, pa.types.is_binary_view, pa.types.is_string_view)
 
 
 def _arrow_values(name: str, kind: str, values: pa.Array) -> tuple[np.ndarray, np.ndarray | None]:
     """numpy values (and value offsets for bytes) of a flat Arrow array; nulls become 0/b""."""
     value_type = values.type
     if kind == "bytes":
-        if not (
-            pa.types.is_binary(value_type)
-            or pa.types.is_string(value_type)
-            or pa.types.is_large_binary(value_type)
-            or pa.types.is_large_string(value_type)
-            or pa.types.is_fixed_size_binary(value_type)
-            or pa.types.is_binary_view(value_type)
-            or pa.types.is_string_view(value_type)
-        ):
+        if not any(is_type(value_type) for is_type in _BYTES_TYPES):
             raise ValueError(f"feature {name!r}: a bytes feature cannot be built from {value_type}")
         values = values.cast(pa.large_binary())
         _, offsets_buffer, data_buffer = values.buffers()
         offsets = np.frombuffer(offsets_buffer, np.int64)[values.offset : values.offset + len(values) + 1]
         data = np.frombuffer(data_buffer, np.uint8) if data_buffer is not None else np.zeros(0, np.uint8)
         return data, offsets
-    numeric = (
-        pa.types.is_integer(value_type)
-        or pa.types.is_boolean(value_type)
-        or (kind == "float" and pa.types.is_floating(value_type))
-    )
-    if not numeric:
+    if not (pa.types.is_integer(value_type) or pa.types.is_boolean(value_type)
+            or (kind == "float" and pa.types.is_floating(value_type))):
         raise ValueError(f"feature {name!r}: a {kind} feature cannot be built from {value_type}")
     if values.null_count:
         values = values.fill_null(False if pa.types.is_boolean(value_type) else 0)

@@ -132,14 +132,6 @@ class DecodedColumn:
             array = pa.array(self.values)
         return array if arrow_type is None or array.type == arrow_type else array.cast(arrow_type)
 
-    def row_values(self, row: int) -> list:
-        """Record `row`'s values as Python objects, as `decode_example` returns them."""
-        begin, end = int(self.row_offsets[row]), int(self.row_offsets[row + 1])
-        if self.kind == "bytes":
-            cuts = self.value_offsets[begin : end + 1].tolist()
-            return [self.values[a:b].tobytes() for a, b in zip(cuts, cuts[1:], strict=False)]
-        return self.values[begin:end].tolist()
-
 
 @dataclasses.dataclass
 class DecodedBatch:
@@ -147,13 +139,6 @@ class DecodedBatch:
 
     num_rows: int
     columns: dict[str, DecodedColumn]
-
-    def row(self, index: int) -> dict[str, tuple[str | None, list]]:
-        """Record `index` as `decode_example` returns it: {name: (kind, values)}, sorted."""
-        return {name: (None if column.kindless is not None and column.kindless[index]
-                       else column.kind, column.row_values(index))
-                for name, column in sorted(self.columns.items(), key=lambda item: item[0].encode())
-                if column.present[index]}
 
 
 def decode_examples(payloads: Sequence[bytes]) -> DecodedBatch:

@@ -1,12 +1,12 @@
 """Vectorised tf.train.Example encoder: a whole batch of rows per call, numpy only.
 
-Its input is one `transforms.format.example_columns.Column` per feature (built with
-`column_from_values` or `column_from_arrow`); varints come from `transforms.format.varints`.
+Its input is one `transforms.format.example_columns.Column` per feature (e.g. from
+`column_from_arrow`); varints come from `transforms.format.wire_scan`.
 
 Building one protobuf message per row costs tens of microseconds; this module writes
 the wire bytes of every Example of a batch with array operations over the batch, so
 the cost per row is a few hundred nanoseconds. The output is byte-identical to
-`example_codec.encode_example` (the protobuf reference) for the same logical rows,
+`example_codec.encode_example_parts` and the protobuf reference for the same logical rows,
 including the feature order (sorted by UTF-8 name); the tests compare both on random
 schemas.
 
@@ -55,10 +55,9 @@ import pyarrow as pa
 from transforms.format.example_codec import encode_varint
 from transforms.format.example_columns import Column, NormalisedColumn, exclusive_cumsum, normalise, take_rows
 from transforms.format.tfrecord_format import CrcFn, FramedRecords, framing_headers
-from transforms.format.varints import varint_bytes, varint_sizes
-from transforms.format.wire_scan import segment_counts
+from transforms.format.wire_scan import put_varints, segment_counts, varint_bytes, varint_sizes
 
-__all__ = ["encode_columns", "encode_framed"]
+__all__ = ["Body", "encode_columns", "encode_framed", "feature_body", "list_and_feature_lengths"]
 
 _KIND_TAG = {"bytes": 0x0A, "float": 0x12, "int64": 0x1A}
 # A padded matrix may be this many times larger than the output it holds (plus a fixed
@@ -195,16 +194,16 @@ class _RowMatrix:
 
 
 @dataclasses.dataclass
-class _Body:
+class Body:
     """Per-row byte counts of a feature's values (its "body")."""
 
     lengths: np.ndarray  # int64 per row: packed values (numeric) or value items (bytes)
     value_sizes: np.ndarray | None  # int64: varint size per value; bytes: of each length
 
 
-def _body(norm: NormalisedColumn) -> _Body:
+def feature_body(norm: NormalisedColumn) -> Body:
     if norm.kind == "float":
-        return _Body(4 * norm.counts, None)
+        return Body(4 * norm.counts, None)
     if norm.kind == "int64":
         sizes = varint_sizes(norm.values)
         per_value = sizes
@@ -212,8 +211,15 @@ def _body(norm: NormalisedColumn) -> _Body:
         sizes = varint_sizes(norm.value_lengths)
         per_value = 1 + sizes + norm.value_lengths
     if norm.one_each:
-        return _Body(per_value.astype(np.int64), sizes)
-    return _Body(segment_counts(per_value, norm.row_offsets), sizes)
+        return Body(per_value.astype(np.int64), sizes)
+    return Body(segment_counts(per_value, norm.row_offsets), sizes)
+
+
+def list_and_feature_lengths(kind: str, body: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For each body length, the length of the Feature's list (`[0a len(packed)] values` of
+    int64/float, omitted without values; the values of bytes) and of the Feature."""
+    list_len = body if kind == "bytes" else np.where(body > 0, 1 + varint_sizes(body) + body, 0)
+    return list_len, 1 + varint_sizes(list_len) + list_len
 
 
 def _head_table(name: bytes, kind: str, body: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -227,12 +233,7 @@ def _head_table(name: bytes, kind: str, body: np.ndarray) -> tuple[np.ndarray, n
     body length: a batch needs one head per distinct length, not one per row.
     """
     count = body.size
-    if kind == "bytes":
-        list_len = body
-    else:
-        has_values = body > 0
-        list_len = np.where(has_values, 1 + varint_sizes(body) + body, 0)
-    feature_len = 1 + varint_sizes(list_len) + list_len
+    list_len, feature_len = list_and_feature_lengths(kind, body)
     key = b"\n" + encode_varint(len(name)) + name + b"\x12"
     entry_len = len(key) + varint_sizes(feature_len) + feature_len
     head_len = 1 + varint_sizes(entry_len) + entry_len - body
@@ -251,14 +252,10 @@ def _head_table(name: bytes, kind: str, body: np.ndarray) -> tuple[np.ndarray, n
 
     def put_varint(values: np.ndarray, rows: np.ndarray | None = None) -> None:
         nonlocal cursor
-        sizes = varint_sizes(values)
-        size_max = int(sizes.max())
-        encoded = varint_bytes(values, size_max, sizes)
-        keep = np.arange(size_max) < sizes[:, None]
-        if rows is not None:
-            keep &= rows[:, None]
-        flat[(cursor[:, None] + np.arange(size_max))[keep]] = encoded[keep]
-        cursor = cursor + (sizes if rows is None else np.where(rows, sizes, 0))
+        if rows is None:
+            cursor = cursor + put_varints(flat, cursor, values)
+        else:
+            cursor[rows] += put_varints(flat, cursor[rows], values[rows])
 
     put_const(b"\n")
     put_varint(entry_len)
@@ -266,6 +263,7 @@ def _head_table(name: bytes, kind: str, body: np.ndarray) -> tuple[np.ndarray, n
     put_varint(feature_len)
     put_const(bytes([_KIND_TAG[kind]]))
     put_varint(list_len)
+    has_values = body > 0
     if kind != "bytes" and has_values.any():
         put_const(b"\n", has_values)
         put_varint(body, has_values)
@@ -285,7 +283,7 @@ def _plan(norms: Sequence[NormalisedColumn], num_rows: int, framed: bool = False
     for norm in norms:
         if not norm.present.any():
             continue
-        body = _body(norm)
+        body = feature_body(norm)
         present_lengths = body.lengths if norm.all_present else body.lengths[norm.present]
         low, high = int(present_lengths.min()), int(present_lengths.max())
         if low == high:
@@ -379,7 +377,7 @@ def _plan_floats(layout: _RowMatrix, norm: NormalisedColumn) -> None:
     layout.prefix_mask(start, 4 * max_count, body, norm.present)
 
 
-def _plan_int64s(layout: _RowMatrix, norm: NormalisedColumn, length: _Body) -> None:
+def _plan_int64s(layout: _RowMatrix, norm: NormalisedColumn, length: Body) -> None:
     max_count = int(norm.counts.max())
     sizes = length.value_sizes
     width = int(sizes.max())
@@ -406,16 +404,13 @@ def _plan_int64s(layout: _RowMatrix, norm: NormalisedColumn, length: _Body) -> N
 
     def write(matrix):
         positions = _value_positions(norm, matrix.shape[1], start, sizes)
-        encoded = varint_bytes(norm.values, width, sizes)
-        in_value = np.arange(width) < sizes[:, None]
-        flat = matrix.reshape(-1)
-        flat[(positions[:, None] + np.arange(width))[in_value]] = encoded[in_value]
+        put_varints(matrix.reshape(-1), positions, norm.values, sizes)
 
     layout.writes.append(write)
     layout.prefix_mask(start, body_width, length.lengths, norm.present)
 
 
-def _plan_bytes(layout: _RowMatrix, norm: NormalisedColumn, length: _Body) -> None:
+def _plan_bytes(layout: _RowMatrix, norm: NormalisedColumn, length: Body) -> None:
     body_width = int(length.lengths.max())
     start = layout.reserve(body_width)
     len_sizes = length.value_sizes
@@ -426,13 +421,7 @@ def _plan_bytes(layout: _RowMatrix, norm: NormalisedColumn, length: _Body) -> No
         positions = _value_positions(norm, matrix.shape[1], start, items)
         flat = matrix.reshape(-1)
         flat[positions] = 0x0A  # BytesList.value tag
-        width = int(len_sizes.max())
-        encoded = varint_bytes(lengths, width, len_sizes)
-        if width == 1:
-            flat[positions + 1] = encoded[:, 0]
-        else:
-            in_varint = np.arange(width) < len_sizes[:, None]
-            flat[(positions[:, None] + 1 + np.arange(width))[in_varint]] = encoded[in_varint]
+        put_varints(flat, positions + 1, lengths, len_sizes)
         if norm.values.size:
             # Every data byte moves by the gap its value has to its destination.
             shift = positions + 1 + len_sizes - norm.value_offsets[:-1]
@@ -507,7 +496,7 @@ def encode_framed(num_rows: int, columns: Sequence[Column],
 
 
 def encode_columns(num_rows: int, columns: Sequence[Column]) -> list[bytes]:
-    """Serialize `num_rows` tf.train.Examples from columns, byte-identical to encode_example.
+    """Serialize `num_rows` tf.train.Examples from columns, byte-identical to encode_example_parts.
 
     Row r's Example holds, sorted by name, every column present in row r with that row's
     values. Columns may come in any order.

@@ -22,14 +22,8 @@ import pyarrow as pa
 
 from transforms.format.example_decoder import DecodedBatch, DecodedColumn
 
-__all__ = [
-    "ColumnSchema",
-    "SchemaLearner",
-    "SchemaMismatch",
-    "arrow_schema",
-    "batch_to_table",
-    "column_from_feature_spec",
-]
+__all__ = ["ColumnSchema", "SchemaLearner", "SchemaMismatch", "arrow_schema", "batch_to_table",
+           "column_from_feature_spec"]
 
 _ARROW_TYPES = {"int64": pa.int64(), "float": pa.float32(), "bytes": pa.binary(), None: pa.null()}
 _NUMPY_TYPES = {"int64": np.int64, "float": np.float32}
@@ -120,9 +114,6 @@ class SchemaLearner:
     def is_list(self, name: str) -> bool | None:
         """Whether `name` needs a list column (None: never seen)."""
         return None if name not in self._max_values else self._max_values[name] > 1
-
-    def kind(self, name: str) -> str | None:
-        return self._kinds.get(name)
 
 
 def _first_with_values(column: DecodedColumn) -> int:

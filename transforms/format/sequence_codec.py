@@ -1,8 +1,6 @@
-"""tf.train.SequenceExample: the reference encoder and the decoder.
-
-`encode_sequence_example` is the test oracle, built on our generated protobuf classes;
-`transforms.format.sequence_encoder` encodes many sequences from columns, and the tests hold
-it to the oracle's bytes on random schemas. Beam-free.
+"""tf.train.SequenceExample: the decoder, and the layout `transforms.format.sequence_encoder`
+writes (the tests hold it to a protobuf reference encoder, tests/format/reference_codec.py,
+on random schemas, and that reference to TensorFlow). Beam-free.
 
 Wire layout and the conventions that make the bytes deterministic:
 
@@ -23,66 +21,15 @@ TensorFlow's parser refuses). Because both fields are always written, an Example
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
-
-from protos import example_pb2, feature_pb2
+from protos import example_pb2
 from transforms.format.example_codec import (
     decode_example,
-    encode_example,
-    encode_varint,
     feature_sort_key,
-    kind_of_list_field,
+    feature_values,
     parse_message,
 )
 
-__all__ = [
-    "decode_sequence_example",
-    "encode_sequence_example",
-    "is_sequence_example",
-]
-
-
-# --------------------------------------------------------------------------- reference
-
-
-def _step_feature(name: str, kind: str, values: Any) -> feature_pb2.Feature:
-    """One step's Feature, with the value rules (and errors) of `encode_example`."""
-    example = example_pb2.Example.FromString(encode_example({name: (kind, values)}))
-    return example.features.feature[name]
-
-
-def encode_sequence_example(
-    context: Mapping[str, tuple[str, Sequence]],
-    feature_lists: Mapping[str, tuple[str, Sequence[Sequence]]],
-) -> bytes:
-    """Serialize one tf.train.SequenceExample (the reference; see the module docstring).
-
-    Args:
-      context: feature name -> (kind, values), as `example_codec.encode_example` takes.
-      feature_lists: feature name -> (kind, steps): one sequence of values per step (an
-        empty one is a step without a value).
-
-    Raises:
-      ValueError: naming the feature, for what `encode_example` refuses.
-    """
-    context_bytes = encode_example(context)
-    entries = []
-    for _, name in sorted((feature_sort_key(name), name) for name in feature_lists):
-        try:
-            kind, steps = feature_lists[name]
-        except (TypeError, ValueError):
-            raise ValueError(f"feature list {name!r}: expected a (kind, steps) pair") from None
-        single = feature_pb2.FeatureLists()
-        feature_list = single.feature_list[name]
-        feature_list.SetInParent()
-        for values in steps:
-            feature_list.feature.add().CopyFrom(_step_feature(name, kind, values))
-        # One map entry per message, concatenated in our order (see example_codec on why
-        # the whole map is not serialized with deterministic=True).
-        entries.append(single.SerializeToString())
-    body = b"".join(entries)
-    return context_bytes + b"\x12" + encode_varint(len(body)) + body
+__all__ = ["decode_sequence_example", "is_sequence_example"]
 
 
 def _parse(payload: bytes | bytearray | memoryview) -> example_pb2.SequenceExample:
@@ -114,12 +61,10 @@ def decode_sequence_example(payload: bytes) -> tuple[dict, dict]:
     for name in sorted(feature_list_map, key=feature_sort_key):
         kinds, steps = set(), []
         for feature in feature_list_map[name].feature:
-            field = feature.WhichOneof("kind")
-            if field is None:
-                steps.append([])
-                continue
-            kinds.add(kind_of_list_field(field))
-            steps.append(list(getattr(feature, field).value))
+            kind, values = feature_values(feature)
+            if kind:
+                kinds.add(kind)
+            steps.append(values)
         if len(kinds) > 1:
             raise ValueError(f"feature list {name!r} mixes kinds {sorted(kinds)}")
         lists[name] = (kinds.pop() if kinds else None, steps)

@@ -2,8 +2,8 @@
 
 `encode_sequence_batch` (payloads) and `encode_sequence_framed` (TFRecord-framed, for the
 sink) write the bytes of every SequenceExample of a batch with array operations over all
-steps of all sequences at once, byte-identical to `sequence_codec.encode_sequence_example`
-(the reference; the tests compare both on random schemas). Beam-free.
+steps of all sequences at once, in the layout of `sequence_codec` (byte-identical to the
+protobuf reference, tests/format/reference_codec.py, on random schemas). Beam-free.
 
 How: a step's FeatureList element `0a len(Feature) tag len(list) [0a len(packed)] values`
 depends only on its values, and a sequence's lengths are sums over its steps, so every
@@ -25,7 +25,7 @@ import pyarrow as pa
 
 from transforms.format.example_codec import encode_varint, feature_sort_key
 from transforms.format.example_columns import Column, NormalisedColumn, exclusive_cumsum, normalise
-from transforms.format.example_encoder import encode_columns
+from transforms.format.example_encoder import encode_columns, feature_body, list_and_feature_lengths
 from transforms.format.tfrecord_format import (
     DEFAULT_CRC,
     FOOTER_SIZE,
@@ -34,29 +34,11 @@ from transforms.format.tfrecord_format import (
     FramedRecords,
     framing_headers,
 )
-from transforms.format.varints import varint_bytes, varint_sizes
-from transforms.format.wire_scan import segment_counts
+from transforms.format.wire_scan import put_varints, segment_counts, varint_sizes
 
 __all__ = ["encode_sequence_batch", "encode_sequence_framed"]
 
 _KIND_TAG = {"bytes": 0x0A, "float": 0x12, "int64": 0x1A}
-
-
-def _put_varints(out: np.ndarray, positions: np.ndarray, values: np.ndarray,
-                 sizes: np.ndarray | None = None) -> np.ndarray:
-    """Writes the varint of each value at its position in `out`; returns their sizes."""
-    if sizes is None:
-        sizes = varint_sizes(values)
-    if values.size == 0:
-        return sizes
-    width = int(sizes.max())
-    if width == 1:
-        out[positions] = values
-        return sizes
-    encoded = varint_bytes(values, width, sizes)
-    keep = np.arange(width) < sizes[:, None]
-    out[(positions[:, None] + np.arange(width))[keep]] = encoded[keep]
-    return sizes
 
 
 def _put_const(out: np.ndarray, positions: np.ndarray, data: bytes) -> None:
@@ -81,23 +63,17 @@ class _FeatureList:
 
     def __init__(self, norm: NormalisedColumn):
         self.norm = norm
-        kind = norm.kind
-        if kind == "float":
+        body = feature_body(norm)
+        if norm.kind == "float":
             self.value_sizes = np.full(norm.num_values, 4, np.int64)
-        elif kind == "int64":
-            self.value_sizes = varint_sizes(norm.values)
+        elif norm.kind == "int64":
+            self.value_sizes = body.value_sizes
         else:
-            self.len_sizes = varint_sizes(norm.value_lengths)
+            self.len_sizes = body.value_sizes
             self.value_sizes = 1 + self.len_sizes + norm.value_lengths
-        body = (self.value_sizes.astype(np.int64) if norm.one_each
-                else segment_counts(self.value_sizes, norm.row_offsets))
-        if kind == "bytes":
-            list_len = body
-        else:
-            list_len = np.where(body > 0, 1 + varint_sizes(body) + body, 0)
-        feature_len = 1 + varint_sizes(list_len) + list_len
-        self.body, self.list_len, self.feature_len = body, list_len, feature_len
-        self.element_len = 1 + varint_sizes(feature_len) + feature_len
+        self.body = body.lengths
+        self.list_len, self.feature_len = list_and_feature_lengths(norm.kind, self.body)
+        self.element_len = 1 + varint_sizes(self.feature_len) + self.feature_len
         name = norm.name
         self.key = b"\x0a" + encode_varint(len(name)) + name + b"\x12"
 
@@ -106,19 +82,19 @@ class _FeatureList:
         norm = self.norm
         out[starts] = 0x0A
         at = starts + 1
-        at += _put_varints(out, at, self.feature_len)
+        at += put_varints(out, at, self.feature_len)
         out[at] = _KIND_TAG[norm.kind]
         at += 1
-        at += _put_varints(out, at, self.list_len)
+        at += put_varints(out, at, self.list_len)
         if norm.kind != "bytes":
             packed = np.flatnonzero(self.body > 0)
             if packed.size < at.size:
                 at_packed = at[packed]
                 out[at_packed] = 0x0A
-                at[packed] += 1 + _put_varints(out, at_packed + 1, self.body[packed])
+                at[packed] += 1 + put_varints(out, at_packed + 1, self.body[packed])
             else:
                 out[at] = 0x0A
-                at += 1 + _put_varints(out, at + 1, self.body)
+                at += 1 + put_varints(out, at + 1, self.body)
         if norm.num_values == 0:
             return
         rows, offsets = _within_row(self.value_sizes, norm)
@@ -126,10 +102,10 @@ class _FeatureList:
         if norm.kind == "float":
             out[positions[:, None] + np.arange(4)] = norm.values.view(np.uint8).reshape(-1, 4)
         elif norm.kind == "int64":
-            _put_varints(out, positions, norm.values, self.value_sizes)
+            put_varints(out, positions, norm.values, self.value_sizes)
         else:
             out[positions] = 0x0A  # BytesList.value tag
-            _put_varints(out, positions + 1, norm.value_lengths, self.len_sizes)
+            put_varints(out, positions + 1, norm.value_lengths, self.len_sizes)
             lengths = norm.value_lengths
             if norm.values.size:
                 # Every data byte moves by the gap between its value's source and target.
@@ -188,15 +164,15 @@ def _render(num_sequences: int, context: Sequence[Column], step_offsets, feature
     at = start + context_len
     out[at] = 0x12  # SequenceExample.feature_lists
     at += 1
-    at += _put_varints(out, at, lists_len)
+    at += put_varints(out, at, lists_len)
     step_sequence = np.repeat(np.arange(num_sequences), np.diff(step_offsets))
     for feature_list, body, entry_len in entries:
         out[at] = 0x0A  # FeatureLists.feature_list map entry
         at += 1
-        at += _put_varints(out, at, entry_len)
+        at += put_varints(out, at, entry_len)
         _put_const(out, at, feature_list.key)
         at += len(feature_list.key)
-        at += _put_varints(out, at, body)
+        at += put_varints(out, at, body)
         if num_steps:
             before = exclusive_cumsum(feature_list.element_len)
             starts = at[step_sequence] + before[:-1] - before[step_offsets[:-1]][step_sequence]
@@ -207,8 +183,7 @@ def _render(num_sequences: int, context: Sequence[Column], step_offsets, feature
 
 def encode_sequence_batch(num_sequences: int, context: Sequence[Column],
                           step_offsets: np.ndarray, feature_lists: Sequence[Column]) -> list[bytes]:
-    """Serialize `num_sequences` SequenceExamples from columns, byte-identical to
-    `sequence_codec.encode_sequence_example`.
+    """Serialize `num_sequences` SequenceExamples from columns (layout: `sequence_codec`).
 
     Args:
       num_sequences: how many sequences.

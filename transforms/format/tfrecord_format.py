@@ -34,25 +34,9 @@ from transforms.format.compression import (
     open_compressor,
 )
 
-__all__ = [
-    "DEFAULT_CRC",
-    "FOOTER_SIZE",
-    "HEADER",
-    "HEADER_SIZE",
-    "LENGTH_CRC_CACHE_MAX",
-    "MASK_DELTA",
-    "U32",
-    "CrcFn",
-    "FramedRecords",
-    "TFRecordWriter",
-    "frame_parts",
-    "frame_record",
-    "frame_records",
-    "framed_size",
-    "framing_headers",
-    "length_crc_cache",
-    "masked_crc32c",
-]
+__all__ = ["DEFAULT_CRC", "FOOTER_SIZE", "HEADER", "HEADER_SIZE", "LENGTH_CRC_CACHE_MAX", "MASK_DELTA", "U32",
+           "CrcFn", "FramedRecords", "TFRecordWriter", "frame_parts", "frame_record", "frame_records",
+           "framed_size", "framing_headers", "length_crc_cache", "masked_crc32c"]
 
 
 CrcFn = Callable[[bytes], int]
@@ -205,7 +189,6 @@ def frame_records(payloads: Sequence[bytes], crc_fn: CrcFn = DEFAULT_CRC) -> byt
 
 
 def _frame(payloads: Sequence[bytes], lengths: list[int], crc_fn: CrcFn) -> bytes:
-    """`frame_records`, given the payload lengths (which callers may need as well)."""
     n = len(payloads)
     if n == 0:
         return b""
@@ -387,7 +370,6 @@ class TFRecordWriter:
 
     Attributes:
       records_written: number of records written.
-      bytes_written_uncompressed: framed bytes written, before compression.
     """
 
     def __init__(
@@ -401,32 +383,16 @@ class TFRecordWriter:
         self._crc_fn = crc_fn
         self.compression = self._out.compression
         self.records_written = 0
-        self.bytes_written_uncompressed = 0
 
     def write(self, payload: bytes) -> None:
         """Frames and writes one payload."""
-        framed = frame_record(payload, self._crc_fn)
-        self._out.write(framed)
+        self._out.write(frame_record(payload, self._crc_fn))
         self.records_written += 1
-        self.bytes_written_uncompressed += len(framed)
 
-    def write_framed(self, framed: bytes, num_records: int | None = None) -> None:
-        """Writes bytes already framed by `frame_records` (the fast path).
-
-        Args:
-          framed: concatenated framed records.
-          num_records: how many records `framed` holds, if the caller knows; otherwise
-            they are counted by walking the length fields, which also checks that
-            `framed` is a whole number of records.
-
-        Raises:
-          ValueError: if `num_records` is None and `framed` is not whole records.
-        """
-        if num_records is None:
-            num_records = _count_framed(framed)
+    def write_framed(self, framed: bytes, num_records: int) -> None:
+        """Writes `num_records` records already framed by `frame_records` (the fast path)."""
         self._out.write(framed)
         self.records_written += num_records
-        self.bytes_written_uncompressed += len(framed)
 
     def flush(self) -> None:
         self._out.flush()
@@ -445,16 +411,3 @@ class TFRecordWriter:
     def __exit__(self, *exc_info) -> None:
         self.close()
 
-
-def _count_framed(framed: bytes) -> int:
-    pos, count, end = 0, 0, len(framed)
-    unpack = _U64.unpack_from
-    while pos < end:
-        if end - pos < HEADER_SIZE:
-            raise ValueError(f"framed bytes end with a partial record header at byte {pos}")
-        (length,) = unpack(framed, pos)
-        pos += length + HEADER_SIZE + FOOTER_SIZE
-        count += 1
-    if pos != end:
-        raise ValueError("framed bytes end with a partial record")
-    return count

@@ -36,16 +36,8 @@ from transforms.format.tfrecord_reader import (
     truncation_reason,
 )
 
-__all__ = [
-    "INDEX_SUFFIX",
-    "IndexEntry",
-    "IndexWriter",
-    "index_line",
-    "index_lines",
-    "iter_checked_index_entries",
-    "iter_index_entries",
-    "write_index",
-]
+__all__ = ["INDEX_SUFFIX", "IndexEntry", "IndexWriter", "index_line", "iter_index_entries",
+           "write_index"]
 
 #: The sidecar of `x.tfrecord` is `x.tfrecord.tfindex`.
 INDEX_SUFFIX = ".tfindex"
@@ -67,40 +59,25 @@ def index_line(offset: int, length: int) -> bytes:
     return b"%d %d\n" % (offset, length)
 
 
-def index_lines(start_offset: int, framed_sizes: Sequence[int] | np.ndarray) -> bytes:
-    """The index lines of records framed back to back from byte `start_offset` on, given
-    each record's framed size (payload + 16)."""
-    sizes = np.asarray(framed_sizes, dtype=np.int64)
-    if sizes.size == 0:
-        return b""
-    ends = np.cumsum(sizes) + start_offset
-    starts = (ends - sizes).tolist()
-    return "".join([f"{start} {size}\n" for start, size in zip(starts, sizes.tolist(), strict=True)]
-                   ).encode("ascii")
-
-
 class IndexWriter:
     """Writes the index of a TFRecord file while the file itself is written: the caller
     hands over the framed size of every record it writes, in order, and the lines go to
     `out` at once (no second pass over the shard, memory bounded by one batch).
 
     Attributes:
-      records: records indexed so far.
       offset: bytes of framed records indexed so far (the next record's offset).
     """
 
     def __init__(self, out: BinaryIO):
         self._out = out
-        self.records = 0
         self.offset = 0
 
     def add(self, framed_sizes: Sequence[int] | np.ndarray) -> None:
-        """Indexes the next records, given their framed sizes."""
+        """Indexes the next records, given their framed sizes (payload + 16)."""
         sizes = np.asarray(framed_sizes, dtype=np.int64)
-        if sizes.size == 0:
-            return
-        self._out.write(index_lines(self.offset, sizes))
-        self.records += int(sizes.size)
+        starts = (np.cumsum(sizes) - sizes + self.offset).tolist()
+        lines = [f"{start} {size}\n" for start, size in zip(starts, sizes.tolist(), strict=True)]
+        self._out.write("".join(lines).encode("ascii"))
         self.offset += int(sizes.sum())
 
 
@@ -189,37 +166,27 @@ def iter_index_entries(
         index += 1
 
 
-def iter_checked_index_entries(
-    binary_file: BinaryIO, path: str = "<stream>", crc_fn: CrcFn = DEFAULT_CRC
-) -> Iterator[IndexEntry]:
-    """The index entries of an uncompressed TFRecord stream whose every record is read with
-    both CRCs checked (`tfrecord_reader.iter_records`): for an index that must only be
-    written for an intact file. Reads every payload (memory: one record at a time), where
-    `iter_index_entries` skips them.
-
-    Raises:
-      TFRecordCorruptError: as `iter_records` does (a data CRC mismatch included). Entries
-        before the bad record have been yielded; the bad record's never is.
-    """
-    for info in iter_records(binary_file, path=path, crc_fn=crc_fn):
-        yield IndexEntry(info.offset, framed_size(len(info.payload)))
-
-
 def write_index(
     binary_file: BinaryIO, out: BinaryIO, path: str = "<stream>", crc_fn: CrcFn = DEFAULT_CRC,
     check_payloads: bool = False,
 ) -> int:
     """Writes the index of the uncompressed TFRecord stream `binary_file` to `out`, line by
-    line as records are found (see `iter_index_entries`; with `check_payloads`,
-    `iter_checked_index_entries`); returns the number of records.
+    line as records are found (see `iter_index_entries`); returns the number of records.
+    With `check_payloads`, for an index that must only be written for an intact file, every
+    record is read with both CRCs checked (`tfrecord_reader.iter_records`, one record in
+    memory at a time) instead of skipped.
 
     Raises TFRecordCorruptError as those do; `out` then holds the lines of the records
     before the bad one, so callers write to a temporary name.
     """
-    entries = iter_checked_index_entries if check_payloads else iter_index_entries
+    if check_payloads:
+        entries = (IndexEntry(info.offset, framed_size(len(info.payload)))
+                   for info in iter_records(binary_file, path=path, crc_fn=crc_fn))
+    else:
+        entries = iter_index_entries(binary_file, path, crc_fn)
     lines: list[bytes] = []
     records = 0
-    for entry in entries(binary_file, path, crc_fn):
+    for entry in entries:
         lines.append(index_line(entry.offset, entry.length))
         records += 1
         if len(lines) >= 8192:  # bounded memory, few writes

@@ -1,9 +1,18 @@
-"""Reading TFRecord streams with every CRC checked and memory bounded: `iter_records`.
+"""Reading TFRecord streams with every CRC checked and memory bounded: `iter_records`; and
+`sniff_compression`, which compression a file's first bytes show.
 
 Reading verifies both CRCs of every record and raises `TFRecordCorruptError` (naming the
 file, byte offset and record index) on any mismatch, truncation, bad compressed stream or a
 record longer than `MAX_RECORD_BYTES`; a corrupt payload is never returned. Decompression
-is streaming with bounded memory (`transforms.format.compression.Inflater`). Beam-free."""
+is streaming with bounded memory (`transforms.format.compression.Inflater`).
+
+Sniffing serves files whose name does not say (Beam's `WriteToTFRecord` writes
+`prefix-00000-of-00001` with no suffix, compressed or not). An uncompressed file starts with a
+record header whose length CRC checks; a gzip stream with the magic bytes 1f 8b; a zlib (Beam:
+DEFLATE) stream with a two-byte header whose method is deflate and whose value is a multiple
+of 31 (RFC 1950). The header test comes first: the odd TFRecord whose first length bytes happen
+to look like a gzip or zlib header still has a matching length CRC, while a compressed stream
+passes that check with probability 2**-32. Beam-free."""
 
 from __future__ import annotations
 
@@ -30,8 +39,8 @@ from transforms.format.tfrecord_format import (
     masked_crc32c,
 )
 
-__all__ = ['MAX_RECORD_BYTES', 'RecordInfo', 'TFRecordCorruptError', 'iter_records', 'length_crc_problem',
-           'truncation_reason']
+__all__ = ["MAX_RECORD_BYTES", "SNIFF_BYTES", "RecordInfo", "TFRecordCorruptError", "iter_records",
+           "length_crc_problem", "sniff_compression", "truncation_reason"]
 
 
 #: The longest record payload the reader accepts (see `iter_records`): far above any record
@@ -116,19 +125,11 @@ def truncation_reason(length: int, available: int) -> str:
     return f"truncated footer: {available - HEADER_SIZE - length} of {FOOTER_SIZE} bytes"
 
 
-def _open_stream(binary_file: BinaryIO, compression: Compression) -> Callable[[int], bytes]:
-    if compression is Compression.NONE:
-        return binary_file.read
-    return Inflater(binary_file, compression).read
-
-
 def iter_records(
     binary_file: BinaryIO,
     compression: str | Compression | None = Compression.NONE,
     path: str = "<stream>",
     crc_fn: CrcFn = DEFAULT_CRC,
-    verify: bool = True,
-    max_record_bytes: int = MAX_RECORD_BYTES,
 ) -> Iterator[RecordInfo]:
     """Reads the records of a TFRecord stream from a binary file object.
 
@@ -138,11 +139,6 @@ def iter_records(
       compression: how the stream is compressed (see `parse_compression`).
       path: name used in errors.
       crc_fn: the CRC-32C function.
-      verify: check the length and payload CRCs of every record. Truncation and bad
-        compressed streams are detected either way.
-      max_record_bytes: a record claiming a longer payload is reported as corruption before
-        any of it is read, so a hostile length field (or a small gzip stream inflating to
-        gigabytes) cannot exhaust memory.
 
     Yields:
       `RecordInfo(index, offset, payload)`; `offset` is the byte offset of the record's
@@ -155,8 +151,9 @@ def iter_records(
         corruption have been yielded; the corrupt one never is.
     """
     compression = parse_compression(compression)
-    source = _Source(_open_stream(binary_file, compression))
-    cache = length_crc_cache(crc_fn) if verify else {}
+    source = _Source(binary_file.read if compression is Compression.NONE
+                     else Inflater(binary_file, compression).read)
+    cache = length_crc_cache(crc_fn)
     unpack_header = HEADER.unpack_from
     unpack_footer = U32.unpack_from
     index = 0
@@ -172,18 +169,19 @@ def iter_records(
                     raise StreamError(f"truncated record header: {have} of {HEADER_SIZE} bytes")
                 buf, pos = source.buf, source.pos
             length, length_crc = unpack_header(buf, pos)
-            if verify:
-                expected = cache.get(length)
-                if expected is None:
-                    expected = masked_crc32c(buf[pos : pos + 8], crc_fn)
-                    if len(cache) < LENGTH_CRC_CACHE_MAX:
-                        cache[length] = expected
-                if length_crc != expected:
-                    raise StreamError(length_crc_problem(index, buf[pos: pos + HEADER_SIZE],
-                                                         length_crc, expected))
-            if length > max_record_bytes:
+            expected = cache.get(length)
+            if expected is None:
+                expected = masked_crc32c(buf[pos : pos + 8], crc_fn)
+                if len(cache) < LENGTH_CRC_CACHE_MAX:
+                    cache[length] = expected
+            if length_crc != expected:
+                raise StreamError(length_crc_problem(index, buf[pos: pos + HEADER_SIZE],
+                                                     length_crc, expected))
+            # Refused before any of it is read: a hostile length field (or a small gzip
+            # stream inflating to gigabytes) cannot exhaust memory.
+            if length > MAX_RECORD_BYTES:
                 raise StreamError(f"record length {length} exceeds the reader's limit of "
-                                   f"{max_record_bytes} bytes")
+                                   f"{MAX_RECORD_BYTES} bytes")
             total = HEADER_SIZE + length + FOOTER_SIZE
             if len(buf) - pos < total:
                 have = source.fill(total)
@@ -192,16 +190,32 @@ def iter_records(
                 buf, pos = source.buf, source.pos
             start = pos + HEADER_SIZE
             payload = buf[start : start + length]
-            if verify:
-                (data_crc,) = unpack_footer(buf, start + length)
-                crc = crc_fn(payload)
-                expected = (((crc >> 15) | (crc << 17)) + MASK_DELTA) & 0xFFFFFFFF
-                if data_crc != expected:
-                    raise StreamError(
-                        f"data CRC mismatch (stored 0x{data_crc:08x}, computed 0x{expected:08x})"
-                    )
+            (data_crc,) = unpack_footer(buf, start + length)
+            crc = crc_fn(payload)
+            expected = (((crc >> 15) | (crc << 17)) + MASK_DELTA) & 0xFFFFFFFF
+            if data_crc != expected:
+                raise StreamError(f"data CRC mismatch (stored 0x{data_crc:08x}, computed 0x{expected:08x})")
         except StreamError as e:
             raise TFRecordCorruptError(path, offset, index, str(e)) from e.__cause__
         source.pos = pos + total
         yield RecordInfo(index, offset, payload)
         index += 1
+
+
+#: How many bytes from the start of a file `sniff_compression` looks at.
+SNIFF_BYTES = HEADER_SIZE
+
+
+def sniff_compression(head: bytes) -> Compression:
+    """The compression the first `SNIFF_BYTES` bytes of a file show (see the module
+    docstring). An empty file, and bytes that are neither (which the reader then reports as
+    corrupt), count as NONE."""
+    if not head or (len(head) >= HEADER_SIZE and HEADER.unpack_from(head)[1] == masked_crc32c(head[:8])):
+        return Compression.NONE
+    if head[:2] == b"\x1f\x8b":
+        return Compression.GZIP
+    cmf, flg = (head + b"\0")[:2]
+    # zlib: compression method 8 (deflate), log2(window size) - 8 at most 7, check bits.
+    if (cmf & 0x0F) == 8 and (cmf >> 4) <= 7 and (cmf * 256 + flg) % 31 == 0:
+        return Compression.ZLIB
+    return Compression.NONE

@@ -368,7 +368,7 @@ class RowConverter:
 
     `source_format` says how values are read: "csv"/"tsv" rows hold text cells (str,
     None for missing), "jsonl"/"parquet" rows hold typed values (see the module
-    docstring). The result feeds `transforms.format.example_codec.encode_example`. The batch
+    docstring). The result feeds the Example encoders (`transforms.format.example_encoder`). The batch
     conversion (`transforms.tabular.transform.ConvertTabular`) applies exactly the same rules.
     `escapes`: the text cells come from a CSV reader that escaped invalid bytes
     (`Chunk.escapes`), so a value holding escapes is `invalid_encoding`.

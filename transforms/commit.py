@@ -31,7 +31,13 @@ from apache_beam.io.filesystems import FileSystems
 
 from transforms import fs, output_files
 from transforms import manifest as manifest_lib
-from transforms.format.manifest_format import FEATURE_SPEC_NAME, FORMAT_VERSION, MANIFEST_NAME, shard_name
+from transforms.format.manifest_format import (
+    FEATURE_SPEC_NAME,
+    FORMAT_VERSION,
+    MANIFEST_NAME,
+    ShardEntry,
+    shard_name,
+)
 from transforms.format.tfrecord_index import INDEX_SUFFIX
 from transforms.shard_writers import DEAD_LETTER_DIR, SinkConfig, TempShard, reshard
 from transforms.splits import DEAD_LETTER_SPLIT
@@ -271,8 +277,8 @@ def _side_files(config: SinkConfig, extra_files: Sequence[tuple[str, bytes]],
     """The extra files, plus TFDS's `dataset_info.json` and `features.json` for an output
     TFDS can read (see `tfds_metadata`); those are left out rather than replace a file of
     the same name that no record of this tool names (a TFDS dataset's own, say)."""
-    tfds_files = tfds_side_files(config.output_dir, config.compression.value, shard_files,
-                                 extra_files)
+    tfds_files = tfds_side_files(config.output_dir, config.compression.value,
+                                 [ShardEntry.from_dict(entry) for entry in shard_files], extra_files)
     taken = {name for name, _ in extra_files} | {
         name for name in tfds_files if name not in owned
         and FileSystems.exists(fs.join_path(config.output_dir, name))}
@@ -334,7 +340,7 @@ def finalize_output(config: SinkConfig, results: Iterable[UnitResult]) -> str:
     # A damaged manifest (the CLI replaces one only when it vouched for no other file)
     # vouches for itself alone.
     existing = output_files.committed_manifest(config.output_dir)
-    if existing is not None and existing.get("run_id") == config.run_id:
+    if existing is not None and existing.metadata.get("run_id") == config.run_id:
         return manifest_path  # this run was committed by an earlier attempt
 
     # In owner order: what is merged below does not depend on which process wrote a unit.

@@ -54,10 +54,15 @@ def shard_name(prefix: str, index: int, count: int, suffix: str = "") -> str:
     return f"{prefix}-{index:0{digits}d}-of-{count:0{digits}d}{suffix}"
 
 
+def _plain(entry: Any) -> dict[str, Any]:
+    """An entry as the manifest's JSON holds it: its fields, those that are None left out."""
+    return dataclasses.asdict(entry, dict_factory=lambda items: {k: v for k, v in items if v is not None})
+
+
 @dataclasses.dataclass(frozen=True)
 class FileEntry:
-    """A file the manifest lists by size and digest: a side file, a shard's index sidecar, a
-    superseded file. `path` is relative to the output folder."""
+    """A file the manifest lists by size and digest (a side file, a shard's index sidecar, a
+    superseded file), `path` relative to the output folder."""
 
     path: str
     bytes: int
@@ -66,9 +71,6 @@ class FileEntry:
     @classmethod
     def from_dict(cls, entry: Mapping[str, Any], path: str | None = None) -> FileEntry:
         return cls(entry["path"] if path is None else path, entry["bytes"], entry["sha256"])
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"path": self.path, "bytes": self.bytes, "sha256": self.sha256}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,14 +91,6 @@ class ShardEntry:
         return cls(entry["path"], entry["records"], entry["bytes"], entry["sha256"], entry.get("split"),
                    None if index is None else FileEntry.from_dict(index))
 
-    def to_dict(self) -> dict[str, Any]:
-        described = {"path": self.path, "records": self.records, "bytes": self.bytes, "sha256": self.sha256}
-        if self.split is not None:
-            described["split"] = self.split
-        if self.index is not None:
-            described["index"] = self.index.to_dict()
-        return described
-
 
 @dataclasses.dataclass(frozen=True)
 class SplitCounts:
@@ -113,13 +107,8 @@ class SplitCounts:
         """What `input` reconciles with: input == rows_written + dead_letter."""
         return self.written if self.written_rows is None else self.written_rows
 
-    @classmethod
-    def from_dict(cls, counts: Mapping[str, Any]) -> SplitCounts:
-        return cls(counts["input"], counts["written"], counts["dead_letter"], counts.get("written_rows"))
-
     def to_dict(self) -> dict[str, Any]:
-        counted = {"input": self.input, "written": self.written, "dead_letter": self.dead_letter}
-        return counted if self.written_rows is None else {**counted, "written_rows": self.written_rows}
+        return _plain(self)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -129,14 +118,13 @@ class Counts(SplitCounts):
     dead_letter_reasons: Mapping[str, int] = dataclasses.field(default_factory=dict)
     splits: Mapping[str, SplitCounts] = dataclasses.field(default_factory=dict)
 
-    def to_dict(self) -> dict[str, Any]:
-        return {**super().to_dict(), "dead_letter_reasons": dict(self.dead_letter_reasons),
-                "splits": {name: counts.to_dict() for name, counts in self.splits.items()}}
+
+def _counted(counts: Mapping[str, Any]) -> tuple[Any, ...]:
+    return counts["input"], counts["written"], counts["dead_letter"], counts.get("written_rows")
 
 
 #: The keys `Manifest` types; every other key is run metadata, kept verbatim in `metadata`.
-_TYPED_KEYS = frozenset({"shards", "dead_letter_files", "counts", "files", "compression", "generation",
-                         "superseded"})
+_TYPED_KEYS = {"shards", "dead_letter_files", "counts", "files", "compression", "generation", "superseded"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -145,9 +133,9 @@ class Manifest:
 
     Attributes:
       shards: the TFRecord shards, in the manifest's order.
-      counts: the run's counts (see `Counts`).
+      counts: the run's counts.
       compression: the codec of every shard ("none", "gzip", ...).
-      dead_letter_files: the dead-letter files (`ShardEntry`s of no split).
+      dead_letter_files: the dead-letter files (of no split).
       files: the side files (feature_spec.json, stats.json, ...).
       generation: 0 for an output written once; each later generation of the same folder
         counts one up. Absent from the JSON when 0.
@@ -186,34 +174,25 @@ class Manifest:
         if problems:
             raise ValueError(f"{path}: manifest is malformed: " + "; ".join(problems[:5]))
         counts = document["counts"]
-        splits = {name: SplitCounts.from_dict(entry) for name, entry in (counts.get("splits") or {}).items()}
+        splits = {name: SplitCounts(*_counted(entry)) for name, entry in counts.get("splits", {}).items()}
         return cls(
-            shards=tuple(map(ShardEntry.from_dict, document["shards"])),
-            counts=Counts(counts["input"], counts["written"], counts["dead_letter"],
-                          counts.get("written_rows"), dict(counts.get("dead_letter_reasons") or {}), splits),
-            compression=document["compression"],
-            dead_letter_files=tuple(map(ShardEntry.from_dict, document.get("dead_letter_files", ()))),
-            files=tuple(FileEntry.from_dict(entry, name) for name, entry in
-                        document.get("files", {}).items()),
-            generation=document.get("generation", 0),
-            superseded=tuple(map(FileEntry.from_dict, document.get("superseded", ()))),
-            metadata={key: value for key, value in document.items() if key not in _TYPED_KEYS})
-
-    def to_dict(self) -> dict[str, Any]:
-        document = {**self.metadata, "compression": self.compression, "counts": self.counts.to_dict(),
-                    "shards": [shard.to_dict() for shard in self.shards],
-                    "dead_letter_files": [entry.to_dict() for entry in self.dead_letter_files],
-                    "files": {entry.path: {"bytes": entry.bytes, "sha256": entry.sha256}
-                              for entry in self.files}}
-        if self.generation:
-            document["generation"] = self.generation
-        if self.superseded:
-            document["superseded"] = [entry.to_dict() for entry in self.superseded]
-        return document
+            tuple(map(ShardEntry.from_dict, document["shards"])),
+            Counts(*_counted(counts), dict(counts.get("dead_letter_reasons") or {}), splits),
+            document["compression"], tuple(map(ShardEntry.from_dict, document.get("dead_letter_files", ()))),
+            tuple(FileEntry.from_dict(entry, name) for name, entry in document.get("files", {}).items()),
+            document.get("generation", 0), tuple(map(FileEntry.from_dict, document.get("superseded", ()))),
+            {key: value for key, value in document.items() if key not in _TYPED_KEYS})
 
     def to_json(self) -> bytes:
         """The manifest's bytes: sorted keys, indented, one final newline (same manifest, same bytes)."""
-        return json.dumps(self.to_dict(), indent=2, sort_keys=True).encode("utf-8") + b"\n"
+        typed = _plain(self)
+        document = {**typed.pop("metadata"), **typed}
+        document["files"] = {entry.path: {"bytes": entry.bytes, "sha256": entry.sha256}
+                             for entry in self.files}
+        for key in ("generation", "superseded"):  # absent until an output has generations
+            if not document[key]:
+                del document[key]
+        return json.dumps(document, indent=2, sort_keys=True).encode("utf-8") + b"\n"
 
     def side_file(self, name: str) -> FileEntry | None:
         """The side file `name`, when the manifest lists it."""
@@ -222,9 +201,9 @@ class Manifest:
     def listed_files(self) -> list[FileEntry]:
         """Every file the manifest names (itself aside), with its size and digest: shards,
         their index sidecars, dead-letter files, side files and superseded files."""
-        listed = [FileEntry(entry.path, entry.bytes, entry.sha256)
-                  for entry in self.shards + self.dead_letter_files]
-        listed += [entry.index for entry in self.shards + self.dead_letter_files if entry.index is not None]
+        entries = self.shards + self.dead_letter_files
+        listed = [FileEntry(entry.path, entry.bytes, entry.sha256) for entry in entries]
+        listed += [entry.index for entry in entries if entry.index is not None]
         return listed + list(self.files) + list(self.superseded)
 
 
@@ -255,7 +234,8 @@ def manifest_problems(manifest: Any) -> list[str]:
     problems += _counts_problems(manifest.get("counts", {}))
     problems += _side_file_problems(manifest.get("files", {}))
     for key, fields in (("shards", ("path", "split", "records", "bytes", "sha256")),
-                        ("dead_letter_files", ("path", "records", "bytes", "sha256"))):
+                        ("dead_letter_files", ("path", "records", "bytes", "sha256")),
+                        ("superseded", ("path", "bytes", "sha256"))):
         entries = manifest.get(key, [])
         if not isinstance(entries, list):
             problems.append(f"{key!r} is {entries!r}, not a list")
@@ -269,9 +249,8 @@ def manifest_problems(manifest: Any) -> list[str]:
                 problems.append(f"{key!r} entry {entry!r} lacks {lacking}")
             elif not is_plain_relative(entry["path"]):
                 problems.append(f"{key!r} entry names {entry['path']!r}, a path outside the folder")
-            elif not (_is_count(entry["records"]) and _is_count(entry["bytes"])
-                      and isinstance(entry["sha256"], str)
-                      and (key != "shards" or isinstance(entry["split"], str))):
+            elif not (_is_count(entry.get("records", 0)) and _is_count(entry["bytes"])
+                      and isinstance(entry["sha256"], str) and isinstance(entry.get("split", ""), str)):
                 problems.append(f"{key!r} entry {entry!r} has a value of the wrong type")
             elif "index" in entry and not _is_file_entry(entry["index"]):
                 problems.append(f"{key!r} entry {entry['path']!r} lists the index {entry['index']!r}, "
@@ -291,9 +270,6 @@ def _generation_problems(manifest: dict[str, Any]) -> list[str]:
     generation, superseded = manifest.get("generation", 0), manifest.get("superseded", [])
     if not _is_count(generation):
         return [f"'generation' is {generation!r}, not a count"]
-    if not isinstance(superseded, list) or not all(_is_file_entry(entry) for entry in superseded):
-        return [f"'superseded' is {superseded!r}, not a list of paths inside the folder with bytes "
-                f"and sha256"]
     if superseded and not generation:
         return ["'superseded' lists files of an earlier generation, but 'generation' is 0"]
     entries = manifest["shards"] + manifest.get("dead_letter_files", [])
@@ -330,11 +306,6 @@ def _side_file_problems(files: Any) -> list[str]:
     side files, every name inside the folder."""
     if not isinstance(files, dict):
         return [f"'files' is {files!r}, not an object of side files"]
-    problems = []
-    for name, entry in files.items():
-        if not is_plain_relative(name):
-            problems.append(f"'files' names {name!r}, a path outside the folder")
-        elif not (isinstance(entry, dict) and _is_count(entry.get("bytes"))
-                  and isinstance(entry.get("sha256"), str)):
-            problems.append(f"'files' entry {name!r} is {entry!r}, not its bytes and sha256")
-    return problems
+    return [f"'files' entry {name!r} is {entry!r}: not its bytes and sha256, or a name outside the folder"
+            for name, entry in files.items()
+            if not (isinstance(entry, dict) and _is_file_entry({**entry, "path": name}))]

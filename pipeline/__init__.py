@@ -54,7 +54,7 @@ naming the lines to add or remove, when a module is missing here or listed but g
     example_decoder.py  batch Example decoder: serialized Examples in, one column per feature
     example_encoder.py  vectorised Example encoder: a whole batch of rows per call
     example_table.py    decoded Example batches as Arrow tables of a fixed schema
-    manifest_format.py  the shape of `manifest.json`
+    manifest_format.py  `manifest.json`: the typed `Manifest`, its validation and bytes
     sequence_codec.py   tf.train.SequenceExample: its layout and the decoder
     sequence_encoder.py vectorised SequenceExample encoder: many sequences per call
     tfrecord_format.py  TFRecord framing and writing, byte-compatible with TensorFlow

@@ -34,6 +34,7 @@ from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
 from pipeline.errors import UsageError
+from transforms.format.manifest_format import Manifest
 from transforms.images.labels import label_problem, sorted_labels
 from transforms.records import WorkUnit
 from transforms.resume import STATE_NAME
@@ -49,19 +50,19 @@ _GROWABLE = ("csv", "tsv", "jsonl")
 _REDO = "convert into a new --output, or again with --overwrite"
 
 
-def check_appendable(committed: Mapping[str, Any], output: str, options: Mapping[str, Any],
+def check_appendable(committed: Manifest, output: str, options: Mapping[str, Any],
                      num_shards: int | None) -> None:
     """Refuses an append that `committed` (the output's manifest) cannot take."""
-    if STATE_NAME not in (committed.get("files") or {}):
+    if committed.side_file(STATE_NAME) is None:
         raise UsageError(f"{output} was committed without {STATE_NAME} (by an earlier version), "
                          f"so it cannot be appended to", hint=_REDO)
     if num_shards:
         raise UsageError("--append cannot keep --num-shards: every generation adds shards",
                          hint="use --max-shard-bytes or --max-shard-records")
-    if (committed.get("spec") or {}).get("sequence"):
+    if (committed.metadata.get("spec") or {}).get("sequence"):
         raise UsageError(f"{output} holds SequenceExamples, which cannot be appended to: a new "
                          f"row may belong to a committed sequence", hint=_REDO)
-    before = committed.get("options") or {}
+    before = committed.metadata.get("options") or {}
     changed = [f"--{name.replace('_', '-')}" for name in sorted(set(before) | set(options))
                if name not in ("input", "output", "run_date", "spec")
                and (before.get(name) or None) != (options.get(name) or None)]
@@ -145,9 +146,9 @@ def extended_labels(units: Sequence[WorkUnit], source: Any, labels: Sequence[str
     return (*labels, *new) if new else None
 
 
-def read_listing(output: str, committed: Mapping[str, Any]) -> dict[str, int | None]:
+def read_listing(output: str, committed: Manifest) -> dict[str, int | None]:
     """{relative path: size} of the images the committed tree conversion listed."""
-    if LISTING_NAME not in (committed.get("files") or {}):
+    if committed.side_file(LISTING_NAME) is None:
         raise UsageError(f"{output} was converted without --append, so the image listing an "
                          f"append compares with ({LISTING_NAME}) was not written",
                          hint=f"convert the first generation with --append too: {_REDO}")

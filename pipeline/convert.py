@@ -67,7 +67,7 @@ from transforms import fs, output_files, resume
 from transforms import manifest as manifest_lib
 from transforms.forked_pool import fork_available
 from transforms.format.compression import Compression, parse_compression
-from transforms.format.manifest_format import MANIFEST_NAME
+from transforms.format.manifest_format import MANIFEST_NAME, Manifest
 from transforms.shard_writers import DEAD_LETTER_DIR, TEMP_PREFIX
 from transforms.sink import WriteToShardedTFRecord
 from transforms.stats.document import STATS_NAME
@@ -170,7 +170,7 @@ def _has_stats(output: str) -> bool:
         manifest = manifest_lib.read_manifest(output)
     except ValueError:
         return False
-    return bool(manifest) and STATS_NAME in (manifest.get("files") or {})
+    return manifest is not None and manifest.side_file(STATS_NAME) is not None
 
 
 def _compared_output(conv: ConvertOptions, output: str) -> str | None:
@@ -215,7 +215,7 @@ def _already_committed(output: str, metadata: dict, overwrite: bool,
         return False
     if existing is None or overwrite:
         return False
-    if existing.get("fingerprint") == metadata["fingerprint"]:
+    if existing.metadata.get("fingerprint") == metadata["fingerprint"]:
         problems = output_files.listed_size_problems(output, existing)
         if problems:  # "nothing to do" would leave a scheduler's retry on a damaged output
             more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
@@ -225,11 +225,11 @@ def _already_committed(output: str, metadata: dict, overwrite: bool,
         return True
     if keep:
         return False
-    differences = _differences(existing, metadata)
+    differences = _differences(existing.metadata, metadata)
     raise UsageError(
         f"{output} already holds a committed output of different inputs or options "
-        f"({differences}; run {existing.get('run_id')}, "
-        f"{existing.get('created_at')}); use --overwrite to replace it",
+        f"({differences}; run {existing.metadata.get('run_id')}, "
+        f"{existing.metadata.get('created_at')}); use --overwrite to replace it",
         hint="--append converts only the new input into it" if " added" in differences else None)
 
 
@@ -294,33 +294,32 @@ def _refuse_foreign_files(output: str, side_files: Sequence[str],
                  "committed manifest lists")
 
 
-def _summary(output: str, manifest: dict, elapsed: float, reused: int = 0) -> str:
-    counts = manifest["counts"]
-    reasons = sorted((counts.get("dead_letter_reasons") or {}).items(), key=lambda item: (-item[1], item[0]))
-    sequences = "written_rows" in counts  # input and dead letters count rows, `written` sequences
+def _summary(output: str, manifest: Manifest, elapsed: float, reused: int = 0) -> str:
+    counts = manifest.counts
+    reasons = sorted(counts.dead_letter_reasons.items(), key=lambda item: (-item[1], item[0]))
+    sequences = counts.written_rows is not None  # input and dead letters count rows, `written` sequences
     unit = "rows" if sequences else "records"
-    rows = [(f"{unit} read", counts["input"])]
+    rows = [(f"{unit} read", counts.input)]
     if sequences:
-        rows.append(("rows written", counts["written_rows"]))
+        rows.append(("rows written", counts.rows_written))
     written = "sequences written" if sequences else "written"
-    for split, entry in sorted(counts.get("splits", {}).items()):
-        rows.append((f"{written}: {split}", entry["written"]))
-    rows.append((f"{written} (total)", counts["written"]))
-    rows.append((f"dead-lettered {unit}" if sequences else "dead-lettered", counts["dead_letter"]))
+    for split, entry in sorted(counts.splits.items()):
+        rows.append((f"{written}: {split}", entry.written))
+    rows.append((f"{written} (total)", counts.written))
+    rows.append((f"dead-lettered {unit}" if sequences else "dead-lettered", counts.dead_letter))
     rows += [(f"  {reason}", number) for reason, number in reasons]
-    rows += [("shards", len(manifest["shards"])),
-             ("bytes", sum(shard["bytes"] for shard in manifest["shards"]))]
+    rows += [("shards", len(manifest.shards)), ("bytes", sum(shard.bytes for shard in manifest.shards))]
     if reused:
         rows.append(("work units reused", reused))
     width = max(len(name) for name, _ in rows)
-    generation = f" (generation {manifest['generation']})" if manifest.get("generation") else ""
+    generation = f" (generation {manifest.generation})" if manifest.generation else ""
     lines = [f"Committed {output}/{MANIFEST_NAME}{generation}" + _dead_letter_note(
-        output, counts, [entry["path"] for entry in manifest.get("dead_letter_files") or ()], unit)]
+        output, counts.to_dict(), [entry.path for entry in manifest.dead_letter_files], unit)]
     lines += [f"  {name.ljust(width)}  {value:>14,}" for name, value in rows]
     lines.append(f"  {'elapsed'.ljust(width)}  {elapsed:>13.1f}s")
     if elapsed > 0:
-        lines.append(f"  {(unit + '/s').ljust(width)}  {counts['input'] / elapsed:>14,.0f}")
-    if manifest.get("dead_letter_files"):
+        lines.append(f"  {(unit + '/s').ljust(width)}  {counts.input / elapsed:>14,.0f}")
+    if manifest.dead_letter_files:
         lines.append(f"  dead letters (one JSON line each, with the reason): {output}/{DEAD_LETTER_DIR}/")
     lines += summary_lines(output, manifest)  # the feature table and the drift, if compared
     return "\n".join(lines)

@@ -135,17 +135,16 @@ def _plan(path: str, split: str | None) -> tuple[list[_Source], list[ColumnSchem
             raise UsageError(f"no TFRecord file found at {path}")
         return [_Source("", tuple(files), None)], []
     folder = path.rstrip("/")
-    splits = list(dict.fromkeys(shard["split"] for shard in manifest["shards"]))
+    splits = list(dict.fromkeys(shard.split for shard in manifest.shards))
     if split is not None:
         if split not in splits:
             raise UsageError(f"{folder} has no split {split!r}; it has {', '.join(splits) or 'none'}")
         splits = [split]
-    compression = manifest.get("compression")
-    sources = [_Source(name, tuple(listed_shard_paths(folder, manifest, name)), compression)
+    sources = [_Source(name, tuple(listed_shard_paths(folder, manifest, name)), manifest.compression)
                for name in splits]
     if not sources:
         raise UsageError(f"{folder} holds no shard to export")
-    texts = {feature.get("name") for feature in (manifest.get("spec") or {}).get("features") or ()
+    texts = {feature.get("name") for feature in (manifest.metadata.get("spec") or {}).get("features") or ()
              if isinstance(feature, dict) and feature.get("type") == "string"}
     return sources, [dataclasses.replace(column, text=column.name in texts)
                      for column in _spec_columns(folder)]

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import json
 
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
@@ -27,7 +26,7 @@ from pipeline.verify import compression_of_file, resolve_tfrecord_paths
 from transforms import fs
 from transforms import manifest as manifest_lib
 from transforms.format.compression import Compression
-from transforms.format.manifest_format import MANIFEST_NAME
+from transforms.format.manifest_format import MANIFEST_NAME, FileEntry, Manifest, ShardEntry
 from transforms.format.tfrecord_index import INDEX_SUFFIX, write_index
 from transforms.format.tfrecord_reader import TFRecordCorruptError
 
@@ -36,10 +35,12 @@ __all__ = ["index_command"]
 
 @dataclasses.dataclass
 class _Output:
-    """A committed output folder whose listed shards are being indexed."""
+    """A committed output folder whose listed shards are being indexed: the index entries
+    written so far, by shard path."""
 
     folder: str
-    manifest: dict
+    manifest: Manifest
+    indexes: dict[str, FileEntry] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass
@@ -48,7 +49,7 @@ class _Target:
 
     path: str
     output: _Output | None = None
-    entry: dict | None = None
+    entry: ShardEntry | None = None
 
 
 class _HashingSink:
@@ -81,20 +82,19 @@ def _targets_of(path: str) -> list[_Target]:
         raise OutputProblems(str(error)) from None
     if manifest is not None:
         folder = path.rstrip("/") or "/"
-        if manifest["compression"] != Compression.NONE.value:
-            _refuse_compressed(f"the shards of {folder} are", str(manifest["compression"]))
+        if manifest.compression != Compression.NONE.value:
+            _refuse_compressed(f"the shards of {folder} are", manifest.compression)
         output = _Output(folder, manifest)
-        return [_Target(fs.join_path(folder, entry["path"]), output, entry)
-                for entry in manifest["shards"]]
+        return [_Target(fs.join_path(folder, entry.path), output, entry) for entry in manifest.shards]
     if not files:
         raise UsageError(f"no TFRecord file found at {path} (give files, quoted globs or "
                          f"output folders)")
     return [_Target(file_path) for file_path in files]
 
 
-def _write_one(path: str) -> tuple[int, dict]:
+def _write_one(path: str) -> tuple[int, int, str]:
     """Writes `path`'s index (to a temporary name, renamed when complete); returns the
-    record count and the index's manifest entry."""
+    record count and the index's size and sha256."""
     index_path = path + INDEX_SUFFIX
     partial = index_path + ".partial"
     try:
@@ -110,13 +110,15 @@ def _write_one(path: str) -> tuple[int, dict]:
     if FileSystems.exists(index_path):
         fs.delete([index_path])
     FileSystems.rename([partial], [index_path])
-    return records, {"bytes": sink.bytes, "sha256": sink.sha256.hexdigest()}
+    return records, sink.bytes, sink.sha256.hexdigest()
 
 
 def _rewrite_manifest(output: _Output) -> None:
     """Puts the manifest back with the new `index` entries (same layout as the commit's)."""
-    data = json.dumps(output.manifest, indent=2, sort_keys=True).encode("utf-8") + b"\n"
-    fs.write_bytes_atomically(fs.join_path(output.folder, MANIFEST_NAME), data)
+    shards = tuple(dataclasses.replace(shard, index=output.indexes.get(shard.path, shard.index))
+                   for shard in output.manifest.shards)
+    manifest = dataclasses.replace(output.manifest, shards=shards)
+    fs.write_bytes_atomically(fs.join_path(output.folder, MANIFEST_NAME), manifest.to_json())
 
 
 def _check_unchanged(output: _Output) -> None:
@@ -125,7 +127,7 @@ def _check_unchanged(output: _Output) -> None:
         current = manifest_lib.read_manifest(output.folder)
     except ValueError as error:
         raise OutputProblems(str(error)) from None
-    if current is None or current.get("run_id") != output.manifest.get("run_id"):
+    if current is None or current.metadata.get("run_id") != output.manifest.metadata.get("run_id"):
         raise UsageError(f"{output.folder} was rewritten by another run while it was being "
                          f"indexed", hint="run the index command again")
 
@@ -134,12 +136,13 @@ def _index_targets(targets: list[_Target]) -> list[TFRecordCorruptError]:
     corrupt = []
     for target in targets:
         try:
-            records, described = _write_one(target.path)
+            records, size, digest = _write_one(target.path)
         except TFRecordCorruptError as error:
             corrupt.append(error)
             continue
-        if target.entry is not None:
-            target.entry["index"] = {"path": target.entry["path"] + INDEX_SUFFIX, **described}
+        if target.output is not None and target.entry is not None:
+            name = target.entry.path + INDEX_SUFFIX
+            target.output.indexes[target.entry.path] = FileEntry(name, size, digest)
         print(f"wrote {target.path}{INDEX_SUFFIX} ({records} records)")
     return corrupt
 

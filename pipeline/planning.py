@@ -25,7 +25,7 @@ from pipeline.errors import UsageError
 from pipeline.graph import ConversionPlan
 from pipeline.options import IMAGE_FORMATS, TABULAR_FORMATS, ConvertOptions, output_options
 from transforms import fs, resume
-from transforms.format.manifest_format import FEATURE_SPEC_NAME
+from transforms.format.manifest_format import FEATURE_SPEC_NAME, Manifest
 from transforms.images.paths import is_within_roots, normalize_root
 from transforms.ordered_pool import default_threads
 from transforms.records import DEFAULT_SPLIT
@@ -113,7 +113,7 @@ def _refuse_inputs_in_output(paths, output: str) -> None:
 
 
 def _plan_tabular(conv: ConvertOptions, input_path: str, output: str,
-                  cut_in_workers: bool, committed: dict[str, Any] | None) -> ConversionPlan:
+                  cut_in_workers: bool, committed: Manifest | None) -> ConversionPlan:
     from transforms.tabular.infer import estimate_output, resolve_spec
     from transforms.tabular.plan import plan_tabular
     from transforms.tabular.range_cuts import CutRangesInWorkers
@@ -123,10 +123,10 @@ def _plan_tabular(conv: ConvertOptions, input_path: str, output: str,
     listing = input_listing(input_path, conv.format)
     units = plan_tabular(input_path, conv.format)
     _refuse_inputs_in_output(dict.fromkeys(unit.path for unit in units), output)
-    given = ConversionSpec.from_dict(committed["spec"]) if committed else _given_spec(conv)
+    given = ConversionSpec.from_dict(committed.metadata["spec"]) if committed else _given_spec(conv)
     grown: list = []
     if committed:  # an append: only what the committed output does not cover, its spec
-        units, grown = uncovered_units(units, committed.get("inputs") or (), listing, conv.format,
+        units, grown = uncovered_units(units, committed.metadata.get("inputs") or (), listing, conv.format,
                                        text_dialect(conv.format, given.csv)[0])
     _check_input_formats(units, conv.format, given)
     spec = resolve_spec(units, conv.format, given, sample_rows=conv.sample_rows)
@@ -230,7 +230,7 @@ def _allowed_roots(conv: ConvertOptions) -> list[str] | None:
 
 
 def _plan_images(conv: ConvertOptions, input_path: str, output: str,
-                 committed: dict[str, Any] | None) -> ConversionPlan:
+                 committed: Manifest | None) -> ConversionPlan:
     from transforms.images.convert import ConvertImages
     from transforms.images.paths import default_allowed_roots
     from transforms.images.plan import DEFAULT_IMAGES_PER_UNIT, plan_image_folder, plan_image_manifest
@@ -238,7 +238,7 @@ def _plan_images(conv: ConvertOptions, input_path: str, output: str,
 
     config = _image_config(conv)
     # An append plans with the committed label map, then with it extended (`extended_labels`).
-    labels = (tuple(committed.get("labels") or ()) or None) if committed else conv.labels_file
+    labels = (tuple(committed.metadata.get("labels") or ()) or None) if committed else conv.labels_file
     spec, side_files = None, {}
     if conv.format == "image-folder":
         if _within(output, input_path):
@@ -263,10 +263,10 @@ def _plan_images(conv: ConvertOptions, input_path: str, output: str,
             raise ValueError("--format image-manifest needs --image-column")
         if conv.labels_file and not conv.label_column:
             raise ValueError("--labels-file needs --label-column for --format image-manifest")
+        spec = _given_spec(conv)
         if committed:  # the committed spec: its extra features, splits and split key
-            spec = ConversionSpec.from_dict(committed["spec"]) if committed.get("spec") else None
-        else:
-            spec = _given_spec(conv)
+            recorded = committed.metadata.get("spec")
+            spec = ConversionSpec.from_dict(recorded) if recorded else None
         # Default: each manifest's folder tree and every gs:// bucket on the command line.
         roots = _allowed_roots(conv) or list(dict.fromkeys(
             root for path in manifests or [input_path]
@@ -279,7 +279,7 @@ def _plan_images(conv: ConvertOptions, input_path: str, output: str,
         def uncovered(plan):
             rows = plan.source  # None: read on the launcher (compressed), which cannot grow
             dialect = text_dialect(rows.fmt, rows.csv)[0] if rows is not None else None
-            units, grown = uncovered_units(plan.work_units, committed.get("inputs") or (), listing,
+            units, grown = uncovered_units(plan.work_units, committed.metadata.get("inputs") or (), listing,
                                            rows.fmt if rows is not None else "compressed", dialect)
             return numbered_after(units, grown)
     plan = plan_with(labels)
@@ -336,7 +336,7 @@ def _plan_images(conv: ConvertOptions, input_path: str, output: str,
 
 
 def plan_conversion(conv: ConvertOptions, input_path: str, output: str,
-                    cut_in_workers: bool = False, committed: dict[str, Any] | None = None
+                    cut_in_workers: bool = False, committed: Manifest | None = None
                     ) -> ConversionPlan:
     """Plans the conversion `conv` of `input_path` into `output`. `cut_in_workers`: large
     text files are cut at record starts by the workers, not read on the launcher (for

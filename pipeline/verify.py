@@ -3,8 +3,9 @@
 For every file: every record's length and data CRCs, and that every payload parses as a
 `tf.train.Example` or `tf.train.SequenceExample` (which `sequence:` specs write). For an
 output folder with a manifest, also that the shards listed
-exist with the recorded size, sha256 and record count, that dead-letter files and side files
-(`files`: feature_spec.json, stats.json, ...) match their size and sha256, that no stray
+exist with the recorded size, sha256 and record count, that dead-letter files, side files
+(`files`: feature_spec.json, stats.json, ...) and the files of the previous generation kept
+for its readers (`superseded`, never read as shards) match their size and sha256, that no stray
 shard sits beside them, and that the counts reconcile. A shard's `.tfindex`
 sidecar (listed in the manifest, or beside a bare file) must match the shard's records
 (and the manifest's size and sha256).
@@ -32,7 +33,7 @@ from transforms import fs
 from transforms import manifest as manifest_lib
 from transforms.format.compression import Compression, compression_from_path
 from transforms.format.example_codec import decode_example
-from transforms.format.manifest_format import MANIFEST_NAME, is_plain_relative
+from transforms.format.manifest_format import MANIFEST_NAME, FileEntry, Manifest, ShardEntry
 from transforms.format.tfrecord_format import framed_size
 from transforms.format.tfrecord_index import INDEX_SUFFIX, index_line
 from transforms.format.tfrecord_reader import (
@@ -147,7 +148,7 @@ def _check_file(path: str, problems: list[Problem], with_index: bool = False) ->
 
 
 def _check_index(index_path: str, shard_path: str, shard: _FileResult, problems: list[Problem],
-                 listed: dict | None = None) -> None:
+                 listed: FileEntry | None = None) -> None:
     """Checks a shard's index sidecar: present, as the manifest lists it (`listed`: its
     entry), and equal to the index of the shard's records."""
     if not FileSystems.exists(index_path):
@@ -155,10 +156,7 @@ def _check_index(index_path: str, shard_path: str, shard: _FileResult, problems:
         return
     size, digest = _file_digest(index_path)
     if listed is not None:
-        for key, actual in (("bytes", size), ("sha256", digest)):
-            if listed.get(key) != actual:
-                problems.append(Problem(index_path, f"index {key} is {actual!r}, manifest says "
-                                                    f"{listed.get(key)!r}"))
+        _check_sizes(index_path, listed, {"bytes": size, "sha256": digest}, problems, "index ")
     if shard.compressed:
         problems.append(Problem(index_path, f"an index beside {shard_path}, which is compressed: "
                                             f"offsets in a compressed stream are not seekable"))
@@ -173,62 +171,58 @@ def _file_digest(path: str) -> tuple[int, str]:
     return reader.bytes, reader.sha256.hexdigest()
 
 
-def _check_listed_file(path: str, entry: dict, problems: list[Problem]) -> None:
-    """Checks a file the manifest lists by size and sha256 only (dead letters, side files)."""
+def _check_sizes(path: str, entry: FileEntry | ShardEntry, actual: dict[str, object],
+                 problems: list[Problem], what: str = "") -> None:
+    """Compares what a file holds (`actual`: "bytes", "sha256", ...) with its manifest entry."""
+    for key, value in actual.items():
+        if getattr(entry, key) != value:
+            problems.append(Problem(path, f"{what}{key} is {value!r}, manifest says {getattr(entry, key)!r}"))
+
+
+def _check_listed_file(path: str, entry: FileEntry | ShardEntry, problems: list[Problem]) -> None:
+    """Checks a file the manifest lists by size and sha256 only (dead letters, side files,
+    superseded files)."""
     if not FileSystems.exists(path):
         problems.append(Problem(path, "listed in the manifest but missing"))
         return
     size, digest = _file_digest(path)
-    for key, actual in (("bytes", size), ("sha256", digest)):
-        if entry[key] != actual:
-            problems.append(Problem(path, f"{key} is {actual!r}, manifest says {entry[key]!r}"))
+    _check_sizes(path, entry, {"bytes": size, "sha256": digest}, problems)
 
 
-def _verify_output_dir(output_dir: str, manifest: dict, problems: list[Problem]) -> int:
+def _verify_output_dir(output_dir: str, manifest: Manifest, problems: list[Problem]) -> int:
     manifest_path = fs.join_path(output_dir, MANIFEST_NAME)
-    listed = set()
-    records_per_split: dict[str, int] = {}
+    listed = {entry.path for entry in manifest.listed_files()}
+    records_per_split: dict[str | None, int] = {}
     checked = 0
-    for shard in manifest["shards"]:
-        path = fs.join_path(output_dir, shard["path"])
-        listed.add(shard["path"])
+    for shard in manifest.shards:
+        path = fs.join_path(output_dir, shard.path)
         if not FileSystems.exists(path):
             problems.append(Problem(path, "listed in the manifest but missing"))
             continue
-        index = shard.get("index")
-        result = _check_file(path, problems, with_index=bool(index))
+        result = _check_file(path, problems, with_index=shard.index is not None)
         checked += 1
-        if isinstance(index, dict) and is_plain_relative(index.get("path")):
-            listed.add(index["path"])
-            _check_index(fs.join_path(output_dir, index["path"]), path, result, problems, index)
-        elif index is not None:
-            problems.append(Problem(manifest_path, f"shard {shard['path']!r} lists a malformed "
-                                                   f"index entry: {index!r}"))
-        records_per_split[shard["split"]] = records_per_split.get(shard["split"], 0) + result.records
-        for key, actual in (("records", result.records), ("bytes", result.bytes),
-                            ("sha256", result.sha256)):
-            if shard[key] != actual:
-                problems.append(Problem(path, f"{key} is {actual!r}, manifest says {shard[key]!r}"))
-    for entry in manifest.get("dead_letter_files", []):
-        listed.add(entry["path"])
-        _check_listed_file(fs.join_path(output_dir, entry["path"]), entry, problems)
-    for name, entry in manifest.get("files", {}).items():
-        _check_listed_file(fs.join_path(output_dir, name), entry, problems)
+        if shard.index is not None:
+            _check_index(fs.join_path(output_dir, shard.index.path), path, result, problems, shard.index)
+        records_per_split[shard.split] = records_per_split.get(shard.split, 0) + result.records
+        _check_sizes(path, shard, {"records": result.records, "bytes": result.bytes,
+                                   "sha256": result.sha256}, problems)
+    for entry in manifest.dead_letter_files + manifest.files + manifest.superseded:
+        _check_listed_file(fs.join_path(output_dir, entry.path), entry, problems)
     for result in fs.match([fs.join_path(fs.literal(output_dir), "*.tfrecord*")]):
         for metadata in result.metadata_list:
             relative = metadata.path[len(output_dir):].lstrip("/")
             # No shard name starts with "." (split names cannot): hidden files are not shards.
             if relative not in listed and not relative.startswith("."):
                 problems.append(Problem(metadata.path, "shard not listed in the manifest"))
-    counts = manifest["counts"]
+    counts = manifest.counts
     # SequenceExamples hold several input rows each: input rows reconcile with written_rows.
-    if counts["input"] != counts.get("written_rows", counts["written"]) + counts["dead_letter"]:
-        problems.append(Problem(manifest_path, f"counts do not reconcile: {counts}"))
-    for split, entry in counts.get("splits", {}).items():
-        if entry["written"] != records_per_split.get(split, 0):
+    if counts.input != counts.rows_written + counts.dead_letter:
+        problems.append(Problem(manifest_path, f"counts do not reconcile: {counts.to_dict()}"))
+    for split, entry in counts.splits.items():
+        if entry.written != records_per_split.get(split, 0):
             problems.append(Problem(
                 manifest_path,
-                f"split {split!r}: manifest counts {entry['written']} written records, "
+                f"split {split!r}: manifest counts {entry.written} written records, "
                 f"shards hold {records_per_split.get(split, 0)}",
             ))
     return checked
@@ -240,7 +234,7 @@ def _is_file(path: str) -> bool:
     return FileSystems.exists(path)
 
 
-def resolve_tfrecord_paths(path: str) -> tuple[list[str], dict | None]:
+def resolve_tfrecord_paths(path: str) -> tuple[list[str], Manifest | None]:
     """A folder (with or without a manifest), a file, or a glob -> files to check.
 
     Raises ValueError when a manifest exists but cannot be read.
@@ -266,7 +260,8 @@ def _stands_for_tfrecord(name: str) -> bool:
     return ".tfrecord" in name or bool(_SHARD_NAME.match(name))
 
 
-def _resolve_all(paths: Sequence[str], problems: list[Problem]) -> list[tuple[str, list[str], dict | None]]:
+def _resolve_all(paths: Sequence[str],
+                 problems: list[Problem]) -> list[tuple[str, list[str], Manifest | None]]:
     """Every path resolved up front: one that stands for nothing is a usage error (exit 2,
     as for inspect, index and export), raised before any file is checked; an unreadable
     manifest is a problem of its folder."""

@@ -35,6 +35,8 @@ from transforms.format.manifest_format import (
     FEATURE_SPEC_NAME,
     FORMAT_VERSION,
     MANIFEST_NAME,
+    Manifest,
+    ShardEntry,
     shard_name,
 )
 from transforms.format.tfrecord_index import INDEX_SUFFIX
@@ -298,8 +300,8 @@ def _side_files(config: SinkConfig, extra_files: Sequence[tuple[str, bytes]],
     """The extra files, plus TFDS's `dataset_info.json` and `features.json` for an output
     TFDS can read (see `tfds_metadata`); those are left out rather than replace a file of
     the same name that no record of this tool names (a TFDS dataset's own, say)."""
-    tfds_files = tfds_side_files(config.output_dir, config.compression.value, shard_files,
-                                 extra_files)
+    tfds_files = tfds_side_files(config.output_dir, config.compression.value,
+                                 [ShardEntry.from_dict(entry) for entry in shard_files], extra_files)
     taken = {name for name, _ in extra_files} | {
         name for name in tfds_files if name not in owned
         and FileSystems.exists(fs.join_path(config.output_dir, name))}
@@ -363,7 +365,7 @@ def finalize_output(config: SinkConfig, results: Iterable[UnitResult]) -> str:
     # A damaged manifest (the CLI replaces one only when it vouched for no other file)
     # vouches for itself alone.
     existing = output_files.committed_manifest(config.output_dir)
-    if existing is not None and existing.get("run_id") == config.run_id:
+    if existing is not None and existing.metadata.get("run_id") == config.run_id:
         return manifest_path  # this run was committed by an earlier attempt
 
     # In owner order: what is merged below does not depend on which process wrote a unit.
@@ -441,20 +443,18 @@ def finalize_output(config: SinkConfig, results: Iterable[UnitResult]) -> str:
         "options": {},
     }
     manifest.update(dict(config.manifest_metadata))
+    listed = {path for _, path, _ in moves + links} | set(extra)
     if carried:
-        manifest["generation"] = int(existing.get("generation") or 0) + 1
-        manifest["superseded"] = superseded(existing, manifest)
+        manifest["generation"] = existing.generation + 1
+        manifest["superseded"] = superseded(existing, listed)
+    committed = Manifest.from_dict(manifest, manifest_path)  # what it writes is sound
     # Durable before it is visible: every file the manifest names, and the folder entries
     # of their new names, reach the disk before the manifest is renamed into place.
-    fs.sync_files([fs.join_path(config.output_dir, path) for _, path, _ in moves + links]
-                  + [fs.join_path(config.output_dir, name) for name in extra])
-    fs.write_bytes_atomically(
-        manifest_path, json.dumps(manifest, indent=2, sort_keys=True).encode("utf-8") + b"\n"
-    )
+    fs.sync_files([fs.join_path(config.output_dir, path) for path in sorted(listed)])
+    fs.write_bytes_atomically(manifest_path, committed.to_json())
     if carried:  # what neither this generation nor its predecessor's readers need goes
         _delete_quietly([fs.join_path(config.output_dir, path) for path in sorted(
-            ({entry["path"] for entry in existing.get("superseded") or ()} | set(existing.get("files") or ()))
-            - output_files.listed_paths(manifest))])
+            {entry.path for entry in existing.superseded + existing.files} - listed)])
     _delete_temp_dir(config)
     _LOG.info(
         "committed %d shards (%d records, %d dead letters) to %s",

@@ -20,14 +20,14 @@ import dataclasses
 import os
 import shutil
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
 from transforms import fs, output_files
-from transforms.format.manifest_format import is_plain_relative
+from transforms.format.manifest_format import Manifest, ShardEntry, is_plain_relative
 from transforms.resume import STATE_NAME, load_result
 from transforms.shard_writers import DEAD_LETTER_DIR, SinkConfig
 from transforms.stats.dead_letters import first_examples
@@ -49,7 +49,7 @@ __all__ = ["CARRIED", "carried_result", "link_committed", "rejected_paths", "sup
 CARRIED = ""
 
 
-def carried_result(config: SinkConfig, existing: Mapping[str, Any]) -> UnitResult:
+def carried_result(config: SinkConfig, existing: Manifest) -> UnitResult:
     """The committed generation of `config.output_dir` as one result, ordered first: its
     totals from its `STATE_NAME`, its shards and dead-letter files where they stand (their
     final paths as their temporary ones), so the commit counts and names them with the
@@ -63,25 +63,22 @@ def carried_result(config: SinkConfig, existing: Mapping[str, Any]) -> UnitResul
     if state is None:
         raise ValueError(f"{state_path} cannot be read: the committed output cannot be appended to")
 
-    def committed(entry: Mapping[str, Any], kind: str, dead_letters=()) -> ShardFile:
-        index = entry.get("index")
-        return ShardFile(
-            temp_path=fs.join_path(config.output_dir, entry["path"]), kind=kind,
-            split=entry.get("split", DEAD_LETTER_DIR), first_key=CARRIED, records=entry["records"],
-            bytes=entry["bytes"], sha256=entry["sha256"], dead_letters=dead_letters,
-            index=index and IndexFile(fs.join_path(config.output_dir, index["path"]), index["bytes"],
-                                      index["sha256"]))
+    def committed(entry: ShardEntry, kind: str, dead_letters=()) -> ShardFile:
+        index = entry.index and IndexFile(fs.join_path(config.output_dir, entry.index.path),
+                                          entry.index.bytes, entry.index.sha256)
+        return ShardFile(fs.join_path(config.output_dir, entry.path), kind, entry.split or DEAD_LETTER_DIR,
+                         CARRIED, entry.records, entry.bytes, entry.sha256, index, dead_letters)
 
     # Dead letters are reconciled per split over all files: the state holds them per split.
     dead_by_split = tuple((part.split, part.dead_letters) for part in state.splits if part.dead_letters)
-    files = [committed(entry, TFRECORD_KIND) for entry in existing.get("shards") or ()]
+    files = [committed(entry, TFRECORD_KIND) for entry in existing.shards]
     files += [committed(entry, DEAD_LETTER_KIND, dead_by_split if position == 0 else ())
-              for position, entry in enumerate(existing.get("dead_letter_files") or ())]
+              for position, entry in enumerate(existing.dead_letter_files)]
     return dataclasses.replace(state, owner=CARRIED, files=tuple(files))
 
 
 def totals_result(results: Sequence[UnitResult]) -> UnitResult:
-    """Every result merged into one, without files (what an append carries: `_carried`)."""
+    """Every result merged into one, without files (what an append carries: `carried_result`)."""
     merged, _ = merge_units(results)
     parts: dict[str, dict[str, Any]] = {}
     for result in results:
@@ -121,17 +118,13 @@ def rejected_paths(config: SinkConfig) -> list[str]:
             if is_plain_relative(name) and name.startswith(f"{DEAD_LETTER_DIR}/rejected")]
 
 
-def superseded(existing: Mapping[str, Any], manifest: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """The files of the generation `existing` that `manifest` (its next) no longer lists,
-    kept for readers of `existing` until the generation after next is committed."""
-    kept = output_files.listed_paths(manifest)
-    entries = []
-    for entry in [*(existing.get("shards") or ()), *(existing.get("dead_letter_files") or ())]:
-        entries.append(entry)
-        if entry.get("index"):
-            entries.append(entry["index"])
-    return [{"path": entry["path"], "bytes": entry["bytes"], "sha256": entry["sha256"]}
-            for entry in entries if entry["path"] not in kept]
+def superseded(existing: Manifest, listed: set[str]) -> list[dict[str, Any]]:
+    """The files of the generation `existing` that its next, listing `listed`, no longer
+    lists, kept for readers of `existing` until the generation after next is committed."""
+    entries = existing.shards + existing.dead_letter_files
+    files = [*entries, *(entry.index for entry in entries if entry.index is not None)]
+    return [{"path": entry.path, "bytes": entry.bytes, "sha256": entry.sha256}
+            for entry in files if entry.path not in listed]
 
 
 def link_committed(config: SinkConfig, committed_path: str, path: str, size: int) -> None:

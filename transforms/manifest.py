@@ -9,11 +9,10 @@ defined Beam-free in `transforms.format.manifest_format`.
 from __future__ import annotations
 
 from importlib import metadata
-from typing import Any
 
 from apache_beam.io.filesystems import FileSystems
 
-from transforms.format.manifest_format import MANIFEST_NAME, MAX_MANIFEST_BYTES, parse_manifest
+from transforms.format.manifest_format import MANIFEST_NAME, MAX_MANIFEST_BYTES, Manifest
 from transforms.fs import join_path
 
 __all__ = ["read_manifest", "tool_version"]
@@ -27,8 +26,8 @@ def tool_version() -> str:
         return "0+unknown"
 
 
-def read_manifest(output_dir: str) -> dict[str, Any] | None:
-    """Returns the parsed manifest of `output_dir`, or None when there is none.
+def read_manifest(output_dir: str) -> Manifest | None:
+    """Returns the manifest of `output_dir`, or None when there is none.
 
     Raises ValueError when a manifest exists but is not valid JSON of the expected shape.
     """
@@ -37,4 +36,4 @@ def read_manifest(output_dir: str) -> dict[str, Any] | None:
         return None
     with FileSystems.open(path) as handle:
         raw = handle.read(MAX_MANIFEST_BYTES + 1)
-    return parse_manifest(raw, path)
+    return Manifest.from_json(raw, path)

@@ -2,7 +2,8 @@
 
 A file in `DIR` is the tool's own when one of these records names it:
   - the committed `manifest.json` (shards, their index sidecars, dead-letter files, side files,
-    and `report.html`, which is derived from the output and so not listed);
+    the previous generation's files it keeps as `superseded`, and `report.html`, which is
+    derived from the output and so not listed);
   - `dead_letter/failed_run.json`, which a run that committed only its dead letters (exit 3
     or 5) writes beside them;
   - the commit journal `DIR/.tmp-<run id>/commit-journal.json` of a run killed while it
@@ -26,13 +27,13 @@ import json
 import logging
 import os
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from typing import Any
 
 from apache_beam.io.filesystems import FileSystems
 
 from transforms import fs
-from transforms.format.manifest_format import MANIFEST_NAME, SHARD_GLOB, is_plain_relative
+from transforms.format.manifest_format import MANIFEST_NAME, SHARD_GLOB, Counts, Manifest, is_plain_relative
 from transforms.format.tfrecord_index import INDEX_SUFFIX
 from transforms.manifest import read_manifest
 from transforms.shard_writers import DEAD_LETTER_DIR, TEMP_PREFIX
@@ -70,45 +71,31 @@ DRIFT_DETECTED = "drift_detected"
 JOURNAL_NAME = "commit-journal.json"
 
 
-def committed_manifest(output_dir: str) -> dict[str, Any] | None:
-    """The committed manifest, or None when there is none or it cannot be read (then it
-    vouches for no file but itself)."""
+#: A manifest that cannot be read: it vouches for no file but itself.
+_DAMAGED = Manifest(shards=(), counts=Counts(0, 0, 0), compression="")
+
+
+def committed_manifest(output_dir: str) -> Manifest | None:
+    """The committed manifest, or None when there is none; one listing nothing when it cannot
+    be read (then it vouches for no file but itself)."""
     try:
         return read_manifest(output_dir)
     except ValueError:
-        return {"shards": [], "dead_letter_files": [], "files": {}}
+        return _DAMAGED
 
 
-def listed_paths(manifest: Mapping[str, Any] | None) -> set[str]:
+def listed_paths(manifest: Manifest | None) -> set[str]:
     """The paths, relative to the output folder, that a committed manifest lists."""
-    if not manifest:
+    if manifest is None:
         return set()
-    paths = {MANIFEST_NAME}
-    for key in ("shards", "dead_letter_files"):
-        for entry in manifest.get(key) or ():
-            paths.add(entry["path"])
-            index = entry.get("index") if isinstance(entry, dict) else None
-            if isinstance(index, dict) and is_plain_relative(index.get("path")):
-                paths.add(index["path"])
-    files = manifest.get("files") or {}
-    paths.update(name for name in files if is_plain_relative(name))
-    return paths
+    return {MANIFEST_NAME} | {entry.path for entry in manifest.listed_files()}
 
 
-def listed_size_problems(output_dir: str, manifest: Mapping[str, Any]) -> list[str]:
+def listed_size_problems(output_dir: str, manifest: Manifest) -> list[str]:
     """What is wrong with the files a committed `manifest` lists, by one listing of
     `output_dir`: each one missing or of another size than listed (contents are `verify`'s
     to check)."""
-    expected: dict[str, int | None] = {}
-    for key in ("shards", "dead_letter_files"):
-        for entry in manifest.get(key) or ():
-            expected[entry["path"]] = entry.get("bytes")
-            index = entry.get("index")
-            if isinstance(index, dict) and is_plain_relative(index.get("path")):
-                expected[index["path"]] = index.get("bytes")
-    for name, entry in (manifest.get("files") or {}).items():
-        if is_plain_relative(name):
-            expected[name] = entry.get("bytes") if isinstance(entry, dict) else None
+    expected = {entry.path: entry.bytes for entry in manifest.listed_files()}
     prefix = output_dir.rstrip("/") + "/"
     found = {m.path[len(prefix):]: m.size_in_bytes
              for m in fs.match([fs.literal(prefix) + "**"])[0].metadata_list}
@@ -116,7 +103,7 @@ def listed_size_problems(output_dir: str, manifest: Mapping[str, Any]) -> list[s
     for path, size in sorted(expected.items()):
         if path not in found:
             problems.append(f"{path} is missing")
-        elif size is not None and found[path] != size:
+        elif found[path] != size:
             problems.append(f"{path} has {found[path]} bytes, not the {size} listed")
     return problems
 
@@ -195,7 +182,7 @@ def _temp_folders(output_dir: str, warn: bool = False) -> list[str]:
     return folders
 
 
-def _recorded_paths(output_dir: str, manifest: Mapping[str, Any] | None) -> set[str]:
+def _recorded_paths(output_dir: str, manifest: Manifest | None) -> set[str]:
     """The relative paths the committed `manifest` (with the report derived from it) and a
     failed run's record name: what stands, as opposed to what a journal says a commit may
     have begun to write."""
@@ -209,7 +196,7 @@ def _recorded_paths(output_dir: str, manifest: Mapping[str, Any] | None) -> set[
     return recorded
 
 
-def owned_paths(output_dir: str, manifest: Mapping[str, Any] | None = None) -> set[str]:
+def owned_paths(output_dir: str, manifest: Manifest | None = None) -> set[str]:
     """Every relative path in `output_dir` that a record of this tool names (see the module
     docstring). `manifest` is the committed one when the caller has read it already."""
     if manifest is None:
@@ -234,7 +221,7 @@ def _candidates(output_dir: str, side_files: Iterable[str]) -> set[str]:
 
 
 def foreign_files(output_dir: str, side_files: Iterable[str] = (),
-                  manifest: Mapping[str, Any] | None = None) -> list[str]:
+                  manifest: Manifest | None = None) -> list[str]:
     """Files under names this tool writes that no record of the tool names, sorted."""
     if "://" not in output_dir and not FileSystems.exists(output_dir):
         return []

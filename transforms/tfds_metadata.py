@@ -45,7 +45,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from transforms.format.manifest_format import FEATURE_SPEC_NAME, SHARD_NAME, shard_name
+from transforms.format.manifest_format import FEATURE_SPEC_NAME, SHARD_NAME, ShardEntry, shard_name
 from transforms.reading.features import feature_layout, shapes_counted
 
 __all__ = [
@@ -92,12 +92,12 @@ def dataset_name_for(output_dir: str) -> str:
     return name if name[0].isalpha() else f"ds_{name}"
 
 
-def _split_infos(shards: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+def _split_infos(shards: Iterable[ShardEntry]) -> list[dict[str, Any]]:
     """One TFDS SplitInfo per split with records (see the module docstring: TFDS cannot
     read an empty split), checking TFDS finds each shard under its name by `SHARD_TEMPLATE`."""
-    by_split: dict[str, list[tuple[int, Mapping[str, Any]]]] = defaultdict(list)
+    by_split: dict[str, list[tuple[int, ShardEntry]]] = defaultdict(list)
     for shard in shards:
-        split, path = shard["split"], shard["path"]
+        split, path = str(shard.split), shard.path
         match = SHARD_NAME.match(path)
         if match is None or match["prefix"] != split or match["suffix"] != ".tfrecord":
             raise ValueError(f"shard {path!r} is not named <split>-NNNNN-of-NNNNN.tfrecord: "
@@ -105,7 +105,7 @@ def _split_infos(shards: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
         by_split[split].append((int(match["index"]), shard))
     infos = []
     for split in sorted(by_split):
-        if not any(shard["records"] for _, shard in by_split[split]):
+        if not any(shard.records for _, shard in by_split[split]):
             continue
         if not _TFDS_SPLIT_NAME.match(split):
             raise ValueError(f"split {split!r}: TFDS selects only splits named with letters, "
@@ -114,13 +114,13 @@ def _split_infos(shards: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
         total = len(ordered)
         for index, (_, shard) in enumerate(ordered):
             expected = shard_name(split, index, total, ".tfrecord")
-            if shard["path"] != expected:
-                raise ValueError(f"shard {shard['path']!r}: TFDS would look for {expected!r}")
+            if shard.path != expected:
+                raise ValueError(f"shard {shard.path!r}: TFDS would look for {expected!r}")
         infos.append({
             "name": split,
             # int64 fields are strings in proto3 JSON, as TFDS writes them.
-            "shardLengths": [str(shard["records"]) for _, shard in ordered],
-            "numBytes": str(sum(shard["bytes"] for _, shard in ordered)),
+            "shardLengths": [str(shard.records) for _, shard in ordered],
+            "numBytes": str(sum(shard.bytes for _, shard in ordered)),
             "filepathTemplate": SHARD_TEMPLATE,
         })
     return infos
@@ -158,22 +158,21 @@ def _dumps(document: Mapping[str, Any]) -> bytes:
     return (json.dumps(document, indent=2, sort_keys=True) + "\n").encode("utf-8")
 
 
-def tfds_metadata(manifest: Mapping[str, Any], feature_spec: Mapping[str, Any],
-                  labels: Sequence[str] | None = None, *,
-                  name: str = DEFAULT_DATASET_NAME) -> dict[str, bytes]:
+def tfds_metadata(shards: Sequence[ShardEntry], feature_spec: Mapping[str, Any],
+                  labels: Sequence[str] | None = None, *, name: str = DEFAULT_DATASET_NAME,
+                  compression: str = "none") -> dict[str, bytes]:
     """`{"dataset_info.json": bytes, "features.json": bytes}` for an output.
 
     Args:
-      manifest: the manifest, or any mapping with its `shards` (each with `path`, `split`,
-        `records`, `bytes`) and, optionally, `compression`.
+      shards: the output's shards (`Manifest.shards`).
       feature_spec: the parsed `feature_spec.json` of tf.train.Example records.
       labels: the label names (labels.txt), for `image/class/label`; None or empty: none.
       name: the TFDS dataset name (see `dataset_name_for`).
+      compression: the shards' codec.
 
     Raises:
       ValueError: when TFDS cannot read the output as described (see the module docstring).
     """
-    compression = manifest.get("compression", "none")
     if compression != "none":
         raise ValueError(f"{compression} shards: TFDS reads only uncompressed TFRecord files")
     if "sequence" in feature_spec or "context" in feature_spec:
@@ -187,7 +186,7 @@ def tfds_metadata(manifest: Mapping[str, Any], feature_spec: Mapping[str, Any],
         "fileFormat": "tfrecord",
         "description": "tf.train.Example records written by tfrecord-pipeline; "
                        "manifest.json lists the files and their hashes.",
-        "splits": _split_infos(manifest.get("shards") or ()),
+        "splits": _split_infos(shards),
     }
     if connectors.get(LABEL_FEATURE, {}).get("pythonClassName") == _CLASS_LABEL \
             and IMAGE_FEATURE in connectors:
@@ -203,7 +202,7 @@ def _labels(labels_txt: bytes | None) -> list[str] | None:
     return labels_txt.decode("utf-8").split("\n")[:-1] if labels_txt else []
 
 
-def tfds_side_files(output_dir: str, compression: str, shards: Sequence[Mapping[str, Any]],
+def tfds_side_files(output_dir: str, compression: str, shards: Sequence[ShardEntry],
                     extra_files: Iterable[tuple[str, bytes]]) -> dict[str, bytes]:
     """The TFDS files the commit writes beside an output, or {} for an output TFDS cannot
     read: compressed, SequenceExamples, or without a `feature_spec.json` among its
@@ -217,8 +216,7 @@ def tfds_side_files(output_dir: str, compression: str, shards: Sequence[Mapping[
         feature_spec = json.loads(files[FEATURE_SPEC_NAME])
         if "sequence" in feature_spec:
             return {}
-        return tfds_metadata({"compression": compression, "shards": shards}, feature_spec,
-                             _labels(files.get("labels.txt")),
+        return tfds_metadata(shards, feature_spec, _labels(files.get("labels.txt")),
                              name=dataset_name_for(output_dir))
     except ValueError as error:
         _LOG.warning("no TFDS metadata written for %s: %s", output_dir, error)

@@ -17,7 +17,7 @@ from transforms import fs
 from transforms import manifest as manifest_lib
 from transforms.format.compression import Compression, compression_from_path, parse_compression
 from transforms.format.example_codec import decode_example
-from transforms.format.manifest_format import MANIFEST_NAME
+from transforms.format.manifest_format import MANIFEST_NAME, Manifest
 from transforms.format.tfrecord_reader import iter_records
 
 __all__ = ["ReadTFRecordFiles", "listed_shard_paths", "manifest_shard_paths", "read_tfrecord_file"]
@@ -35,13 +35,10 @@ def manifest_shard_paths(output_dir: str, split: str | None = None) -> list[str]
     return listed_shard_paths(output_dir, manifest, split)
 
 
-def listed_shard_paths(output_dir: str, manifest: dict, split: str | None = None) -> list[str]:
+def listed_shard_paths(output_dir: str, manifest: Manifest, split: str | None = None) -> list[str]:
     """The shard paths an already-read `manifest` of `output_dir` lists."""
-    return [
-        fs.join_path(output_dir, shard["path"])
-        for shard in manifest["shards"]
-        if split is None or shard["split"] == split
-    ]
+    return [fs.join_path(output_dir, shard.path) for shard in manifest.shards
+            if split is None or shard.split == split]
 
 
 def read_tfrecord_file(path: str, compression: str | Compression | None = None) -> Iterator[bytes]:

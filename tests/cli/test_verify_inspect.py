@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import dataclasses
 import hashlib
 import json
 import os
@@ -16,6 +17,8 @@ from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 
 from pipeline.cli import EXIT_CORRUPT, run
 from tests.format.reference_codec import encode_example
+from transforms.format.manifest_format import FileEntry, Manifest
+from transforms.output_files import owned_paths
 from transforms.records import RecordBatch, batch_key
 from transforms.sink import WriteToShardedTFRecord
 
@@ -112,6 +115,31 @@ def test_verify_checks_the_side_files_the_manifest_lists(tmp_path, capsys):
                         f"{tmp_path / 'labels.txt'}: sha256 is {hashlib.sha256(altered).hexdigest()!r}, "
                         f"manifest says {hashlib.sha256(labels).hexdigest()!r}"]
     assert json.loads(out[-1])["status"] == "corrupt"
+
+
+def test_superseded_files_are_owned_and_checked_by_size_and_digest_never_read_as_shards(tmp_path, capsys):
+    """The previous generation's files a manifest keeps for its readers: named like shards
+    (not "unlisted"), not TFRecord (not read), but missing or altered they are reported."""
+    manifest = Manifest.from_dict(_write_output(tmp_path))
+    old_shard, old_spec = tmp_path / "train-00000-of-00002.tfrecord", tmp_path / "old" / "spec.json"
+    old_shard.write_bytes(b"not a tfrecord at all")
+    old_spec.parent.mkdir()
+    old_spec.write_bytes(b"{}")
+    superseded = tuple(FileEntry(str(path.relative_to(tmp_path)), path.stat().st_size,
+                                 hashlib.sha256(path.read_bytes()).hexdigest())
+                       for path in (old_shard, old_spec))
+    later = dataclasses.replace(manifest, generation=1, superseded=superseded)
+    (tmp_path / "manifest.json").write_bytes(later.to_json())
+    assert {"train-00000-of-00002.tfrecord", "old/spec.json"} <= owned_paths(str(tmp_path))
+    assert run(["verify", str(tmp_path)]) == 0
+    old_shard.write_bytes(b"not a tfrecord at al!")
+    old_spec.unlink()
+    capsys.readouterr()
+    assert run(["verify", str(tmp_path)]) == EXIT_CORRUPT
+    out = capsys.readouterr().out.splitlines()
+    assert out[:-1] == [f"{old_shard}: sha256 is {hashlib.sha256(b'not a tfrecord at al!').hexdigest()!r}, "
+                        f"manifest says {superseded[0].sha256!r}",
+                        f"{old_spec}: listed in the manifest but missing"]
 
 
 def test_verify_rejects_a_payload_that_is_not_an_example(tmp_path, capsys):

@@ -7,6 +7,7 @@ API (a feature_spec.json with `presence`), read back by TFDS itself; plus unit t
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 
@@ -19,6 +20,7 @@ from pipeline.cli import run
 from tests.format.reference_codec import encode_example
 from tests.helpers import in_memory_args
 from tests.images import image_samples as samples
+from transforms.format.manifest_format import ShardEntry
 from transforms.records import RecordBatch, batch_key
 from transforms.sink import WriteToShardedTFRecord
 from transforms.tfds_metadata import (
@@ -324,13 +326,10 @@ def test_a_foreign_dataset_info_is_never_replaced(tmp_path):
 # -- Unit tests of the pure function --------------------------------------------------------
 
 def _shard(split, index, total, records, size=100):
-    return {"path": f"{split}-{index:05d}-of-{total:05d}.tfrecord", "split": split,
-            "records": records, "bytes": size}
+    return ShardEntry(f"{split}-{index:05d}-of-{total:05d}.tfrecord", records, size, "", split)
 
 
-MANIFEST = {"compression": "none",
-            "shards": [_shard("train", 1, 2, 7, 70), _shard("train", 0, 2, 5, 50),
-                       _shard("test", 0, 1, 3, 30)]}
+SHARDS = [_shard("train", 1, 2, 7, 70), _shard("train", 0, 2, 5, 50), _shard("test", 0, 1, 3, 30)]
 SPEC_DOC = {"version": 1, "features": {
     "id": {"dtype": "int64", "kind": "fixed", "shape": [], "default": None},
     "x": {"dtype": "float32", "kind": "var_len", "default": None},
@@ -343,7 +342,7 @@ def _decoded(files) -> tuple[dict, dict]:
 
 
 def test_split_infos_list_shards_in_index_order_with_the_template():
-    info, _ = _decoded(tfds_metadata(MANIFEST, SPEC_DOC, name="demo"))
+    info, _ = _decoded(tfds_metadata(SHARDS, SPEC_DOC, name="demo"))
     assert info["name"] == "demo" and info["version"] == "1.0.0"
     assert info["fileFormat"] == "tfrecord"
     assert info["splits"] == [
@@ -354,14 +353,14 @@ def test_split_infos_list_shards_in_index_order_with_the_template():
 
 
 def test_features_restore_as_tfds_connectors(tfds):
-    _, features = _decoded(tfds_metadata(MANIFEST, SPEC_DOC, ["a cat ", "dog"]))
+    _, features = _decoded(tfds_metadata(SHARDS, SPEC_DOC, ["a cat ", "dog"]))
     restored = tfds.features.FeatureConnector.from_json(features)
     assert _declared(tfds, restored["id"]) == ("Tensor", (), "int64")
     assert _declared(tfds, restored["x"]) == ("Tensor", (None,), "float32")
     # Names kept exactly, surrounding spaces included (a labels.txt file would strip them).
     assert restored["image/class/label"].names == ["a cat ", "dog"]
     # Without labels the label is a plain int64 scalar.
-    _, plain = _decoded(tfds_metadata(MANIFEST, SPEC_DOC))
+    _, plain = _decoded(tfds_metadata(SHARDS, SPEC_DOC))
     restored = tfds.features.FeatureConnector.from_json(plain)
     assert _declared(tfds, restored["image/class/label"]) == ("Tensor", (), "int64")
 
@@ -370,7 +369,7 @@ def test_presence_decides_scalar_only_when_every_record_has_one_value():
     def shape_of(presence, **entry):
         spec = {"features": {"f": {"dtype": "int64", "kind": "var_len", "default": None,
                                    "presence": presence, **entry}}}
-        _, features = _decoded(tfds_metadata(MANIFEST, spec))
+        _, features = _decoded(tfds_metadata(SHARDS, spec))
         return features["featuresDict"]["features"]["f"]["tensor"]["shape"]
 
     assert shape_of({"records": 5, "of": 5, "min_values": 1, "max_values": 1}) == {}
@@ -382,31 +381,30 @@ def test_presence_decides_scalar_only_when_every_record_has_one_value():
 
 
 def test_splits_without_records_are_left_out_and_empty_shards_of_others_kept():
-    manifest = {"shards": [_shard("test", 0, 1, 0, 0), _shard("train", 0, 2, 0, 0),
-                           _shard("train", 1, 2, 4, 40)]}
-    info, _ = _decoded(tfds_metadata(manifest, SPEC_DOC))
+    shards = [_shard("test", 0, 1, 0, 0), _shard("train", 0, 2, 0, 0), _shard("train", 1, 2, 4, 40)]
+    info, _ = _decoded(tfds_metadata(shards, SPEC_DOC))
     assert [(split["name"], split["shardLengths"]) for split in info["splits"]] == [
         ("train", ["0", "4"])]
-    info, _ = _decoded(tfds_metadata({"shards": [_shard("test", 0, 1, 0, 0)]}, SPEC_DOC))
+    info, _ = _decoded(tfds_metadata([_shard("test", 0, 1, 0, 0)], SPEC_DOC))
     assert info["splits"] == []
 
 
-@pytest.mark.parametrize("manifest, spec, message", [
-    ({**MANIFEST, "compression": "gzip"}, SPEC_DOC, "uncompressed"),
-    (MANIFEST, {"version": 1, "context": {}, "sequence": {}}, "SequenceExample"),
-    ({"shards": [_shard("train", 0, 2, 1), _shard("train", 2, 2, 1)]}, SPEC_DOC, "would look for"),
-    ({"shards": [{**_shard("train", 0, 1, 1), "path": "train-00000-of-00001.tfrecord.gz"}]},
-     SPEC_DOC, "uncompressed"),
-    ({"shards": [_shard("a+b", 0, 1, 1)]}, SPEC_DOC, "TFDS selects only splits"),
+@pytest.mark.parametrize("shards, spec, compression, message", [
+    (SHARDS, SPEC_DOC, "gzip", "uncompressed"),
+    (SHARDS, {"version": 1, "context": {}, "sequence": {}}, "none", "SequenceExample"),
+    ([_shard("train", 0, 2, 1), _shard("train", 2, 2, 1)], SPEC_DOC, "none", "would look for"),
+    ([dataclasses.replace(_shard("train", 0, 1, 1), path="train-00000-of-00001.tfrecord.gz")],
+     SPEC_DOC, "none", "uncompressed"),
+    ([_shard("a+b", 0, 1, 1)], SPEC_DOC, "none", "TFDS selects only splits"),
 ])
-def test_outputs_tfds_cannot_read_are_refused(manifest, spec, message):
+def test_outputs_tfds_cannot_read_are_refused(shards, spec, compression, message):
     with pytest.raises(ValueError, match=message):
-        tfds_metadata(manifest, spec)
+        tfds_metadata(shards, spec, compression=compression)
 
 
 def test_side_files_only_for_uncompressed_examples():
     extra = [("feature_spec.json", json.dumps(SPEC_DOC).encode()), ("labels.txt", b"cat\ndog\n")]
-    shards = MANIFEST["shards"]
+    shards = SHARDS
     files = tfds_side_files("gs://bucket/out/Day 1/", "none", shards, extra)
     assert set(files) == {DATASET_INFO_NAME, FEATURES_NAME}
     info, features = _decoded(files)
@@ -418,7 +416,7 @@ def test_side_files_only_for_uncompressed_examples():
     sequence = [("feature_spec.json", b'{"version": 1, "context": {}, "sequence": {}}')]
     assert tfds_side_files("out", "none", shards, sequence) == {}
     # An output it cannot describe gets none, rather than a failed commit.
-    bad = [{**shards[0], "path": "train-7.tfrecord"}]
+    bad = [dataclasses.replace(shards[0], path="train-7.tfrecord")]
     assert tfds_side_files("out", "none", bad, extra) == {}
 
 

@@ -58,9 +58,9 @@ def _records_by_split(output: str) -> dict[str, list[bytes]]:
     manifest = read_manifest(output)
     assert manifest is not None, f"{output} has no manifest"
     records: dict[str, list[bytes]] = {}
-    for shard in manifest["shards"]:
-        path = output.rstrip("/") + "/" + shard["path"]
-        records.setdefault(shard["split"], []).extend(read_tfrecord_file(path))
+    for shard in manifest.shards:
+        path = output.rstrip("/") + "/" + shard.path
+        records.setdefault(shard.split, []).extend(read_tfrecord_file(path))
     return {split: sorted(payloads) for split, payloads in records.items()}
 
 
@@ -85,8 +85,8 @@ def test_default_local_run_matches(reference, tmp_path):
     assert run(_convert_args(root / "in", tmp_path, "--num-shards", "2", "--quiet")) == 0
     assert _records_by_split(str(tmp_path)) == expected
     manifest = read_manifest(str(tmp_path))
-    assert manifest["counts"]["input"] == rows
-    assert manifest["counts"]["dead_letter"] == len(range(0, rows, 97))
+    assert manifest.counts.input == rows
+    assert manifest.counts.dead_letter == len(range(0, rows, 97))
     assert run(["verify", str(tmp_path)]) == 0
 
 
@@ -107,9 +107,8 @@ def test_dask_local_cluster_output_is_identical(reference, tmp_path):
     assert _records_by_split(str(tmp_path)) == expected
     ours, theirs = read_manifest(str(tmp_path)), read_manifest(str(root / "out"))
     # With a fixed shard count the shards are byte-identical, not just the records.
-    assert [(s["path"], s["sha256"]) for s in ours["shards"]] == \
-           [(s["path"], s["sha256"]) for s in theirs["shards"]]
-    assert ours["counts"] == theirs["counts"]
+    assert [(s.path, s.sha256) for s in ours.shards] == [(s.path, s.sha256) for s in theirs.shards]
+    assert ours.counts == theirs.counts
 
 
 def test_dask_images_match_the_local_runner(tmp_path):
@@ -206,11 +205,11 @@ def test_gcs_to_gcs_conversion(reference, tmp_path, gcs_emulator):
                 "--run-date", "2026-01-02", "--compression", "gzip", "--max-error-rate", "1",
                 *in_memory_args()]) == 0
     manifest = read_manifest(output)
-    assert manifest["counts"]["input"] == rows
-    assert manifest["dead_letter_files"]
+    assert manifest.counts.input == rows
+    assert manifest.dead_letter_files
     assert run(["verify", output]) == 0
     read_back = sum(len(v) for v in _records_by_split(output).values())
-    assert read_back == manifest["counts"]["written"] == rows - len(range(0, rows, 97))
+    assert read_back == manifest.counts.written == rows - len(range(0, rows, 97))
     leftovers = [m.path for m in FileSystems.match([f"{output}/.tmp-*/**"])[0].metadata_list]
     assert leftovers == []
 
@@ -225,7 +224,7 @@ def test_a_gcs_folder_input_needs_no_trailing_slash(tmp_path, gcs_emulator):
         output = str(tmp_path / ("slash" if folder.endswith("/") else "bare"))
         assert run(["convert", "--input", folder, "--format", "csv", "--output", output,
                     *in_memory_args()]) == 0
-        assert read_manifest(output)["counts"]["input"] == 4
+        assert read_manifest(output).counts.input == 4
 
 
 def test_every_command_reaches_the_emulator_without_looking_for_credentials(tmp_path, gcs_emulator):
@@ -258,10 +257,10 @@ def test_scheduled_rerun_is_a_no_op_and_overwrite_redoes(reference, tmp_path, ca
     capsys.readouterr()
     assert run([a for a in args if a != "--quiet"]) == 0
     assert "nothing to do" in capsys.readouterr().out
-    assert read_manifest(str(output))["run_id"] == first["run_id"]
+    assert read_manifest(str(output)).metadata["run_id"] == first.metadata["run_id"]
     assert sorted(os.listdir(output)) == listing
     assert run([*args, "--overwrite"]) == 0
-    assert read_manifest(str(output))["run_id"] != first["run_id"]
+    assert read_manifest(str(output)).metadata["run_id"] != first.metadata["run_id"]
 
 
 def test_file_added_while_planning_is_not_skipped_by_the_next_run(reference, tmp_path, monkeypatch,
@@ -300,7 +299,7 @@ def test_a_second_run_into_a_busy_output_is_refused(reference, tmp_path, capsys)
         assert "another run is writing" in capsys.readouterr().err
         assert os.listdir(out) == [LOCK_NAME]  # refused before touching anything
     assert run(args) == 0
-    assert read_manifest(str(out))["counts"]["input"] > 0
+    assert read_manifest(str(out)).counts.input > 0
 
 
 def test_an_unopenable_lock_file_warns_and_does_not_block_the_run(tmp_path, caplog):
@@ -376,7 +375,7 @@ def test_killed_run_then_rerun_leaves_one_complete_verified_output(tmp_path):
     assert not (output / "manifest.json").exists()  # killed before it could commit
     assert run(_convert_args(inputs, output, "--max-shard-bytes", "20KB", *in_memory_args())) == 0
     manifest = read_manifest(str(output))
-    assert manifest["counts"]["input"] == rows
+    assert manifest.counts.input == rows
     assert run(["verify", str(output)]) == 0
     assert not [name for name in os.listdir(output) if name.startswith(".tmp-")]
-    assert sum(shard["records"] for shard in manifest["shards"]) == manifest["counts"]["written"]
+    assert sum(shard.records for shard in manifest.shards) == manifest.counts.written

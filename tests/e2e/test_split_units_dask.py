@@ -38,12 +38,12 @@ split_key: [id]
 def _outcome(folder: pathlib.Path) -> tuple[dict, list, dict]:
     manifest = read_manifest(str(folder))
     records: dict[str, list[bytes]] = {}
-    for shard in manifest["shards"]:
-        records.setdefault(shard["split"], []).extend(read_tfrecord_file(str(folder / shard["path"])))
+    for shard in manifest.shards:
+        records.setdefault(shard.split, []).extend(read_tfrecord_file(str(folder / shard.path)))
     dead = sorted(line for path in sorted((folder / "dead_letter").glob("*.jsonl"))
                   for line in path.read_text().splitlines())
     return {s: sorted(r) for s, r in records.items()}, [json.loads(d) for d in dead], \
-        manifest["counts"]
+        manifest.counts.to_dict()
 
 
 def _tricky_csv(folder: pathlib.Path) -> list[str]:
@@ -145,5 +145,5 @@ def test_relative_paths_are_the_launchers_on_a_dask_cluster(tmp_path, monkeypatc
         assert run(["convert", "--input", "data.csv", "--format", "csv", "--output", "out",
                     "--quiet", "--runner", "dask", "--dask_client_address",
                     cluster.scheduler_address]) == 0
-    assert read_manifest(str(launcher / "out"))["counts"]["written"] == 50
+    assert read_manifest(str(launcher / "out")).counts.written == 50
     assert os.listdir(workers) == []

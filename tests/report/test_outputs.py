@@ -19,6 +19,7 @@ from PIL import Image
 from pipeline.cli import run
 from tests.helpers import in_memory_args
 from tests.report.fixtures import DRIFT, SAMPLE, convert_images, convert_tabular, write_drift
+from transforms.format.manifest_format import Counts, Manifest, ShardEntry
 from transforms.manifest import read_manifest
 from transforms.report.build import REPORT_NAME, build_report, write_report
 from transforms.report.collect import collect_report_data
@@ -46,7 +47,7 @@ def test_convert_writes_the_report_beside_the_shards_unlisted_and_verify_still_p
     page = (tabular / REPORT_NAME).read_text()
     assert page.startswith("<!DOCTYPE html>")
     manifest = read_manifest(str(tabular))
-    assert REPORT_NAME not in manifest["files"]  # derived, rebuildable: not part of the commit
+    assert manifest.side_file(REPORT_NAME) is None  # derived, rebuildable: not part of the commit
     for split in ("train", "validation", "test"):
         assert f"<td>{split}</td>" in page
     assert "pipeline/sample_data/tabular/*.csv" in page  # the input, from the manifest's options
@@ -163,8 +164,8 @@ def test_a_sequence_output_shows_its_features_and_counts_that_reconcile(tmp_path
     assert run(["convert", "--input", str(tmp_path / "a.csv"), "--format", "csv", "--spec",
                 str(tmp_path / "spec.yaml"), "--output", str(out), "--max-error-rate", "1",
                 *in_memory_args()]) == 0
-    counts = read_manifest(str(out))["counts"]
-    assert (counts["input"], counts["written_rows"], counts["dead_letter"], counts["written"]) == (6, 4, 2, 3)
+    counts = read_manifest(str(out)).counts
+    assert (counts.input, counts.written_rows, counts.dead_letter, counts.written) == (6, 4, 2, 3)
     page = (out / REPORT_NAME).read_text()
     overview = page[page.index('id="overview"'):page.index('id="dead-letters"')]
     for title, value in (("rows read", 6), ("rows written", 4), ("dead-lettered rows", 2),
@@ -225,9 +226,9 @@ def test_image_outputs_get_a_contact_sheet_per_label_and_the_dead_lettered_image
 
 def test_the_sample_is_bounded_per_label_and_in_labels(images):
     manifest = read_manifest(str(images))
-    one_each = contact_sheets(str(images), manifest, manifest["labels"], per_label=1)
+    one_each = contact_sheets(str(images), manifest, manifest.metadata["labels"], per_label=1)
     assert [len(sheet.thumbnails) for sheet in one_each] == [1, 1, 1]
-    assert [sheet.label for sheet in contact_sheets(str(images), manifest, manifest["labels"],
+    assert [sheet.label for sheet in contact_sheets(str(images), manifest, manifest.metadata["labels"],
                                                     max_labels=2)] == ["cat", "coffee"]
     unlabelled = contact_sheets(str(images), manifest, None, max_labels=1)  # labels as met
     assert len(unlabelled) == 1 and len(unlabelled[0].thumbnails) == 2
@@ -235,7 +236,7 @@ def test_the_sample_is_bounded_per_label_and_in_labels(images):
 
 def test_a_corrupt_shard_leaves_the_other_sheets_and_the_report(images, tmp_path):
     out = _copy(images, tmp_path)
-    shards = [out / shard["path"] for shard in read_manifest(str(out))["shards"]]
+    shards = [out / shard.path for shard in read_manifest(str(out)).shards]
     def thumbnails():
         return sum(len(sheet.thumbnails) for sheet in collect_report_data(str(out)).contact_sheets)
     whole = thumbnails()
@@ -248,12 +249,12 @@ def test_a_corrupt_shard_leaves_the_other_sheets_and_the_report(images, tmp_path
     assert "No image could be sampled" in build_report(str(out))
 
 
-def _dead_letter_output(tmp_path: Path, lines: list[str], reasons: dict) -> tuple[Path, dict]:
+def _dead_letter_output(tmp_path: Path, lines: list[str], reasons: dict) -> tuple[Path, Manifest]:
     (tmp_path / "dead_letter").mkdir()
     (tmp_path / "dead_letter" / "dead_letter-00000-of-00001.jsonl").write_text("\n".join(lines) + "\n")
-    manifest = {"counts": {"dead_letter_reasons": reasons},
-                "dead_letter_files": [{"path": "dead_letter/dead_letter-00000-of-00001.jsonl"}]}
-    return tmp_path, manifest
+    letters = ShardEntry("dead_letter/dead_letter-00000-of-00001.jsonl", len(lines), 0, "")
+    total = sum(reasons.values())
+    return tmp_path, Manifest((), Counts(total, 0, total, dead_letter_reasons=reasons), "none", (letters,))
 
 
 def test_dead_letters_are_sampled_per_reason_without_raw_and_skipping_huge_lines(tmp_path, monkeypatch):

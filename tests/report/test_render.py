@@ -9,6 +9,7 @@ from html.parser import HTMLParser
 
 from PIL import Image
 
+from transforms.format.manifest_format import Manifest
 from transforms.report.charts import bar_chart_svg, histogram_svg
 from transforms.report.collect import ReportData
 from transforms.report.dead_letters import DeadLetterSample
@@ -37,15 +38,20 @@ def _tags(page: str) -> list[tuple[str, dict[str, str | None]]]:
     return parser.tags
 
 
-def _manifest(name: str = "train") -> dict:
+def _document(name: str = "train") -> dict:
     return {
         "run_id": "r1", "created_at": "2026-05-04T00:00:00+00:00", "tool_version": "0.1.0",
         "compression": "none", "splits": [name],
         "options": {"input": "data/*.csv", "format": "csv", "output": "out"},
-        "shards": [{"path": f"{name}-00000-of-00001.tfrecord", "split": name, "records": 3, "bytes": 120}],
+        "shards": [{"path": f"{name}-00000-of-00001.tfrecord", "split": name, "records": 3, "bytes": 120,
+                    "sha256": "0" * 64}],
         "counts": {"input": 4, "written": 3, "dead_letter": 1, "dead_letter_reasons": {"wrong_type": 1},
                    "splits": {name: {"input": 4, "written": 3, "dead_letter": 1}}},
     }
+
+
+def _manifest(name: str = "train") -> Manifest:
+    return Manifest.from_dict(_document(name))
 
 
 def _numeric_stats() -> dict:
@@ -55,7 +61,7 @@ def _numeric_stats() -> dict:
 
 
 def _hostile_data() -> ReportData:
-    manifest = _manifest(HOSTILE)
+    manifest = _document(HOSTILE)
     manifest["run_id"] = HOSTILE
     manifest["options"]["input"] = ATTRIBUTE_BREAKER
     manifest["counts"]["dead_letter_reasons"] = {HOSTILE: 1}
@@ -77,7 +83,7 @@ def _hostile_data() -> ReportData:
     uri, width, height = thumbnail_data_uri(_png((40, 30), "RGB"))
     sheets = [ContactSheet(HOSTILE, [Thumbnail(ATTRIBUTE_BREAKER, HOSTILE, uri, width, height),
                                      Thumbnail(HOSTILE, HOSTILE, problem=ATTRIBUTE_BREAKER)])]
-    return ReportData(output_dir=HOSTILE, manifest=manifest, stats=stats, drift=drift,
+    return ReportData(output_dir=HOSTILE, manifest=Manifest.from_dict(manifest), stats=stats, drift=drift,
                       dead_letters=letters, is_image_output=True, contact_sheets=sheets,
                       labels=[HOSTILE], notes=[HOSTILE])
 

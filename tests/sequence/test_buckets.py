@@ -14,6 +14,7 @@ import pytest
 
 from pipeline.cli import run
 from tests.helpers import in_memory_args
+from transforms.format.manifest_format import Counts
 from transforms.format.sequence_codec import decode_sequence_example
 from transforms.manifest import read_manifest
 from transforms.records import WorkUnit
@@ -68,16 +69,15 @@ def _convert(inputs, output, *extra) -> None:
                 "--max-error-rate", "1", *extra, *in_memory_args()]) == 0
 
 
-def _outputs(output) -> tuple[dict, list, dict]:
+def _outputs(output) -> tuple[dict, list, Counts]:
     """Payloads per split (in file order), dead letters (sorted), and the counts."""
     manifest = read_manifest(str(output))
     payloads: dict[str, list] = {}
-    for shard in manifest["shards"]:
-        payloads.setdefault(shard["split"], []).extend(
-            read_tfrecord_file(f"{output}/{shard['path']}"))
+    for shard in manifest.shards:
+        payloads.setdefault(shard.split, []).extend(read_tfrecord_file(f"{output}/{shard.path}"))
     letters = sorted(line for path in (output / "dead_letter").iterdir()
                      for line in path.read_text().splitlines())
-    return payloads, letters, manifest["counts"]
+    return payloads, letters, manifest.counts
 
 
 def test_bucket_count_follows_the_input_size():
@@ -117,8 +117,7 @@ def test_output_does_not_depend_on_batch_rows_buckets_or_the_memory_cap(tmp_path
     _write(tmp_path / "in")
     _convert(tmp_path / "in", tmp_path / "base")
     base = _outputs(tmp_path / "base")
-    assert base[2]["input"] == 180 and base[2]["input"] == base[2]["written_rows"] + \
-        base[2]["dead_letter"]
+    assert base[2].input == 180 and base[2].input == base[2].written_rows + base[2].dead_letter
     big = [json.loads(line) for line in base[1]]
     assert {letter["reason"] for letter in big} == {"group_too_large"}
     assert {letter["group_rows"] for letter in big} == {36} and len(big) == 36

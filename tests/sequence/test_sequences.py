@@ -81,7 +81,7 @@ def _convert(inputs, output, fmt, *extra) -> int:
 
 def _payloads(output) -> list[bytes]:
     manifest = read_manifest(str(output))
-    return [p for shard in manifest["shards"] for p in read_tfrecord_file(f"{output}/{shard['path']}")]
+    return [p for shard in manifest.shards for p in read_tfrecord_file(f"{output}/{shard.path}")]
 
 
 def _tf_spec(tf, output):
@@ -141,15 +141,15 @@ def test_tensorflow_reads_every_sequence_back(tf, tmp_path, fmt):
     expected = {key: _as_steps(rows) for key, rows in _expected_chunks(groups).items()}
     assert _read_back(tf, tmp_path / "out") == expected
     manifest = read_manifest(str(tmp_path / "out"))
-    assert manifest["counts"]["input"] == manifest["counts"]["written_rows"] == 24
-    assert manifest["counts"]["written"] == len(expected)
-    assert all(shard["path"].endswith(".gz") for shard in manifest["shards"])
+    assert manifest.counts.input == manifest.counts.written_rows == 24
+    assert manifest.counts.written == len(expected)
+    assert all(shard.path.endswith(".gz") for shard in manifest.shards)
     # A group's chunks stay in one split.
     splits = {}
-    for shard in manifest["shards"]:
-        for payload in read_tfrecord_file(f"{tmp_path}/out/{shard['path']}"):
+    for shard in manifest.shards:
+        for payload in read_tfrecord_file(f"{tmp_path}/out/{shard.path}"):
             user = decode_sequence_example(payload)[0]["user"][1][0]
-            splits.setdefault(user, set()).add(shard["split"])
+            splits.setdefault(user, set()).add(shard.split)
     assert all(len(s) == 1 for s in splits.values())
     assert run(["verify", str(tmp_path / "out")]) == 0
 
@@ -171,9 +171,8 @@ def test_dask_output_is_record_identical(tmp_path, bucket_bytes):
                     "--runner", "dask", "--quiet") == 0
     local, dask = read_manifest(str(tmp_path / "local")), read_manifest(str(tmp_path / "dask"))
     assert _payloads(tmp_path / "local") == _payloads(tmp_path / "dask")
-    assert [(s["path"], s["sha256"]) for s in local["shards"]] == \
-           [(s["path"], s["sha256"]) for s in dask["shards"]]
-    assert local["counts"] == dask["counts"]
+    assert [(s.path, s.sha256) for s in local.shards] == [(s.path, s.sha256) for s in dask.shards]
+    assert local.counts == dask.counts
 
 
 def test_bad_rows_and_groups_are_dead_letters_and_counts_reconcile(tmp_path):
@@ -193,9 +192,8 @@ sequence: {group_by: user, order_by: ts, context: [user, country]}
                 str(folder / "spec.yaml"), "--output", str(tmp_path / "out"), "--max-error-rate", "1",
                 *in_memory_args()]) == 0
     manifest = read_manifest(str(tmp_path / "out"))
-    counts = manifest["counts"]
-    assert (counts["input"], counts["written"], counts["written_rows"], counts["dead_letter"]) == \
-        (6, 1, 1, 5)
+    counts = manifest.counts
+    assert (counts.input, counts.written, counts.written_rows, counts.dead_letter) == (6, 1, 1, 5)
     letters = [json.loads(line) for path in (tmp_path / "out" / "dead_letter").iterdir()
                for line in path.read_text().splitlines()]
     assert sorted(letter["reason"] for letter in letters) == [

@@ -187,14 +187,13 @@ def _output(folder: pathlib.Path) -> tuple[dict, list, dict]:
     """(sorted records per split, sorted dead letters, counts) of a committed output."""
     manifest = read_manifest(str(folder))
     records = collections.defaultdict(list)
-    for shard in manifest["shards"]:
-        records[shard["split"]].extend(read_tfrecord_file(str(folder / shard["path"])))
+    for shard in manifest.shards:
+        records[shard.split].extend(read_tfrecord_file(str(folder / shard.path)))
     dead = []
-    for name in manifest["dead_letter_files"]:
-        path = folder / (name if isinstance(name, str) else name["path"])
-        dead += [json.loads(line) for line in path.read_text().splitlines()]
+    for entry in manifest.dead_letter_files:
+        dead += [json.loads(line) for line in (folder / entry.path).read_text().splitlines()]
     return ({split: sorted(values) for split, values in records.items()},
-            sorted(dead, key=lambda d: json.dumps(d, sort_keys=True)), manifest["counts"])
+            sorted(dead, key=lambda d: json.dumps(d, sort_keys=True)), manifest.counts.to_dict())
 
 
 SPEC = """\

@@ -14,8 +14,8 @@ from transforms.format.manifest_format import (
     FEATURE_SPEC_NAME,
     MANIFEST_NAME,
     MAX_MANIFEST_BYTES,
-    is_plain_relative,
-    parse_manifest,
+    Manifest,
+    ShardEntry,
 )
 from transforms.reading.files import join, open_binary, path_exists
 from transforms.reading.sidecars import SIDECAR_SUFFIX, RecordIndex, read_sidecar
@@ -88,7 +88,7 @@ def _read_json(path: str, limit: int, what: str) -> Any:
         raise ValueError(f"{path}: {what} is not valid JSON: {error}") from None
 
 
-def _read_manifest(output_dir: str) -> dict[str, Any]:
+def _read_manifest(output_dir: str) -> Manifest:
     path = join(output_dir, MANIFEST_NAME)
     try:
         with open_binary(path) as handle:
@@ -96,7 +96,7 @@ def _read_manifest(output_dir: str) -> dict[str, Any]:
     except FileNotFoundError:
         raise FileNotFoundError(f"{output_dir} has no {MANIFEST_NAME}: it holds no committed "
                                 "output") from None
-    return parse_manifest(raw, path)
+    return Manifest.from_json(raw, path)
 
 
 def _read_feature_spec(output_dir: str) -> dict[str, Any] | None:
@@ -110,14 +110,10 @@ def _read_feature_spec(output_dir: str) -> dict[str, Any] | None:
     return spec
 
 
-def _sidecar(output_dir: str, entry: dict[str, Any], shard_path: str) -> str | None:
+def _sidecar(output_dir: str, entry: ShardEntry, shard_path: str) -> str | None:
     """The sidecar the manifest names for a shard, else `<shard>.tfindex` when it exists."""
-    listed = entry.get("index")
-    if isinstance(listed, dict) and "path" in listed:
-        if not is_plain_relative(listed["path"]):
-            raise ValueError(f"{output_dir}/{MANIFEST_NAME}: shard {entry['path']!r} names the "
-                             f"index {listed['path']!r}, a path outside the folder")
-        return join(output_dir, listed["path"])
+    if entry.index is not None:
+        return join(output_dir, entry.index.path)
     beside = shard_path + SIDECAR_SUFFIX
     return beside if path_exists(beside) else None
 
@@ -132,15 +128,15 @@ def load_split(output_dir: str, split: str) -> SplitOutput:
     """
     output_dir = output_dir.rstrip("/") or "/"
     manifest = _read_manifest(output_dir)
-    entries = [entry for entry in manifest["shards"] if entry["split"] == split]
-    declared = set(manifest["counts"].get("splits", {})) | {e["split"] for e in manifest["shards"]}
+    entries = [entry for entry in manifest.shards if entry.split == split]
+    declared = set(manifest.counts.splits) | {entry.split for entry in manifest.shards}
     if not entries and split not in declared:
         raise ValueError(f"{output_dir} has no split {split!r}; it has {sorted(declared)}")
-    compression = parse_compression(manifest["compression"])
+    compression = parse_compression(manifest.compression)
     shards = []
     for entry in entries:
-        path = join(output_dir, entry["path"])
+        path = join(output_dir, entry.path)
         # Only an uncompressed file can be entered at a byte offset.
         sidecar = _sidecar(output_dir, entry, path) if compression is Compression.NONE else None
-        shards.append(Shard(path, entry["records"], entry["bytes"], sidecar))
+        shards.append(Shard(path, entry.records, entry.bytes, sidecar))
     return SplitOutput(output_dir, split, compression, tuple(shards), _read_feature_spec(output_dir))

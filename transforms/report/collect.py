@@ -18,7 +18,7 @@ from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
 from transforms import fs
-from transforms.format.manifest_format import FEATURE_SPEC_NAME
+from transforms.format.manifest_format import FEATURE_SPEC_NAME, Manifest
 from transforms.manifest import read_manifest
 from transforms.report.dead_letters import DeadLetterSample, sample_dead_letters
 from transforms.report.thumbnails import ContactSheet, contact_sheets
@@ -63,7 +63,7 @@ class ReportData:
     """
 
     output_dir: str
-    manifest: dict[str, Any]
+    manifest: Manifest
     feature_spec: dict[str, Any] | None = None
     labels: list[str] | None = None
     stats: dict[str, Any] | None = None
@@ -114,8 +114,8 @@ def _read_stats(output_dir: str, notes: list[str]) -> dict[str, Any] | None:
     return stats
 
 
-def _read_labels(output_dir: str, manifest: dict[str, Any], notes: list[str]) -> list[str] | None:
-    labels = manifest.get("labels")
+def _read_labels(output_dir: str, manifest: Manifest, notes: list[str]) -> list[str] | None:
+    labels = manifest.metadata.get("labels")
     if isinstance(labels, list) and all(isinstance(label, str) for label in labels):
         return labels
     try:
@@ -128,11 +128,11 @@ def _read_labels(output_dir: str, manifest: dict[str, Any], notes: list[str]) ->
     return raw.decode("utf-8", errors="replace").splitlines()
 
 
-def _is_image_output(manifest: dict[str, Any], feature_spec: dict[str, Any] | None) -> bool:
+def _is_image_output(manifest: Manifest, feature_spec: dict[str, Any] | None) -> bool:
     features = (feature_spec or {}).get("features")
     if isinstance(features, dict):
         return IMAGE_FEATURE in features
-    options = manifest.get("options") or {}
+    options = manifest.metadata.get("options") or {}
     return str(options.get("format") or "").startswith("image")
 
 

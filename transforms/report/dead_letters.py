@@ -17,6 +17,7 @@ from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
 from transforms import fs
+from transforms.format.manifest_format import Manifest
 
 __all__ = ["DeadLetterSample", "sample_dead_letters"]
 
@@ -64,18 +65,17 @@ def _lines(handle, budget: list[int]) -> Iterator[bytes]:
         yield pending
 
 
-def sample_dead_letters(output_dir: str, manifest: dict[str, Any], per_reason: int) -> DeadLetterSample:
+def sample_dead_letters(output_dir: str, manifest: Manifest, per_reason: int) -> DeadLetterSample:
     """Up to `per_reason` dead letters of each reason, from the files `manifest` lists."""
     sample = DeadLetterSample()
-    counts = (manifest.get("counts") or {}).get("dead_letter_reasons") or {}
-    # Examples still wanted per reason, from the manifest's counts by reason.
-    wanted = {str(reason): min(int(count), per_reason) for reason, count in counts.items()
-              if isinstance(count, int) and count > 0} if isinstance(counts, dict) else {}
+    counts = manifest.counts.dead_letter_reasons
+    # Examples still wanted per reason.
+    wanted = {reason: min(count, per_reason) for reason, count in counts.items() if count > 0}
     budget = [MAX_SCAN_BYTES]
-    for entry in manifest.get("dead_letter_files") or ():
+    for entry in manifest.dead_letter_files:
         if budget[0] <= 0 or (counts and not any(wanted.values())):
             break
-        path = fs.join_path(output_dir, entry["path"])
+        path = fs.join_path(output_dir, entry.path)
         try:
             with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
                 for line in _lines(handle, budget):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from transforms.format.manifest_format import Counts, Manifest, ShardEntry
 from transforms.report.charts import bar_chart_svg
 from transforms.report.collect import ReportData
 from transforms.report.markup import MISSING, as_dict, esc, fmt_bytes, fmt_number, section, table
@@ -51,11 +52,11 @@ svg.bars text{fill:#1d2733}svg.spark{vertical-align:middle}details{margin:6px 0}
 """
 
 
-def _inputs(manifest: dict[str, Any]) -> str:
-    options = as_dict(manifest.get("options"))
+def _inputs(manifest: Manifest) -> str:
+    options = as_dict(manifest.metadata.get("options"))
     main = [[esc(name), f"<code>{esc(options[name])}</code>"] for name in _MAIN_OPTIONS
             if options.get(name) not in (None, "", [], {})]
-    main += [[esc(name), esc(manifest.get(name, MISSING))]
+    main += [[esc(name), esc(manifest.metadata.get(name, MISSING))]
              for name in ("run_id", "created_at", "tool_version")]
     others = [[esc(name), f"<code>{esc(value)}</code>"] for name, value in sorted(options.items())
               if name not in _MAIN_OPTIONS and value not in (None, "", [], {}, False)]
@@ -64,61 +65,50 @@ def _inputs(manifest: dict[str, Any]) -> str:
     return "<h3>Inputs</h3>" + table(None, main, "inputs") + folded
 
 
-def _holds_sequences(counts: dict[str, Any]) -> bool:
-    """Whether the manifest counts SequenceExamples: each holds several input rows, so the
-    input reconciles with `written_rows` (rows in sequences), not `written` (sequences)."""
-    return "written_rows" in counts
-
-
-def _count_cards(counts: dict[str, Any]) -> list[tuple[str, str]]:
+def _count_cards(counts: Counts) -> list[tuple[str, str]]:
     """The overview's counts, which add up as the manifest's do: read = written + dead-lettered
     (for sequences, in rows)."""
-    if not _holds_sequences(counts):
-        return [("records read", fmt_number(counts.get("input"))),
-                ("written", fmt_number(counts.get("written"))),
-                ("dead-lettered", fmt_number(counts.get("dead_letter")))]
-    return [("rows read", fmt_number(counts.get("input"))),
-            ("rows written", fmt_number(counts.get("written_rows"))),
-            ("dead-lettered rows", fmt_number(counts.get("dead_letter"))),
-            ("sequences written", fmt_number(counts.get("written")))]
+    if counts.written_rows is None:
+        return [("records read", fmt_number(counts.input)), ("written", fmt_number(counts.written)),
+                ("dead-lettered", fmt_number(counts.dead_letter))]
+    return [("rows read", fmt_number(counts.input)), ("rows written", fmt_number(counts.written_rows)),
+            ("dead-lettered rows", fmt_number(counts.dead_letter)),
+            ("sequences written", fmt_number(counts.written))]
 
 
-def _split_rows(manifest: dict[str, Any]) -> tuple[list[list[str]], list[tuple[str, float]]]:
+def _split_rows(manifest: Manifest) -> tuple[list[list[str]], list[tuple[str, float]]]:
     """Per split: its cells (with a rows column for sequences) and its bar."""
-    counts = manifest.get("counts") or {}
-    per_split = counts.get("splits") or {}
-    shards_of: dict[str, list[dict[str, Any]]] = {}
-    for shard in manifest.get("shards") or ():
-        shards_of.setdefault(str(shard.get("split")), []).append(shard)
+    per_split, sequences = manifest.counts.splits, manifest.counts.written_rows is not None
+    shards_of: dict[str, list[ShardEntry]] = {}
+    for shard in manifest.shards:
+        shards_of.setdefault(str(shard.split), []).append(shard)
     rows, bars = [], []
     for split in ordered_splits(sorted(set(per_split) | set(shards_of)), manifest):
-        entry = per_split.get(split) or {}
+        entry = per_split.get(split)
         shards = shards_of.get(split, [])
-        sizes = [shard.get("bytes") or 0 for shard in shards]
-        written = entry.get("written", sum(shard.get("records") or 0 for shard in shards))
-        rows_in = [fmt_number(entry.get("written_rows"))] if _holds_sequences(counts) else []
-        rows.append([esc(split), fmt_number(written), *rows_in, fmt_number(entry.get("dead_letter")),
+        sizes = [shard.bytes for shard in shards]
+        written = entry.written if entry else sum(shard.records for shard in shards)
+        rows_in = [fmt_number(entry and entry.written_rows)] if sequences else []
+        rows.append([esc(split), fmt_number(written), *rows_in, fmt_number(entry and entry.dead_letter),
                      fmt_number(len(shards)), fmt_bytes(sum(sizes)),
                      f"{fmt_bytes(min(sizes))} \u2013 {fmt_bytes(max(sizes))}" if sizes else MISSING])
-        bars.append((split, written if isinstance(written, (int, float)) else 0))
+        bars.append((split, written))
     return rows, bars
 
 
 def _overview(data: ReportData) -> str:
     manifest = data.manifest
-    counts = manifest.get("counts") or {}
-    shards = manifest.get("shards") or []
+    shards = manifest.shards
     cards = "".join(f'<div class="card">{esc(title)}<b>{value}</b></div>' for title, value in [
-        *_count_cards(counts),
+        *_count_cards(manifest.counts),
         ("shards", fmt_number(len(shards))),
-        ("bytes", fmt_bytes(sum(shard.get("bytes") or 0 for shard in shards))),
+        ("bytes", fmt_bytes(sum(shard.bytes for shard in shards))),
     ])
     rows, bars = _split_rows(manifest)
-    written = ["sequences", "rows"] if _holds_sequences(counts) else ["records"]
+    written = ["records"] if manifest.counts.written_rows is None else ["sequences", "rows"]
     splits = table(["split", *written, "dead-lettered", "shards", "bytes", "shard sizes"], rows)
-    listed = [[f"<code>{esc(shard.get('path'))}</code>", esc(shard.get("split")),
-               fmt_number(shard.get("records")), fmt_bytes(shard.get("bytes"))]
-              for shard in shards[:_SHARDS_LISTED]]
+    listed = [[f"<code>{esc(shard.path)}</code>", esc(shard.split), fmt_number(shard.records),
+               fmt_bytes(shard.bytes)] for shard in shards[:_SHARDS_LISTED]]
     hidden = len(shards) - _SHARDS_LISTED
     more = f'<p class="note">and {hidden:,} more</p>' if hidden > 0 else ""
     named = "the shard" if len(shards) == 1 else f"the {len(shards):,} shards"
@@ -140,7 +130,7 @@ def _example_line(example: dict[str, Any]) -> str:
 def _by_reason(data: ReportData, limit: int | None = None) -> list[tuple[str, int, str, int]]:
     """(reason, count, its examples as an HTML list, examples shown) of every dead-letter reason,
     most frequent first; `limit`: examples shown at most per reason."""
-    counts = (data.manifest.get("counts") or {}).get("dead_letter_reasons") or {}
+    counts: Any = data.manifest.counts.dead_letter_reasons
     if not counts and data.stats:  # older manifests: the statistics count them too
         counts = (data.stats.get("dead_letters") or {}).get("by_reason") or {}
     counts = {str(reason): count for reason, count in counts.items() if isinstance(count, int)}
@@ -226,8 +216,8 @@ def render_report(data: ReportData) -> str:
         f'<meta http-equiv="Content-Security-Policy" content="{_CSP}">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
         f"<title>{esc(title)}</title><style>{_STYLE}</style></head><body>"
-        f"<header><h1>{esc(title)}</h1><p>run {esc(data.manifest.get('run_id', MISSING))}, "
-        f"committed {esc(data.manifest.get('created_at', MISSING))}</p></header>"
+        f"<header><h1>{esc(title)}</h1><p>run {esc(data.manifest.metadata.get('run_id', MISSING))}, "
+        f"committed {esc(data.manifest.metadata.get('created_at', MISSING))}</p></header>"
         f"<nav>{links}</nav><main>{notes}"
         + "".join(body for _, body in sections.values())
         + "</main></body></html>\n"

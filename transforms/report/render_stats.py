@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from transforms.format.manifest_format import Manifest
 from transforms.report.charts import bar_chart_svg, histogram_svg
 from transforms.report.markup import MISSING, as_dict, as_list, esc, fmt_number, fmt_percent, section, table
 
@@ -23,9 +24,9 @@ _LABEL_BARS = 50
 _FEATURES_SHOWN = 1000
 
 
-def ordered_splits(names: Sequence[str], manifest: dict[str, Any]) -> list[str]:
+def ordered_splits(names: Sequence[str], manifest: Manifest) -> list[str]:
     """`names` in the manifest's split order, the others after them sorted."""
-    declared = [split for split in as_list(manifest.get("splits")) if split in names]
+    declared = [split for split in as_list(manifest.metadata.get("splits")) if split in names]
     return declared + sorted(name for name in names if name not in declared)
 
 
@@ -160,7 +161,7 @@ def _has_feature_stats(stats: dict[str, Any]) -> bool:
 
 
 def features_section(stats: dict[str, Any] | None, feature_spec: dict[str, Any] | None,
-                     manifest: dict[str, Any]) -> str:
+                     manifest: Manifest) -> str:
     """The features: per split with statistics from `stats.json`, else (no stats.json, or
     one without feature statistics, as for SequenceExamples) the feature spec's dtypes,
     kinds and presence over all splits."""
@@ -197,7 +198,7 @@ def _dimension_cell(name: str, numeric: dict[str, Any]) -> str:
             f"(mean {fmt_number(numeric.get('mean'))})")
 
 
-def image_stats_section(stats: dict[str, Any] | None, manifest: dict[str, Any]) -> str:
+def image_stats_section(stats: dict[str, Any] | None, manifest: Manifest) -> str:
     """Per split: image formats, sizes, channels and labels, when `stats.json` has them."""
     splits = as_dict((stats or {}).get("splits"))
     parts = []

@@ -18,12 +18,12 @@ import io
 import itertools
 import logging
 from collections.abc import Sequence
-from typing import Any
 
 from PIL import Image
 
 from transforms import fs
 from transforms.format.example_codec import decode_example
+from transforms.format.manifest_format import Manifest
 from transforms.tfrecord_io import read_tfrecord_file
 
 __all__ = ["MAX_LABELS", "NO_LABEL", "PER_LABEL", "THUMBNAIL_PIXELS", "ContactSheet", "Thumbnail",
@@ -158,7 +158,7 @@ class _Sampler:
             sheet.thumbnails.append(_thumbnail(features, split, self.records))
 
 
-def contact_sheets(output_dir: str, manifest: dict[str, Any], labels: Sequence[str] | None,
+def contact_sheets(output_dir: str, manifest: Manifest, labels: Sequence[str] | None,
                    per_label: int = PER_LABEL, max_labels: int = MAX_LABELS) -> list[ContactSheet]:
     """The contact sheets of the image output at `output_dir` (see the module docstring).
 
@@ -166,17 +166,15 @@ def contact_sheets(output_dir: str, manifest: dict[str, Any], labels: Sequence[s
     the sheets keep what the other shards gave. Sheets left empty are dropped.
     """
     sampler = _Sampler(labels, per_label, max_labels)
-    compression = manifest.get("compression")
-    shards = list(manifest.get("shards") or ())
     # First the head of every shard (a label's images often sit in shards of their own, so a
     # plain scan would read all of the first labels' shards before meeting the others), then
     # the rest of each shard in order, while sheets are not full and the budget lasts.
     for first, limit in ((0, per_label), (per_label, None)):
-        for entry in shards:
+        for entry in manifest.shards:
             if sampler.done():
                 break
-            _scan(sampler, fs.join_path(output_dir, entry["path"]), compression,
-                  str(entry.get("split")), labels, first, limit)
+            _scan(sampler, fs.join_path(output_dir, entry.path), manifest.compression,
+                  str(entry.split), labels, first, limit)
     return [sheet for sheet in sampler.sheets.values() if sheet.thumbnails]
 
 

@@ -15,6 +15,7 @@ from typing import Any
 from apache_beam.io.filesystems import FileSystems
 
 from transforms import fs
+from transforms.format.manifest_format import Manifest
 from transforms.stats.document import STATS_NAME
 from transforms.stats.drift import DRIFT_NAME, describe
 
@@ -23,9 +24,9 @@ __all__ = ["MAX_FEATURE_LINES", "feature_lines", "drift_lines", "read_listed_jso
 MAX_FEATURE_LINES = 12
 
 
-def read_listed_json(output: str, manifest: Mapping[str, Any], name: str) -> Any:
+def read_listed_json(output: str, manifest: Manifest, name: str) -> Any:
     """The JSON side file `name` of a committed output, when its manifest lists it; else None."""
-    if name not in (manifest.get("files") or {}):
+    if manifest.side_file(name) is None:
         return None
     try:
         with FileSystems.open(fs.join_path(output, name)) as handle:
@@ -83,7 +84,7 @@ def drift_lines(drift: Mapping[str, Any]) -> list[str]:
     return lines
 
 
-def summary_lines(output: str, manifest: Mapping[str, Any]) -> list[str]:
+def summary_lines(output: str, manifest: Manifest) -> list[str]:
     """The statistics and drift lines of the run summary."""
     lines = []
     stats = read_listed_json(output, manifest, STATS_NAME)

@@ -165,22 +165,15 @@ class SequenceSpec:
         return cls(**dict(data))
 
     def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"group_by": list(self.group_by)}
-        if self.order_by is not None:
-            out["order_by"] = self.order_by
-        out["context"] = list(self.context)
-        if self.feature_lists is not None:
-            out["feature_lists"] = list(self.feature_lists)
-        out["context_mismatch"] = self.context_mismatch
-        if self.max_length is not None:
-            out["max_length"] = self.max_length
-            out["overflow"] = self.overflow
-        if self.chunk_feature != DEFAULT_CHUNK_FEATURE:
-            out["chunk_feature"] = self.chunk_feature
-        out["max_group_rows"] = self.max_group_rows
-        if self.bucket_bytes != DEFAULT_BUCKET_BYTES:
-            out["bucket_bytes"] = self.bucket_bytes
-        return out
+        out = {"group_by": list(self.group_by), "order_by": self.order_by,
+               "context": list(self.context),
+               "feature_lists": None if self.feature_lists is None else list(self.feature_lists),
+               "context_mismatch": self.context_mismatch, "max_length": self.max_length,
+               "overflow": None if self.max_length is None else self.overflow,
+               "chunk_feature": None if self.chunk_feature == DEFAULT_CHUNK_FEATURE else self.chunk_feature,
+               "max_group_rows": self.max_group_rows,
+               "bucket_bytes": None if self.bucket_bytes == DEFAULT_BUCKET_BYTES else self.bucket_bytes}
+        return {key: value for key, value in out.items() if value is not None}
 
     def feature_spec(self, features: Sequence[Any], version: int) -> dict[str, Any]:
         """`feature_spec.json` for SequenceExamples:
@@ -203,9 +196,8 @@ class SequenceSpec:
         sequence = {}
         for name in self.feature_list_names(list(by_name)):
             entry = by_name[name].to_feature_spec()
-            if entry["kind"] == "fixed":
-                sequence[name] = {"dtype": entry["dtype"], "kind": "fixed_len_sequence", "shape": []}
-            else:
-                sequence[name] = {"dtype": entry["dtype"], "kind": "var_len", "default": None}
+            fixed = entry["kind"] == "fixed"
+            sequence[name] = {"dtype": entry["dtype"], **({"kind": "fixed_len_sequence", "shape": []}
+                                                          if fixed else {"kind": "var_len", "default": None})}
         return {"version": version, "record": SEQUENCE_RECORD, "context": context,
                 "sequence": sequence}

@@ -1,31 +1,17 @@
 """The spec's `sequence:` section: rows grouped into tf.train.SequenceExamples (Beam-free).
 
-    features: [...]                 # as for Examples
-    sequence:
-      group_by: [user_id]           # one or more source columns; one sequence per key
-      order_by: ts                  # a scalar feature ordering the steps (ascending);
-                                    # ties: by source path, then row number
-      context: [user_id, country]   # features written once per sequence
-      feature_lists: [ts, item]     # features written once per step (default: every
-                                    # feature not in context)
-      context_mismatch: dead_letter # or `first`: a context feature that varies within a
-                                    # group dead-letters the group, or takes the first step's value
-      max_length: 100               # optional: at most this many steps per SequenceExample
-      overflow: split               # or `truncate`: longer groups become consecutive chunks
-                                    # (context feature `chunk_feature` holds the chunk index),
-                                    # or keep their first max_length steps
-      chunk_feature: sequence_chunk
-      max_group_rows: 1000000       # a larger group's rows are dead letters
-                                    # (`group_too_large`, with its size), never held beyond
-                                    # bucket_bytes
-      bucket_bytes: 134217728       # rows are shuffled in buckets of groups: a worker holds
-                                    # at most this many bytes of a bucket's rows at once
-                                    # (plus one group); the plan sizes buckets to half of it
+Its keys (README, "Sequences"): `group_by` (one sequence per key), `order_by` (a scalar
+feature ordering the steps, ascending; ties by source path, then row number), `context`
+(features written once per sequence), `feature_lists` (written once per step; default: every
+feature not in context), `context_mismatch` (`dead_letter` the group, or take the `first`
+step's value), `max_length` with `overflow` (`split` into chunks whose index is the context
+feature `chunk_feature`, or `truncate`), `max_group_rows` (a larger group's rows are
+`group_too_large` dead letters, never held beyond `bucket_bytes`) and `bucket_bytes` (a
+worker holds at most this many bytes of a bucket's rows at once, plus one group).
 
 Rows dropped by `truncate` are dead letters (`sequence_truncated`), so every input row is
 either in a written SequenceExample or a dead letter. `SequenceSpec.feature_spec` gives the
-`feature_spec.json` of such an output: `tf.io.parse_sequence_example`'s context and
-sequence feature specs.
+`feature_spec.json` of such an output.
 """
 
 from __future__ import annotations

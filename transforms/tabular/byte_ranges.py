@@ -1,35 +1,30 @@
 """Where a CSV/TSV or JSON Lines file's records start, exactly with quoted newlines: the
-counting behind the one formulation of a text file's cut (`transforms.tabular.range_cuts`,
-wherever it runs: the launcher's threads, the workers' tasks, a Beam step). The file is cut
-at fixed targets; each range, from the byte after an LF, is counted in both states that LF
-can leave (`count_range`): it ended a record outside quotes, or it lay inside a quoted field;
-the chain of the counts from the file's start says which state is true, hence where each
-range's first record starts, with the data rows and lines before it. The CSV reader cuts
-its blocks where their last record ends the same way (`last_record_end`), and finds a file
-ending inside a quoted field from its last block (`open_quote_start`).
+counting behind a text file's cut (`transforms.tabular.range_cuts`) and the CSV reader's
+blocks. A range, from the byte after an LF, is counted in both states that LF can leave
+(`count_range`): it ended a record outside quotes, or it lay inside a quoted field; the chain
+of the counts from the file's start says which is true. The CSV reader cuts its blocks where
+their last record ends (`last_record_end`) and finds a file ending inside a quoted field
+(`open_quote_start`).
 
 The contract is that of Beam's splittable text source: the range [start, end) holds the
-records that start in it, so cutting at record starts reads every record exactly once. A
-boundary is always the byte after a newline (LF) that ends a record; with the counts before
-it a range's reader numbers its rows and lines as the whole file would (dead letters keep
-their true `row` and `line`).
+records that start in it. A boundary is always the byte after an LF that ends a record; with
+the counts before it a range's reader numbers its rows and lines as the whole file would
+(dead letters keep their true `row` and `line`).
 
 CSV quoting follows Arrow's CSV parser, which the reader uses: a quote opens a quoted field
-only at the start of a field (after a delimiter or a line end, or at the file start); inside
-one a doubled quote is a quote and a single one closes it, after which the field goes on
-unquoted; anywhere else a quote is an ordinary byte. The count runs sequentially over a
-range, but vectorised over runs of consecutive quotes. A run of k quotes (k odd) toggles the
-state when inside a quoted field or at a field start, and closes (or leaves unquoted)
-elsewhere; even runs change nothing. The state after each run is then a cumulative sum since
-the last "close". Blocks with no blank line and no carriage return take shorter paths:
-without a quote, plain `bytes` searches; where every odd quote run at an even position opens
-a field and no line end lies between it and the next (quoted fields without line ends, most
-CSV files), the line ends alone (2.5x faster than the general path).
+only at a field start (after a delimiter, a line end, or at the file start); inside one a
+doubled quote is a quote and a single one closes it, after which the field goes on unquoted;
+anywhere else a quote is an ordinary byte. The count is vectorised over runs of consecutive
+quotes: a run of k quotes (k odd) toggles the state inside a quoted field or at a field
+start, and closes elsewhere; even runs change nothing; the state after each run is a
+cumulative sum since the last close. Blocks with no blank line and no CR take shorter paths:
+without a quote, plain `bytes` searches; where quoted fields hold no line end (most CSV
+files), the line ends alone (2.5x faster than the general path).
 
-Records as the readers count them: CSV rows are the records that are not empty lines
-(Arrow's `ignore_empty_lines`; LF, CRLF and a lone CR end a line), minus the header; JSON
-Lines rows are the lines holding more than whitespace. Beam-free and format-agnostic: the
-caller says the bytes (`TextDialect`), valid for UTF-8 and ASCII-compatible single-byte text.
+Records as the readers count them: CSV rows are the non-empty records (Arrow's
+`ignore_empty_lines`; LF, CRLF and a lone CR end a line) minus the header; JSON Lines rows
+are the lines holding more than whitespace. Valid for UTF-8 and ASCII-compatible single-byte
+text (`TextDialect`).
 """
 
 from __future__ import annotations
@@ -77,12 +72,6 @@ class TextDialect:
     header: bool = False
     bom: bool = False
 
-    def __post_init__(self):
-        if self.kind not in ("csv", "jsonl"):
-            raise ValueError(f"unknown text kind {self.kind!r}")
-        if self.kind == "csv" and self.delimiter is None:
-            raise ValueError("a CSV dialect needs a delimiter byte")
-
 
 @dataclasses.dataclass(frozen=True)
 class Boundary:
@@ -101,7 +90,7 @@ class Boundary:
 
 @dataclasses.dataclass(frozen=True)
 class Scan:
-    """A file's cut (`cuts_of`).
+    """A file's cut (`range_cuts.cuts_of`).
 
     Attributes:
       size: the file's size.
@@ -174,6 +163,9 @@ class _Scanner:
     def state(self) -> tuple:
         """What decides how the scanner reads the bytes to come (its counts aside)."""
         return self.quoted, self.prev_byte, self.record_start, self.pending_content
+
+    def counted(self) -> RangeCount:
+        return RangeCount(self.records, self.lines, self.quoted, self.first_start, tuple(self.paths))
 
     def feed(self, data: bytes, base: int) -> None:
         if base == 0 and self.dialect.bom and data.startswith(_BOM):
@@ -251,13 +243,8 @@ class _Scanner:
         lf = np.flatnonzero(arr == _LF)
         if not self._lines_are_records(data, base, lf):
             return False
-        quotes = np.flatnonzero(arr == d.quote)
-        new_run = np.empty(len(quotes), bool)
-        new_run[:1] = True
-        new_run[1:] = np.diff(quotes) != 1
-        first_of_run = np.flatnonzero(new_run)
-        odd = (np.diff(first_of_run, append=len(quotes)) & 1).astype(bool)
-        odd_runs = quotes[first_of_run[odd]]
+        run_start, odd = _quote_runs(arr, d.quote)
+        odd_runs = run_start[odd]
         if len(odd_runs) % 2:
             return False
         opens = odd_runs[0::2]  # each closed by the odd run after it
@@ -335,15 +322,9 @@ class _Scanner:
         advances `quoted` to the block's end."""
         d = self.dialect
         initial = self.quoted
-        quotes = np.flatnonzero(arr == d.quote)
-        if not len(quotes):
+        run_start, odd = _quote_runs(arr, d.quote)
+        if not len(run_start):
             return np.full(len(positions), initial)
-        opens = np.empty(len(quotes), bool)
-        opens[0] = True
-        opens[1:] = np.diff(quotes) != 1
-        first_of_run = np.flatnonzero(opens)
-        run_start = quotes[first_of_run]
-        odd = (np.diff(np.append(first_of_run, len(quotes))) & 1).astype(bool)
         before = arr[np.maximum(run_start - 1, 0)]
         field_start = (before == d.delimiter) | (before == _LF) | (before == _CR)
         at_zero = run_start == 0
@@ -365,6 +346,16 @@ class _Scanner:
         self.quoted = bool(state[-1])
         run = np.searchsorted(run_start, positions, side="right") - 1
         return np.where(run >= 0, state[np.maximum(run, 0)], initial)
+
+
+def _quote_runs(arr: np.ndarray, quote: int) -> tuple[np.ndarray, np.ndarray]:
+    """(where each run of consecutive quotes starts, whether its length is odd)."""
+    quotes = np.flatnonzero(arr == quote)
+    new_run = np.empty(len(quotes), bool)
+    new_run[:1] = True
+    new_run[1:] = np.diff(quotes) != 1
+    first_of_run = np.flatnonzero(new_run)
+    return quotes[first_of_run], (np.diff(first_of_run, append=len(quotes)) & 1).astype(bool)
 
 
 def _quote_free_cut(data: bytes, quote: int | None) -> int:
@@ -443,17 +434,14 @@ def count_range(read: Callable[[int], bytes], start: int, dialect: TextDialect,
             inside.feed(data, base)
             if inside.state() == outside.state() and inside.first_start is not None:
                 joined = (outside.records, outside.lines), (inside.records, inside.lines)
-    counted = RangeCount(outside.records, outside.lines, outside.quoted, outside.first_start,
-                         tuple(outside.paths))
     if inside is None:
-        return counted, None
+        return outside.counted(), None
     if joined is None:
-        return counted, RangeCount(inside.records, inside.lines, inside.quoted, inside.first_start,
-                                   tuple(inside.paths))
+        return outside.counted(), inside.counted()
     (records_at, lines_at), (inside_records, inside_lines) = joined
-    return counted, RangeCount(inside_records + outside.records - records_at,
-                               inside_lines + outside.lines - lines_at, outside.quoted,
-                               inside.first_start, tuple(inside.paths))
+    return outside.counted(), RangeCount(inside_records + outside.records - records_at,
+                                         inside_lines + outside.lines - lines_at, outside.quoted,
+                                         inside.first_start, tuple(inside.paths))
 
 
 #: The tails of a block whose two readings may find where the block's last record ends, in
@@ -469,10 +457,6 @@ def last_record_end(data: bytes, dialect: TextDialect) -> int:
     readings agree at its end (a quoted field closing: almost always, within a line or
     two); otherwise from the block's start, in its one known state."""
     end = _quote_free_cut(data, dialect.quote)
-    last = data.rfind(b"\n", 0, end)
-    line = data.rfind(b"\n", 0, last) + 1  # the block's last whole line, after an LF
-    if 0 < line and last - line <= _LINE_BYTES and _last_line_ends_a_record(data, line, last, dialect):
-        return last + 1
     for tail_bytes in _TAIL_BYTES:
         tail = data.find(b"\n", max(end - tail_bytes, 0), end) + 1
         if not 0 < tail < end:
@@ -487,35 +471,6 @@ def last_record_end(data: bytes, dialect: TextDialect) -> int:
     if end:
         scanner.feed(data[:end], 0)
     return scanner.record_start
-
-
-#: The longest last line a block's cut is checked on byte by byte (shorter than numpy's setup).
-_LINE_BYTES = 512
-
-
-def _last_line_ends_a_record(data: bytes, start: int, lf: int, dialect: TextDialect) -> bool:
-    """Whether the LF at `lf` ends a record, known from the bytes since `start` (just after an
-    LF) alone: read byte by byte, as `_Scanner` reads them, in both states that LF can leave
-    (a record start, inside a quoted field), the two readings meet before `lf`."""
-    quote, delimiter = dialect.quote, dialect.delimiter
-
-    def step(state: str, byte: int) -> str:  # start, field, quoted, or closing (a quote in it)
-        if state == "quoted":
-            return "closing" if byte == quote else "quoted"
-        if state == "closing" and byte == quote:
-            return "quoted"  # a doubled quote is a quote
-        if byte == delimiter or byte == _LF or byte == _CR:
-            return "start"
-        return "quoted" if byte == quote and state == "start" else "field"
-
-    outside, inside = "start", "quoted"
-    for at in range(start, lf):
-        outside, inside = step(outside, data[at]), step(inside, data[at])
-        if outside == inside:
-            for byte in data[at + 1:lf]:
-                outside = step(outside, byte)
-            return outside != "quoted"
-    return False
 
 
 def open_quote_start(data: bytes, dialect: TextDialect) -> int | None:

@@ -44,11 +44,7 @@ __all__ = [
 
 
 KEY_SEPARATOR = b"\x1f"  # ASCII unit separator: joins split-key values
-
-
 MIN_BLOCK = 1 << 16
-
-
 MAX_BLOCK = 64 << 20
 
 

@@ -1,13 +1,10 @@
 """Vectorised conversion of whole Arrow columns to feature values (Beam-free).
 
-The rules are those of `tabular_values` (the per-value definition). Each function here
-decides the common case for all rows at once with `pyarrow.compute` / numpy, and hands
-only the rows its fast path cannot decide (a "+5", a "true", an overflow, garbage) to the
-per-value functions, so one bad row never costs the batch its fast path.
-
-Every function returns a `FeatureColumn`: an Arrow array of the feature's target type
-(int64, float32 or binary, or a list of those) in which a null is a missing value, and
-the errors of the rows that failed (those rows' values are meaningless and are dropped).
+The rules are those of `values` (the per-value definition): each function decides the common
+case for all rows at once with `pyarrow.compute` / numpy and hands only the rows its fast path
+cannot decide (a "+5", a "true", an overflow, garbage) to the per-value functions, so one bad
+row never costs the batch its fast path. Every function returns a `FeatureColumn`: an Arrow
+array of the feature's target type (a null is a missing value) and the failed rows' errors.
 """
 
 from __future__ import annotations
@@ -350,8 +347,6 @@ def _typed_bytes(feature: FeatureSpec, arr: pa.Array, ok: np.ndarray, errors) ->
                                              f"UTF-8")
                         ok[i] = False
         return values
-    if pa.types.is_integer(t) or pa.types.is_boolean(t):
-        return pc.cast(pc.cast(arr, pa.string()), pa.binary())
     if pa.types.is_floating(t):
         # float16/float32 values as numpy scalars of their own precision, whose shortest text
         # canonical_text writes (float32 0.1 is "0.1", as in a CSV cell, not 0.10000000149011612).
@@ -359,17 +354,15 @@ def _typed_bytes(feature: FeatureSpec, arr: pa.Array, ok: np.ndarray, errors) ->
         texts = [canonical_text(v).encode("utf-8") if valid else None
                  for v, valid in zip(numbers, _valid(arr).tolist(), strict=True)]
         return pa.array(texts, type=pa.binary())
-    if is_temporal(t):
-        writable = arrow_writable(arr)
-        if not writable.all():
-            _unwritable_dates(feature, arr, ok & ~writable, errors)
-            ok &= writable
-            # Kept from the cast: it would write them wrong, or raise.
-            arr = pc.if_else(pa.array(writable), arr, pa.scalar(None, t))
-        return pc.cast(pc.cast(arr, pa.string()), pa.binary())
-    if pa.types.is_temporal(t) or pa.types.is_decimal(t):
-        return pc.cast(pc.cast(arr, pa.string()), pa.binary())
-    return None
+    if is_temporal(t) and not (writable := arrow_writable(arr)).all():
+        _unwritable_dates(feature, arr, ok & ~writable, errors)
+        ok &= writable
+        # Kept from the cast: it would write them wrong, or raise.
+        arr = pc.if_else(pa.array(writable), arr, pa.scalar(None, t))
+    if not (pa.types.is_integer(t) or pa.types.is_boolean(t) or pa.types.is_temporal(t)
+            or pa.types.is_decimal(t)):
+        return None
+    return pc.cast(pc.cast(arr, pa.string()), pa.binary())
 
 
 def _unwritable_dates(feature: FeatureSpec, arr: pa.Array, rows: np.ndarray, errors) -> None:
@@ -537,9 +530,8 @@ def key_text_array(arr: pa.Array | None, num_rows: int, *, text: bool) -> pa.Arr
     if pa.types.is_dictionary(arr.type):
         arr = arr.dictionary_decode()
     t = arr.type
-    if text or pa.types.is_string(t) or pa.types.is_large_string(t):
-        out = pc.cast(arr, pa.binary())
-    elif pa.types.is_binary(t) or pa.types.is_large_binary(t):
+    if (text or pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_binary(t)
+            or pa.types.is_large_binary(t)):
         out = pc.cast(arr, pa.binary())
     elif pa.types.is_integer(t) or pa.types.is_boolean(t):
         out = pc.cast(pc.cast(arr, pa.string()), pa.binary())

@@ -1,19 +1,16 @@
 """Reading CSV/TSV work units in chunks: `csv_chunks`.
 
-The unit's text is read in blocks cut where a record ends (`byte_ranges.last_record_end`:
-exact with quoted newlines), each parsed whole by Arrow's CSV reader (quotes, escaped
-quotes, quoted newlines) into string columns; the value rules then apply to whole columns.
-No thread reads ahead: a converter holds one block, and closing the reader early (a sample)
-leaves nothing running. A record longer than a block makes the block grow until it holds
-it. Bytes are decoded with the spec's `csv.encoding`: valid UTF-8 passes through undecoded;
-bytes invalid in the encoding are carried as private-use escapes
-(`transforms.tabular.values.ESCAPE_BASE`) so that only the rows holding them become
-`invalid_encoding` dead letters. A ragged row (a field count other than the header's) is a
-`Failure` of its own. A file ending inside a quoted field (`byte_ranges.open_quote_start` on
-its last block) has every line from the one the quote opened on to the end as an
-`unterminated_quote` dead letter, one per line, so the counts still cover every row. A unit
-may be a byte range of a file cut at record boundaries (`transforms.tabular.split_units`): it
-reads its column names from the file's header."""
+The unit's text is read in blocks cut where a record ends (`byte_ranges.last_record_end`,
+exact with quoted newlines), each parsed whole by Arrow's CSV reader into string columns (all
+columns are strings, so every conversion error is ours, row by row; an empty unquoted cell is
+null, a quoted "" the empty string). No thread reads ahead. A record longer than a block makes
+the block grow until it holds it. Valid UTF-8 passes through undecoded; bytes invalid in the
+spec's `csv.encoding` are carried as private-use escapes (`values.ESCAPE_BASE`), so only the
+rows holding them become `invalid_encoding` dead letters. A ragged row (a field count other
+than the header's) is a `Failure` of its own; blank lines are no rows. A file ending inside a
+quoted field has every line from the one the quote opened on as an `unterminated_quote` dead
+letter. A byte-range unit reads its column names from the file's header.
+"""
 
 from __future__ import annotations
 

@@ -1,23 +1,12 @@
 """Type inference from a sample, spec resolution, and the --dry-run output estimate.
 
-Inference reads the first `sample_rows` rows (default 10000) of the first work units and
-gives every column the narrowest type that holds all its sampled values, along
-int64 -> float -> bytes as TFX does:
-
-* CSV/TSV: from the text. Integers in the int64 range and true/false (any case, as 1/0)
-  are int64; other numbers (and nan/inf) are float; anything else is string. Cells that are
-  the csv `missing_values` (`NA`, `NULL`, ...: `spec.DEFAULT_MISSING_VALUES`, written to the
-  inferred spec) are left out, so a number column holding them is numeric. Columns are
-  never inferred as lists or required.
-* JSON Lines: bool and int are int64, float (or an int beyond int64) is float, str is
-  string; a column holding arrays (in any row) is a list of the widest element type.
-  Columns holding objects or nested arrays are skipped (logged).
-* Parquet: from the schema: ints/bools -> int64, floats/decimals -> float,
-  strings/dates/times -> string, binary -> bytes, lists of those -> lists.
-
-Every inferred scalar is `missing: mask` (see `FeatureSpec.missing`), written in spec.yaml.
-
-Beam-free apart from FileSystems.
+Inference reads the first `sample_rows` rows of the first work units and gives every column
+the narrowest type that holds all its sampled values, along int64 -> float -> bytes as TFX
+does: CSV/TSV from the text (by the value rules of `values`; integers beyond int64 are
+string, and cells that are the csv `missing_values` are left out), JSON Lines from the
+parsed values (a column holding arrays is a list of the widest element type; objects or
+nested arrays are skipped, logged), Parquet from the schema. Every inferred scalar is
+`missing: mask` (see `FeatureSpec.missing`). Beam-free apart from FileSystems.
 """
 
 from __future__ import annotations
@@ -121,20 +110,20 @@ def _python_type(value: Any) -> str | None:
     return None
 
 
+#: The feature type of Arrow types, the first whose test holds.
+_ARROW_TYPES = (
+    ("int64", (pa.types.is_integer, pa.types.is_boolean)),
+    ("float", (pa.types.is_floating, pa.types.is_decimal)),
+    ("string", (pa.types.is_string, pa.types.is_large_string, pa.types.is_string_view,
+                pa.types.is_temporal, pa.types.is_null)),
+    ("bytes", (pa.types.is_binary, pa.types.is_large_binary, pa.types.is_binary_view,
+               pa.types.is_fixed_size_binary)),
+)
+
+
 def _arrow_type(t: pa.DataType) -> str | None:
-    if pa.types.is_dictionary(t):
-        t = t.value_type
-    if pa.types.is_integer(t) or pa.types.is_boolean(t):
-        return "int64"
-    if pa.types.is_floating(t) or pa.types.is_decimal(t):
-        return "float"
-    if (pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t)
-            or pa.types.is_temporal(t) or pa.types.is_null(t)):
-        return "string"
-    if (pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_binary_view(t)
-            or pa.types.is_fixed_size_binary(t)):
-        return "bytes"
-    return None
+    t = t.value_type if pa.types.is_dictionary(t) else t
+    return next((kind for kind, tests in _ARROW_TYPES if any(test(t) for test in tests)), None)
 
 
 class _Sample:
@@ -200,10 +189,6 @@ def _csv_for(fmt: str, csv: CsvOptions) -> CsvOptions:
     return dataclasses.replace(csv, delimiter="\t") if fmt == "tsv" and csv.delimiter is None else csv
 
 
-def _reading_spec(csv: CsvOptions | None) -> ConversionSpec:
-    return ConversionSpec(features=(), include_unlisted=True, csv=csv or CsvOptions())
-
-
 def _sample(units: Sequence[WorkUnit], fmt: str, csv: CsvOptions | None,
             sample_rows: int) -> _Sample:
     if fmt not in TABULAR_FORMATS:
@@ -235,17 +220,10 @@ def _warn_unreadable(sample: _Sample) -> None:
         _LOG.warning("not sampling: %s", reason)
 
 
-def _nothing_readable(sample: _Sample) -> str:
-    """The error of an input no file of which could be sampled: the first file's cause (the
-    rows sampled are 0 then, which is not what is wrong)."""
-    more = len(sample.unreadable) - 1
-    return sample.unreadable[0] + (f" (and {more} more unreadable files)" if more else "")
-
-
 def _sample_unit(sample: _Sample, unit: WorkUnit, fmt: str, csv: CsvOptions | None,
                  sample_rows: int) -> None:
     if fmt in ("csv", "tsv"):
-        spec = _reading_spec(csv)
+        spec = ConversionSpec(features=(), include_unlisted=True, csv=csv or CsvOptions())
         # Closed on leaving, not whenever the garbage collector gets to it: the file with it.
         with closing(read_chunks(unit, fmt, spec, min(sample_rows, 65536))) as chunks:
             for chunk in chunks:
@@ -313,7 +291,9 @@ def infer_spec(units: Sequence[WorkUnit], fmt: str, *, csv: CsvOptions | None = 
     csv = _csv_for(fmt, csv or CsvOptions())
     sample = _sample(units, fmt, csv, sample_rows)
     if sample.unreadable and not sample.columns:
-        raise SpecError(_nothing_readable(sample))
+        # The first file's cause: that 0 rows were sampled is not what is wrong.
+        more = len(sample.unreadable) - 1
+        raise SpecError(sample.unreadable[0] + (f" (and {more} more unreadable files)" if more else ""))
     _warn_unreadable(sample)
     features = _features(sample)
     if not features and units and not sample.rows and not sample.unreadable:

@@ -6,29 +6,20 @@ and range count only) into raw ranges (`split_units.split_text_units`). Range k 
 its candidate start, the byte after the first LF at or after target k - 1, to the next
 range's (`scan_range`), and counted in both quote states its start can be in
 (`byte_ranges.count_range`); the chain of counts (`cuts_of`) then makes the raw ranges exact
-byte ranges starting at the first record start at or after each target. So the cut depends
-on the file's bytes and the targets alone: on the launcher's threads before the run
-(`cut_now`: the local runner), as tasks of a Dask cluster before the run (`cut_now` too), or
-as the graph's first step on runners whose workers read the files:
-
-    work units -> ScanRanges: each raw range counts its own bytes, in parallel, in both
-                  states its candidate record start can be in (`scan_range`)
-               -> PlaceRanges: each unit, with every range's counts as a side input,
-                  chains its file's states from the file's start (`cuts_of`)
-                  and becomes [record start, next record start) with its row and line
-                  offsets, as if the launcher had scanned the file
+ranges starting at the first record start at or after each target. So the cut depends on
+the file's bytes and the targets alone: run on the launcher's threads or as Dask tasks
+before the run (`cut_now`), or as the graph's first steps on runners whose workers read the
+files (`CutRangesInWorkers`: ScanRanges counts each raw range in parallel; PlaceRanges, with
+every range's counts as a side input, one small record per range, chains its file's states
+and makes each unit [record start, next record start) with its row and line offsets).
 
 A range in which no record starts (one record spans it) joins the one before: the raw range
-yields no unit. A file that ends inside a
-quoted field, or that could not be read, becomes one unit (its first range's index) that
-the converter reads whole, as on the launcher (a warning names it). Units that are not raw
-ranges pass unchanged. The side input is one small record per raw range, never data.
-
-`CutRangesInWorkers.cut_now` is the same cut run before the pipeline, its scans mapped over
-the raw ranges by the caller, for runners that can run them as tasks and whose side inputs
-cost more (Beam 2.77's DaskRunner computes a side input inside each task that reads it:
-the task leaves its thread while waiting, so every conversion task of the run starts at
-once and stays on the worker it started on, whatever their balance).
+yields no unit. A file that ends inside a quoted field, or that could not be read, becomes
+one unit (its first range's index) that the converter reads whole (a warning names it).
+Units that are not raw ranges pass unchanged. `cut_now` exists for runners whose side inputs
+cost more (Beam 2.77's DaskRunner computes a side input inside each task that reads it: the
+task leaves its thread while waiting, so every conversion task of the run starts at once and
+stays on the worker it started on, whatever their balance).
 """
 
 from __future__ import annotations
@@ -130,18 +121,13 @@ def cuts_of(scans: Sequence[RangeScan], size: int, dialect: TextDialect
     sequential reading of the file finds it), and where they found none it joins the range
     before. `scans` must be every range of the file, in any order.
     """
-    ordered = sorted(scans, key=lambda scan: scan.range)
-    if [scan.range for scan in ordered] != list(range(len(ordered))):
-        raise ValueError(f"ranges {[scan.range for scan in ordered]} are not 0..{len(ordered) - 1}")
     header = 1 if dialect.kind == "csv" and dialect.header else 0
     records = lines = 0
     quoted = False
     boundaries: list[Boundary] = []
     owners: dict[int, int] = {}
-    for scan in ordered:
+    for scan in sorted(scans, key=lambda scan: scan.range):
         counted = scan.inside if quoted else scan.outside
-        if counted is None:
-            raise ValueError(f"range {scan.range} was not counted inside a quoted field")
         if scan.range:
             found = (scan.start, 0, 0) if not quoted and records >= header else counted.first_start
             if found is not None and found[0] < min(scan.end, size):  # else the next range's
@@ -242,19 +228,6 @@ def _placed_unit(unit: WorkUnit, placements: _Placements) -> WorkUnit | None:
     return dataclasses.replace(unit, start=start, end=end, extra={**kept, **extra})
 
 
-class _ScanRange(beam.DoFn):
-    """A raw range -> (path, its range index, its `RangeScan`, or why the file could not be
-    read)."""
-
-    def __init__(self, dialect: TextDialect):
-        self._dialect = dialect
-
-    def process(self, unit: WorkUnit) -> Iterator[_Scanned]:
-        scanned = _scan_unit(unit, self._dialect)
-        if scanned is not None:
-            yield scanned
-
-
 class _PlaceRange(beam.DoFn):
     """A raw range -> its exact byte range (or nothing, when it joins the range before);
     other units as they are. Takes every range's scan as a side input."""
@@ -284,7 +257,8 @@ class CutRangesInWorkers(beam.PTransform):
         self._dialect = dialect
 
     def expand(self, units):
-        scans = units | "ScanRanges" >> beam.ParDo(_ScanRange(self._dialect))
+        scans = units | "ScanRanges" >> beam.FlatMap(
+            lambda unit, dialect: filter(None, [_scan_unit(unit, dialect)]), self._dialect)
         return units | "PlaceRanges" >> beam.ParDo(_PlaceRange(self._dialect),
                                                    beam.pvalue.AsList(scans))
 

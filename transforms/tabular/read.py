@@ -1,25 +1,10 @@
 """Reading a tabular work unit in columnar chunks: `read_chunks` dispatches to the reader of
-the format family (`csv_reader`, `json_reader`, `parquet_reader`).
-
-A reader yields `Chunk`s (`transforms.tabular.chunks`): the parsed rows of a few tens of
-thousands of input rows, as columns (Arrow arrays, or Python values for JSON lines that Arrow
-cannot read), plus the rows that failed while reading (ragged CSV rows, invalid JSON lines)
-as `Failure`s. Every file is opened through Beam's `FileSystems` (gs:// and the other Beam
-filesystems work); `.gz` inputs are decompressed transparently (with `isal` when installed).
-A CSV or JSON Lines unit may be a byte range of a file (`split_units`): its readers number its
-rows (and lines) from its start, and `read_chunks` adds the rows and lines of the file before
-it (`extra["row_offset"]`, `extra["line_offset"]`), so they keep their numbers within the
-whole file.
-
-CSV specifics:
-* All columns are read as strings, so that every conversion error is ours, row by row.
-  An empty unquoted cell is missing (null); a quoted "" is the empty string.
-* Valid UTF-8 passes through to pyarrow undecoded; bytes invalid in the spec's encoding are
-  carried as private-use code points (see `transforms.tabular.values.unescape`), so a row
-  with bad bytes becomes an `invalid_encoding` dead letter, not a crash.
-* Rows with the wrong number of fields are skipped by pyarrow's invalid_row_handler and
-  become `ragged_row` failures; pyarrow reports their position, from which the 1-based
-  data row number of every row is recomputed. Blank lines are not rows.
+the format (`csv_reader`, `json_reader`, `parquet_reader`), each yielding `Chunk`s
+(`transforms.tabular.chunks`): the parsed rows of a few tens of thousands of input rows as
+columns, plus the rows that failed while reading as `Failure`s. Files are opened through
+Beam's `FileSystems`; `.gz` inputs are decompressed. A CSV or JSON Lines unit may be a byte
+range of a file (`split_units`): its reader numbers rows (and lines) from its start, and
+`read_chunks` adds those of the file before it (`extra["row_offset"]`, `["line_offset"]`).
 """
 
 from __future__ import annotations

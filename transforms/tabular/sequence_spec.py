@@ -1,31 +1,17 @@
 """The spec's `sequence:` section: rows grouped into tf.train.SequenceExamples (Beam-free).
 
-    features: [...]                 # as for Examples
-    sequence:
-      group_by: [user_id]           # one or more source columns; one sequence per key
-      order_by: ts                  # a scalar feature ordering the steps (ascending);
-                                    # ties: by source path, then row number
-      context: [user_id, country]   # features written once per sequence
-      feature_lists: [ts, item]     # features written once per step (default: every
-                                    # feature not in context)
-      context_mismatch: dead_letter # or `first`: a context feature that varies within a
-                                    # group dead-letters the group, or takes the first step's value
-      max_length: 100               # optional: at most this many steps per SequenceExample
-      overflow: split               # or `truncate`: longer groups become consecutive chunks
-                                    # (context feature `chunk_feature` holds the chunk index),
-                                    # or keep their first max_length steps
-      chunk_feature: sequence_chunk
-      max_group_rows: 1000000       # a larger group's rows are dead letters
-                                    # (`group_too_large`, with its size), never held beyond
-                                    # bucket_bytes
-      bucket_bytes: 134217728       # rows are shuffled in buckets of groups: a worker holds
-                                    # at most this many bytes of a bucket's rows at once
-                                    # (plus one group); the plan sizes buckets to half of it
+Its keys (README, "Sequences"): `group_by` (one sequence per key), `order_by` (a scalar
+feature ordering the steps, ascending; ties by source path, then row number), `context`
+(features written once per sequence), `feature_lists` (written once per step; default: every
+feature not in context), `context_mismatch` (`dead_letter` the group, or take the `first`
+step's value), `max_length` with `overflow` (`split` into chunks whose index is the context
+feature `chunk_feature`, or `truncate`), `max_group_rows` (a larger group's rows are
+`group_too_large` dead letters, never held beyond `bucket_bytes`) and `bucket_bytes` (a
+worker holds at most this many bytes of a bucket's rows at once, plus one group).
 
 Rows dropped by `truncate` are dead letters (`sequence_truncated`), so every input row is
 either in a written SequenceExample or a dead letter. `SequenceSpec.feature_spec` gives the
-`feature_spec.json` of such an output: `tf.io.parse_sequence_example`'s context and
-sequence feature specs.
+`feature_spec.json` of such an output.
 """
 
 from __future__ import annotations
@@ -165,22 +151,15 @@ class SequenceSpec:
         return cls(**dict(data))
 
     def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"group_by": list(self.group_by)}
-        if self.order_by is not None:
-            out["order_by"] = self.order_by
-        out["context"] = list(self.context)
-        if self.feature_lists is not None:
-            out["feature_lists"] = list(self.feature_lists)
-        out["context_mismatch"] = self.context_mismatch
-        if self.max_length is not None:
-            out["max_length"] = self.max_length
-            out["overflow"] = self.overflow
-        if self.chunk_feature != DEFAULT_CHUNK_FEATURE:
-            out["chunk_feature"] = self.chunk_feature
-        out["max_group_rows"] = self.max_group_rows
-        if self.bucket_bytes != DEFAULT_BUCKET_BYTES:
-            out["bucket_bytes"] = self.bucket_bytes
-        return out
+        out = {"group_by": list(self.group_by), "order_by": self.order_by,
+               "context": list(self.context),
+               "feature_lists": None if self.feature_lists is None else list(self.feature_lists),
+               "context_mismatch": self.context_mismatch, "max_length": self.max_length,
+               "overflow": None if self.max_length is None else self.overflow,
+               "chunk_feature": None if self.chunk_feature == DEFAULT_CHUNK_FEATURE else self.chunk_feature,
+               "max_group_rows": self.max_group_rows,
+               "bucket_bytes": None if self.bucket_bytes == DEFAULT_BUCKET_BYTES else self.bucket_bytes}
+        return {key: value for key, value in out.items() if value is not None}
 
     def feature_spec(self, features: Sequence[Any], version: int) -> dict[str, Any]:
         """`feature_spec.json` for SequenceExamples:
@@ -203,9 +182,8 @@ class SequenceSpec:
         sequence = {}
         for name in self.feature_list_names(list(by_name)):
             entry = by_name[name].to_feature_spec()
-            if entry["kind"] == "fixed":
-                sequence[name] = {"dtype": entry["dtype"], "kind": "fixed_len_sequence", "shape": []}
-            else:
-                sequence[name] = {"dtype": entry["dtype"], "kind": "var_len", "default": None}
+            fixed = entry["kind"] == "fixed"
+            sequence[name] = {"dtype": entry["dtype"], **({"kind": "fixed_len_sequence", "shape": []}
+                                                          if fixed else {"kind": "var_len", "default": None})}
         return {"version": version, "record": SEQUENCE_RECORD, "context": context,
                 "sequence": sequence}

@@ -1,29 +1,12 @@
 """The conversion spec: which columns become which Example features, and how.
 
-A spec is YAML of a fixed shape (see the README, "The conversion spec"), for example:
-
-    features:
-      - name: id
-        type: int64
-        required: true
-      - name: score
-        column: score_raw
-        type: float
-        nan: reject
-      - name: tags
-        type: string
-        list: true
-        separator: "|"
-    include_unlisted: false
-    splits: {train: 80, validation: 10, test: 10}
-    split_key: [id]
-    csv: {delimiter: ",", quotechar: "\\"", header: true, encoding: utf-8, missing_values: [NA]}
-    max_bytes_length: 10485760
-
-`load_spec` reads one (from a path on any Beam filesystem, or from YAML text), `to_yaml`
-writes it back, and `ConversionSpec.to_feature_spec` describes the output for consumers
-(`DIR/feature_spec.json`, which the README turns into a `tf.io.parse_example` spec).
-Every validation error is a `SpecError` naming the offending key and feature.
+A spec is YAML of a fixed shape (see the README, "The conversion spec"): a `features:` list
+(name, column, type, list, separator, required, default, nan, unit, missing_values,
+missing), `include_unlisted`, `splits`, `split_key`, `csv:` options, `max_bytes_length` and
+an optional `sequence:` section. `load_spec` reads one (from a path on any Beam filesystem,
+or from YAML text), `to_yaml` writes it back, and `ConversionSpec.to_feature_spec` describes
+the output for consumers (`DIR/feature_spec.json`). Every validation error is a `SpecError`
+naming the offending key and feature.
 """
 
 from __future__ import annotations
@@ -169,22 +152,13 @@ class CsvOptions:
         if not isinstance(data, Mapping):
             raise SpecError(f"spec: 'csv' must be a mapping, got {data!r}")
         reject_unknown_keys("spec: csv", data, cls._KEYS)
-        kwargs = dict(data)
-        if isinstance(kwargs.get("column_names"), list):
-            kwargs["column_names"] = tuple(kwargs["column_names"])
-        return cls(**kwargs)
+        return cls(**data)
 
     def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        if self.delimiter is not None:
-            out["delimiter"] = self.delimiter
-        out["quotechar"] = self.quotechar
-        out["header"] = self.header
-        if self.column_names is not None:
-            out["column_names"] = list(self.column_names)
-        out["encoding"] = self.encoding
-        out["missing_values"] = list(self.missing_values)
-        return out
+        out = {"delimiter": self.delimiter, "quotechar": self.quotechar, "header": self.header,
+               "column_names": None if self.column_names is None else list(self.column_names),
+               "encoding": self.encoding, "missing_values": list(self.missing_values)}
+        return {key: value for key, value in out.items() if value is not None or key == "quotechar"}
 
 
 # A number as YAML 1.2 (and JSON) write it. PyYAML reads YAML 1.1, whose floats need a dot, so
@@ -347,23 +321,14 @@ class FeatureSpec:
         if self.column is not None and self.column != self.name:
             out["column"] = self.column
         out["type"] = self.type
-        if self.is_list:
-            out["list"] = True
-        if self.separator is not None:
-            out["separator"] = self.separator
-        if self.required:
-            out["required"] = True
-        if self.default is not None:
-            out["default"] = list(self.default) if self.is_list else self.default
-        if self.nan != "allow":
-            out["nan"] = self.nan
-        if self.unit is not None:
-            out["unit"] = self.unit
-        if self.missing_values is not None:
-            out["missing_values"] = list(self.missing_values)
-        if self.missing is not None:
-            out["missing"] = self.missing
-        return out
+        written = {"list": self.is_list or None, "separator": self.separator,
+                   "required": self.required or None,
+                   "default": list(self.default) if self.is_list and self.default is not None
+                   else self.default,
+                   "nan": None if self.nan == "allow" else self.nan, "unit": self.unit,
+                   "missing_values": None if self.missing_values is None else list(self.missing_values),
+                   "missing": self.missing}
+        return out | {key: value for key, value in written.items() if value is not None}
 
     def to_feature_spec(self) -> dict[str, Any]:
         """This feature's entry in `feature_spec.json` (see `ConversionSpec`)."""
@@ -479,8 +444,7 @@ class ConversionSpec:
         kwargs: dict[str, Any] = {
             "features": tuple(FeatureSpec.from_dict(f, i) for i, f in enumerate(features)),
         }
-        if "include_unlisted" in data:
-            kwargs["include_unlisted"] = data["include_unlisted"]
+        kwargs.update((key, data[key]) for key in ("include_unlisted", "max_bytes_length") if key in data)
         splits = data.get("splits")
         if splits is not None:
             if not isinstance(splits, Mapping):
@@ -494,26 +458,17 @@ class ConversionSpec:
             kwargs["split_key"] = split_key
         if data.get("csv") is not None:
             kwargs["csv"] = CsvOptions.from_dict(data["csv"])
-        if "max_bytes_length" in data:
-            kwargs["max_bytes_length"] = data["max_bytes_length"]
         if data.get("sequence") is not None:
             kwargs["sequence"] = SequenceSpec.from_dict(data["sequence"])
         return cls(**kwargs)
 
     def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "features": [f.to_dict() for f in self.features],
-            "include_unlisted": self.include_unlisted,
-        }
-        if self.splits:
-            out["splits"] = {name: weight for name, weight in self.splits}
-        if self.split_key:
-            out["split_key"] = list(self.split_key)
-        out["csv"] = self.csv.to_dict()
-        out["max_bytes_length"] = self.max_bytes_length
-        if self.sequence is not None:
-            out["sequence"] = self.sequence.to_dict()
-        return out
+        out = {"features": [f.to_dict() for f in self.features],
+               "include_unlisted": self.include_unlisted, "splits": dict(self.splits) or None,
+               "split_key": list(self.split_key) or None, "csv": self.csv.to_dict(),
+               "max_bytes_length": self.max_bytes_length,
+               "sequence": None if self.sequence is None else self.sequence.to_dict()}
+        return {key: value for key, value in out.items() if value is not None}
 
     def to_yaml(self) -> str:
         """The spec as YAML of the documented shape; `parse_spec` reads it back equal."""

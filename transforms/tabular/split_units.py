@@ -1,30 +1,23 @@
 """Cutting large CSV/TSV and JSON Lines files into byte-range work units: `split_text_units`.
 
-One file is one work unit by default, so a large file converts on one core. Here every
-uncompressed text file larger than `work_unit_bytes` is cut at even byte targets into about
-size / work_unit_bytes raw ranges, whose record starts `transforms.tabular.range_cuts` then
-finds (`transforms.tabular.byte_ranges`: exact with quoted newlines): on the launcher's
-threads here, or with `cut_in_workers` (a Dask cluster, Dataflow: runners whose workers can
-read the files) in the workers, where the raw ranges' `extra["cut"]` = {"range", "ranges",
-"file_size"} says which they are. Either way the same formulation gives the same units: a
-range's unit has `start`/`end` (bytes) and `extra = {"size", "row_offset", "line_offset"}`,
-the data rows and lines of the file before it, so the readers number rows (and JSON Lines
-lines) as in the whole file and every dead letter keeps its true `row`. A file's ranges keep
-their raw ranges' unit indices (a range joined to the one before leaves a gap), so batch
-keys stay unique and in file order.
+Every uncompressed text file larger than `work_unit_bytes` is cut at even byte targets into
+about size / work_unit_bytes raw ranges, whose record starts `range_cuts` then finds: on the
+launcher's threads here, or with `cut_in_workers` in the workers, where the raw ranges'
+`extra["cut"]` = {"range", "ranges", "file_size"} says which they are. Either way a range's
+unit has `start`/`end` (bytes) and `extra = {"size", "row_offset", "line_offset"}`, so the
+readers number rows and lines as in the whole file. A file's ranges keep their raw ranges'
+unit indices (a range joined to the one before leaves a gap), so batch keys stay unique and
+in file order.
 
-A plan with few work units leaves workers idle at its end (one 150 MB file was 3 units of
-64 MiB: 2 on one process, 1 on the other). So a plan asking for `balance` with fewer than
-`BALANCE_UNITS` units also cuts its files into ranges of about total input / `BALANCE_UNITS`
-bytes, never smaller than `MIN_RANGE_BYTES`: one 150 MB file becomes 8 ranges, while 8 files
-of 19 MB stay 8 whole units (no scan). The rule is a constant: the units, hence the output's
-bytes, never depend on the processes, threads or runner. Cutting never changes the rows read.
+A plan with few units leaves workers idle at its end, so a plan asking for `balance` with
+fewer than `BALANCE_UNITS` units cuts its files into ranges of about total input /
+`BALANCE_UNITS` bytes, never smaller than `MIN_RANGE_BYTES`. The rule is a constant: the
+units, hence the output's bytes, never depend on the processes, threads or runner.
 
-Kept whole (one unit, with the reason in the plan summary): compressed files (a compressed
-stream is read from its start), encodings in which a byte value does not stand for one
-character on its own (UTF-16, Shift JIS...), a delimiter or quote that is not ASCII, a CSV
-file ending inside a quoted field (its reader reports every line the unclosed quote
-swallows), and files that cannot be read (the converter dead-letters them). Launcher side.
+Kept whole (one unit, with the reason in the plan summary): compressed files, encodings in
+which a byte does not stand for one character on its own (UTF-16, Shift JIS...), a delimiter
+or quote that is not ASCII, a CSV file ending inside a quoted field, and files that cannot be
+read (the converter dead-letters them). Launcher side.
 """
 
 from __future__ import annotations

@@ -1,24 +1,16 @@
 """The text of Arrow date and time values, made from their integers (Beam-free).
 
-pyarrow's `as_py()` turns temporal values into Python `datetime`/`date`/`time`/`timedelta`
-objects, which cannot hold nanoseconds that are not whole microseconds (without pandas, which
-this tool does not need), years outside 1-9999 or more than 999999999 days: it raises, and
-one such value in a split key or in a dead-lettered row failed the whole job. pandas writes
-`timestamp[ns]` by default, so real files hold them.
-
-Split keys and dead letters' `raw` need a text of every value, so `temporal_text` computes it
-from the values' integers with numpy (and Arrow's time zone database for zoned timestamps):
-for every value a Python object can hold, the text `str()` of that object gives, so the
-split keys of those values stay what they were; beyond, the same pattern carried on: nine
-fractional digits for nanoseconds that are no whole microsecond, years past 9999 or below 1
-(`-0001`, as Arrow writes them), any number of days. `python_values` is `to_pylist()` with
-such values (at any depth of lists, structs and maps) as `TemporalText`. `arrow_writable` says
-which values Arrow's own cast to string (the text of a date/time in a string feature) writes
-as what they are.
-
-One difference remains: Arrow's time zone database applies no daylight saving time after 2037
-where Python's zoneinfo carries the rules on, so a timestamp with a named zone (not UTC or a
-fixed offset) in summer time after 2037 is written an hour apart from what Python wrote.
+pyarrow's `as_py()` gives Python `datetime`/`date`/`time`/`timedelta` objects, which cannot
+hold nanoseconds that are no whole microsecond (pandas writes `timestamp[ns]` by default),
+years outside 1-9999 or more than 999999999 days: it raises, and one such value in a split
+key or a dead letter's `raw` failed the whole job. `temporal_text` computes every value's text
+from its integers with numpy (and Arrow's time zone database for zoned timestamps): what
+`str()` of the Python object gives where there is one, so split keys stay what they were, and
+beyond, the same pattern carried on (nine fractional digits, years past 9999 or below 1 as
+Arrow writes them, any number of days). `python_values` is `to_pylist()` with such values at
+any depth as `TemporalText`; `arrow_writable` says which values Arrow's own cast to string
+writes as what they are. One difference remains: Arrow applies no daylight saving time after
+2037 where Python's zoneinfo carries the rules on (named zones only).
 """
 
 from __future__ import annotations

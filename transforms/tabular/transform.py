@@ -1,21 +1,11 @@
-"""Tabular sources (CSV/TSV, JSON Lines, Parquet) to tf.train.Example batches.
+"""Tabular sources (CSV/TSV, JSON Lines, Parquet) to tf.train.Example batches: the Beam DoFn
+`ConvertTabular` and its `TabularConfig`.
 
-The launcher plans and resolves; the workers convert:
-
-    units = plan_tabular("gs://bucket/data/*.csv.gz", "csv")        # one unit per file / row group
-    spec = resolve_spec(units, "csv", load_spec("spec.yaml"))      # or resolve_spec(units, "csv")
-    config = TabularConfig(spec=spec, fmt="csv")
-    p | beam.Create(units) | beam.ParDo(ConvertTabular(config)) | WriteToShardedTFRecord(...)
-
-`ConvertTabular.process(unit)` reads the unit in chunks of about `batch_rows` rows and
-yields, per chunk and split, one `RecordBatch`: the Examples of the chunk's good rows,
-encoded together by the vectorised encoder, and one dead letter per bad row. The module
-split is: `tabular_values` (the value rules, row by row; `RowConverter`),
-`tabular_columns` (the same rules on whole Arrow columns), `tabular_read` (planning and
-reading), `tabular_convert` (chunk -> batches), `tabular_infer` (inference, estimates).
-
-Metrics (namespace "tfrecord_pipeline"): `rows_read`, `records_written`, `dead_letter`
-and `dead_letter_<reason>` per reason code.
+`ConvertTabular.process(unit)` reads a work unit (`plan.plan_tabular`, `split_units`) in
+chunks of about `batch_rows` rows with the resolved spec (`infer.resolve_spec`) and yields,
+per chunk and split, one `RecordBatch` (`convert.convert_chunk`). Metrics (namespace
+"tfrecord_pipeline"): `rows_read`, `records_written`, `dead_letter` and
+`dead_letter_<reason>` per reason code.
 """
 
 from __future__ import annotations

@@ -1,23 +1,17 @@
-"""Value rules of the tabular conversion, one value at a time (Beam-free).
+"""Value rules of the tabular conversion, one value at a time (Beam-free): the definition of
+how a source value becomes feature values. `columns` applies the same rules to whole Arrow
+arrays, falling back to the functions here for the rows its fast path cannot decide; tests
+hold the two to the same results.
 
-This module is the definition of how a source value becomes feature values; the
-vectorised column code in `tabular_columns` implements the same rules on whole Arrow
-arrays and falls back to the functions here for the rows its fast path cannot decide,
-and tests hold the two to the same results.
-
-Two kinds of source values:
-
-* text (CSV/TSV cells): `None` is missing (an empty unquoted cell), as is a cell that is one
-  of the feature's `missing_tokens` (`NA`, ...); `""` is the empty string. Numbers are parsed
-  from the text (ASCII whitespace around them is ignored); `true`/`false` (any case) are 1/0;
-  list cells are split on the feature's separator and an empty cell is the empty list.
-* typed (JSON values, Parquet values): `None` is missing (their strings are never missing
-  tokens: these formats have a null of their own). Types widen along
-  bool -> int64 -> float -> bytes: an int64 feature takes ints and bools, a float feature
-  also ints, a bytes/string feature takes strings and the canonical text of numbers and
-  bools (see `canonical_text`). Anything else (a string for a number, an object, a list
-  for a scalar feature) is `wrong_type`. A scalar given to a list feature is a one-element
-  list.
+* text (CSV/TSV cells): `None` is missing (an empty unquoted cell), as is one of the
+  feature's `missing_tokens` (`NA`, ...); `""` is the empty string. Numbers are parsed from
+  the text (ASCII whitespace around them ignored); `true`/`false` (any case) are 1/0; list
+  cells are split on the feature's separator and an empty cell is the empty list.
+* typed (JSON, Parquet values): `None` is missing. Types widen along bool -> int64 -> float
+  -> bytes: an int64 feature takes ints and bools, a float feature also ints, a bytes/string
+  feature strings and the canonical text of numbers and bools (`canonical_text`). Anything
+  else (a string for a number, an object, a list for a scalar) is `wrong_type`; a scalar
+  given to a list feature is a one-element list.
 
 Floats are stored as float32; a finite value outside the float32 range is
 `float_out_of_range`; NaN and infinities follow the feature's `nan` policy.
@@ -150,13 +144,10 @@ def canonical_text(value: Any) -> str | bytes:
             return str(int(value))
         return repr(value)
     if isinstance(value, (list, tuple)):
-        return json.dumps([_jsonable_text(v) for v in value], ensure_ascii=False)
+        texts = [canonical_text(v) for v in value]
+        return json.dumps([t.decode("utf-8", "replace") if isinstance(t, bytes) else t for t in texts],
+                          ensure_ascii=False)
     return json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)
-
-
-def _jsonable_text(value: Any) -> str:
-    text = canonical_text(value)
-    return text.decode("utf-8", "replace") if isinstance(text, bytes) else text
 
 
 # ---------------------------------------------------------------------------------------

@@ -210,6 +210,9 @@ def _verify_output_dir(output_dir: str, manifest: dict, problems: list[Problem])
         _check_listed_file(fs.join_path(output_dir, entry["path"]), entry, problems)
     for name, entry in manifest.get("files", {}).items():
         _check_listed_file(fs.join_path(output_dir, name), entry, problems)
+    for entry in manifest.get("superseded") or ():  # an append's, kept for readers of the one before
+        listed.add(entry["path"])
+        _check_listed_file(fs.join_path(output_dir, entry["path"]), entry, problems)
     for result in fs.match([fs.join_path(fs.literal(output_dir), "*.tfrecord*")]):
         for metadata in result.metadata_list:
             relative = metadata.path[len(output_dir):].lstrip("/")

@@ -202,6 +202,8 @@ def _recorded_paths(output_dir: str, manifest: Mapping[str, Any] | None) -> set[
     recorded = listed_paths(manifest)
     if manifest is not None:
         recorded.add(REPORT_NAME)
+        recorded.update(entry["path"] for entry in manifest.get("superseded") or ()
+                        if is_plain_relative(entry.get("path")))
     failed = read_failed_run(output_dir)
     if failed is not None:
         recorded.add(FAILED_RUN_NAME)

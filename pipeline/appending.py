@@ -26,11 +26,13 @@ from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
 from pipeline.errors import UsageError
+from transforms import fs
 from transforms.records import WorkUnit
 from transforms.resume import STATE_NAME
 from transforms.tabular.byte_ranges import RangeReader, TextDialect, count_range
+from transforms.tabular.spec import ConversionSpec, load_spec
 
-__all__ = ["check_appendable", "numbered_after", "uncovered_units"]
+__all__ = ["check_appendable", "committed_spec", "numbered_after", "uncovered_units"]
 
 _GROWABLE = ("csv", "tsv", "jsonl")
 _REDO = "convert into a new --output, or again with --overwrite"
@@ -56,6 +58,13 @@ def check_appendable(committed: Mapping[str, Any], output: str, options: Mapping
         raise UsageError(f"--append with other options than {output} was committed with "
                          f"({', '.join(changed)}): every generation is converted alike",
                          hint="give the committed options; `tfrecord-pipeline inspect` shows them")
+
+
+def committed_spec(output: str) -> ConversionSpec:
+    """The spec `output` was converted with, from its spec.yaml: the manifest's copy has its
+    keys sorted, which reorders the splits, and the order of the splits decides which split a
+    key hashes to (`transforms.splits`)."""
+    return load_spec(fs.join_path(output, "spec.yaml"))
 
 
 def uncovered_units(units: Sequence[WorkUnit], committed_inputs: Sequence[Sequence[Any]],

@@ -12,7 +12,7 @@ import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from pipeline.appending import check_appendable, numbered_after, uncovered_units
+from pipeline.appending import check_appendable, committed_spec, numbered_after, uncovered_units
 from pipeline.errors import UsageError
 from pipeline.graph import ConversionPlan
 from pipeline.options import IMAGE_FORMATS, TABULAR_FORMATS, ConvertOptions, output_options
@@ -117,7 +117,7 @@ def _plan_tabular(conv: ConvertOptions, input_path: str, output: str,
     listing = input_listing(input_path, conv.format)
     units = plan_tabular(input_path, conv.format)
     _refuse_inputs_in_output(dict.fromkeys(unit.path for unit in units), output)
-    given = ConversionSpec.from_dict(committed["spec"]) if committed else _given_spec(conv)
+    given = committed_spec(output) if committed else _given_spec(conv)
     grown: list = []
     if committed:  # an append: only what the committed output does not cover, its spec
         units, grown = uncovered_units(units, committed.get("inputs") or (), listing, conv.format,

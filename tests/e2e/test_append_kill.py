@@ -47,7 +47,7 @@ def test_an_append_killed_at_any_point_leaves_the_previous_generation_and_resume
         shutil.copytree(base, output, copy_function=shutil.copy2)
         return output
 
-    reference = copy("reference")
+    reference = copy("killr")  # as long as kill0..5: drift.json names its output folder
     _run(_argv(tmp_path, reference))
     expected = _output(reference)
     assert json.loads((reference / "manifest.json").read_text())["generation"] == 1

@@ -422,7 +422,7 @@ def finalize_output(config: SinkConfig, results: Iterable[UnitResult]) -> str:
     for committed_path, path, size in links:
         link_committed(config, committed_path, path, size)
     if carried:
-        stash_state(config)  # before the side files below write over it
+        stash_state(config, existing)  # before the side files below write over it
     extra = {}
     for relative, data in side_files:
         target = fs.join_path(config.output_dir, relative)

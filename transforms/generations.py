@@ -56,14 +56,13 @@ def carried_result(config: SinkConfig, existing: Mapping[str, Any]) -> UnitResul
     totals from its `STATE_NAME`, its shards and dead-letter files where they stand (their
     final paths as their temporary ones), so the commit counts and names them with the
     appended units' files."""
-    stash = fs.join_path(config.temp_dir, STATE_NAME)
+    stash = _stash_path(config, existing)
     state_path = stash if FileSystems.exists(stash) else fs.join_path(config.output_dir, STATE_NAME)
     try:
         with FileSystems.open(state_path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
             data = handle.read()
-        listed = (existing.get("files") or {}).get(STATE_NAME) or {}
         # Totals the manifest does not list are an interrupted append's, its units in them.
-        state = load_result(data) if hashlib.sha256(data).hexdigest() == listed.get("sha256") else None
+        state = load_result(data) if hashlib.sha256(data).hexdigest() == _listed_state(existing) else None
     except Exception:  # noqa: BLE001 - any filesystem's error: said below
         state = None
     if state is None:
@@ -87,11 +86,20 @@ def carried_result(config: SinkConfig, existing: Mapping[str, Any]) -> UnitResul
     return dataclasses.replace(state, owner=CARRIED, files=tuple(files))
 
 
-def stash_state(config: SinkConfig) -> None:
+def _listed_state(existing: Mapping[str, Any]) -> str:
+    return ((existing.get("files") or {}).get(STATE_NAME) or {}).get("sha256") or ""
+
+
+def _stash_path(config: SinkConfig, existing: Mapping[str, Any]) -> str:
+    # Named as a writer's temporary file (`output_files` leaves other names in a run's folder).
+    return fs.join_path(config.temp_dir, "committed", _listed_state(existing)[:32].ljust(32, "0"))
+
+
+def stash_state(config: SinkConfig, existing: Mapping[str, Any]) -> None:
     """Keeps the committed `STATE_NAME` in the run's temporary folder before the commit
     writes the next one over it: a commit killed between that write and the manifest's
-    resumes from the committed totals (`carried_result`)."""
-    stash = fs.join_path(config.temp_dir, STATE_NAME)
+    resumes from the committed totals (`carried_result`), not from its own."""
+    stash = _stash_path(config, existing)
     if not FileSystems.exists(stash):
         with FileSystems.open(fs.join_path(config.output_dir, STATE_NAME),
                               compression_type=CompressionTypes.UNCOMPRESSED) as handle:

@@ -15,6 +15,7 @@ from typing import Any
 from pipeline.appending import (
     LISTING_NAME,
     check_appendable,
+    committed_spec,
     extended_labels,
     new_images,
     numbered_after,
@@ -123,7 +124,7 @@ def _plan_tabular(conv: ConvertOptions, input_path: str, output: str,
     listing = input_listing(input_path, conv.format)
     units = plan_tabular(input_path, conv.format)
     _refuse_inputs_in_output(dict.fromkeys(unit.path for unit in units), output)
-    given = ConversionSpec.from_dict(committed.metadata["spec"]) if committed else _given_spec(conv)
+    given = committed_spec(output) if committed else _given_spec(conv)
     grown: list = []
     if committed:  # an append: only what the committed output does not cover, its spec
         units, grown = uncovered_units(units, committed.metadata.get("inputs") or (), listing, conv.format,

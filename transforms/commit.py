@@ -45,6 +45,7 @@ from transforms.generations import (
     carried_result,
     link_committed,
     rejected_paths,
+    stash_state,
     superseded,
     totals_result,
 )
@@ -422,6 +423,8 @@ def finalize_output(config: SinkConfig, results: Iterable[UnitResult]) -> str:
         _commit_file(config, temp_path, path, size)
     for committed_path, path, size in links:
         link_committed(config, committed_path, path, size)
+    if carried:
+        stash_state(config, existing)  # before the side files below write over it
     extra = {}
     for relative, data in side_files:
         target = fs.join_path(config.output_dir, relative)

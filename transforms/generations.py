@@ -17,6 +17,7 @@ inputs while they are exact (see `transforms.stats.document`).
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import os
 import shutil
 from collections import Counter
@@ -42,7 +43,8 @@ from transforms.unit_result import (
     UnitResult,
 )
 
-__all__ = ["CARRIED", "carried_result", "link_committed", "rejected_paths", "superseded", "totals_result"]
+__all__ = ["CARRIED", "carried_result", "link_committed", "rejected_paths", "stash_state", "superseded",
+           "totals_result"]
 
 #: The `first_key` of a committed generation's files in an append: before every batch key,
 #: so they keep their order at the head of each split.
@@ -54,14 +56,18 @@ def carried_result(config: SinkConfig, existing: Manifest) -> UnitResult:
     totals from its `STATE_NAME`, its shards and dead-letter files where they stand (their
     final paths as their temporary ones), so the commit counts and names them with the
     appended units' files."""
-    state_path = fs.join_path(config.output_dir, STATE_NAME)
+    stash = _stash_path(config, existing)
+    state_path = stash if FileSystems.exists(stash) else fs.join_path(config.output_dir, STATE_NAME)
     try:
         with FileSystems.open(state_path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
-            state = load_result(handle.read())
+            data = handle.read()
+        # Totals the manifest does not list are an interrupted append's, its units in them.
+        state = load_result(data) if hashlib.sha256(data).hexdigest() == _listed_state(existing) else None
     except Exception:  # noqa: BLE001 - any filesystem's error: said below
         state = None
     if state is None:
-        raise ValueError(f"{state_path} cannot be read: the committed output cannot be appended to")
+        raise ValueError(f"{state_path} cannot be read, or is not the one the manifest lists: the "
+                         f"committed output cannot be appended to")
 
     def committed(entry: ShardEntry, kind: str, dead_letters=()) -> ShardFile:
         index = entry.index and IndexFile(fs.join_path(config.output_dir, entry.index.path),
@@ -75,6 +81,27 @@ def carried_result(config: SinkConfig, existing: Manifest) -> UnitResult:
     files += [committed(entry, DEAD_LETTER_KIND, dead_by_split if position == 0 else ())
               for position, entry in enumerate(existing.dead_letter_files)]
     return dataclasses.replace(state, owner=CARRIED, files=tuple(files))
+
+
+def _listed_state(existing: Manifest) -> str:
+    entry = existing.side_file(STATE_NAME)
+    return entry.sha256 if entry is not None else ""
+
+
+def _stash_path(config: SinkConfig, existing: Manifest) -> str:
+    # Named as a writer's temporary file (`output_files` leaves other names in a run's folder).
+    return fs.join_path(config.temp_dir, "committed", _listed_state(existing)[:32].ljust(32, "0"))
+
+
+def stash_state(config: SinkConfig, existing: Manifest) -> None:
+    """Keeps the committed `STATE_NAME` in the run's temporary folder before the commit
+    writes the next one over it: a commit killed between that write and the manifest's
+    resumes from the committed totals (`carried_result`), not from its own."""
+    stash = _stash_path(config, existing)
+    if not FileSystems.exists(stash):
+        with FileSystems.open(fs.join_path(config.output_dir, STATE_NAME),
+                              compression_type=CompressionTypes.UNCOMPRESSED) as handle:
+            fs.write_bytes_atomically(stash, handle.read())
 
 
 def totals_result(results: Sequence[UnitResult]) -> UnitResult:

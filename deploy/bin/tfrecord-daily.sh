@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One scheduled conversion: converts the drop of RUN_DATE (default: yesterday, UTC) into its
-# own dated folder. Used by deploy/systemd and deploy/cron. Safe to run twice: the CLI exits
+# own dated folder, or with EXTRA_ARGS=--append and an OUTPUT_DIR without date templates adds
+# what is new to one growing output. Used by deploy/systemd and deploy/cron. Safe to run twice: the CLI exits
 # 0 without rewriting when OUTPUT_DIR already holds this conversion, and cleans up the
 # leftovers of a killed run before redoing it.
 set -euo pipefail

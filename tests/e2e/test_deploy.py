@@ -1068,3 +1068,16 @@ def test_deploy_python_files_compile():
     assert paths, f"no Python file under {DEPLOY}"
     for path in paths:  # a SyntaxError fails the test, naming the file
         assert compile(path.read_text(), str(path), "exec").co_filename == str(path)
+
+
+def test_daily_wrapper_keeps_one_growing_output_with_the_env_files_append_pattern(tmp_path):
+    """The env template's second pattern (its commented block): one output, --append."""
+    lines = (DEPLOY / "systemd" / "tfrecord-pipeline.env.example").read_text().splitlines()
+    growing = [line[2:] for line in lines if re.match(r"# [A-Z_]+=", line)]
+    base = [line for line in lines if line.strip() and not line.startswith("#")]
+    env_file = tmp_path / "growing.env"
+    growing = [line for line in growing if not line.startswith(("SPEC", "RUNNER"))]
+    env_file.write_text("\n".join(base + growing))
+    (command,), _ = _dry_run(DEPLOY / "bin" / "tfrecord-daily.sh", [], {"TFRECORD_ENV_FILE": str(env_file)})
+    namespace, _ = _parse_convert(command[2:])
+    assert namespace.append is True and "{" not in namespace.output and "{" not in namespace.input

@@ -20,20 +20,8 @@ from typing import Any
 
 from transforms.splits import check_split_name
 
-__all__ = [
-    "DEFAULT_SPLIT",
-    "DeadLetterError",
-    "IMAGE_REASONS",
-    "REASONS",
-    "SEQUENCE_REASONS",
-    "TABULAR_REASONS",
-    "RecordBatch",
-    "WorkUnit",
-    "batch_key",
-    "dead_letter",
-    "raw_text",
-    "unit_of",
-]
+__all__ = ["DEFAULT_SPLIT", "DeadLetterError", "IMAGE_REASONS", "REASONS", "SEQUENCE_REASONS",
+           "TABULAR_REASONS", "RecordBatch", "WorkUnit", "batch_key", "dead_letter", "unit_of"]
 
 #: The split name used when a conversion declares no splits.
 DEFAULT_SPLIT = "data"
@@ -93,7 +81,6 @@ SEQUENCE_REASONS = {
 #: Every dead-letter reason code: the one registry (stable; the README lists exactly these,
 #: which a test checks, as it checks that the code writes no other).
 REASONS = {**TABULAR_REASONS, **IMAGE_REASONS, **SEQUENCE_REASONS}
-
 
 
 def batch_key(source_index: int, chunk_index: int) -> str:
@@ -183,18 +170,6 @@ class RecordBatch:
         return len(self.records) if self.record_rows is None else self.record_rows
 
 
-def raw_text(raw: bytes | str | None) -> tuple[str | None, str]:
-    """Returns (text, encoding) for a raw input record: UTF-8 text, else base64."""
-    if raw is None:
-        return None, "none"
-    if isinstance(raw, str):
-        return raw, "utf-8"
-    try:
-        return raw.decode("utf-8"), "utf-8"
-    except UnicodeDecodeError:
-        return base64.b64encode(raw).decode("ascii"), "base64"
-
-
 def dead_letter(
     *,
     source: str,
@@ -219,18 +194,14 @@ def dead_letter(
       raw: the raw record; stored as text when valid UTF-8, else base64.
       details: further JSON-serialisable fields (e.g. `line`, `label`).
     """
-    text, encoding = raw_text(raw)
-    doc = {
-        "source": source,
-        "row": row,
-        "column": column,
-        "reason": reason,
-        "message": message,
-        "split": split,
-        "raw": text,
-        "raw_encoding": encoding,
-    }
-    doc.update(details)
+    text, encoding = (None, "none") if raw is None else (raw, "utf-8")
+    if isinstance(raw, bytes):
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            text, encoding = base64.b64encode(raw).decode("ascii"), "base64"
+    doc = {"source": source, "row": row, "column": column, "reason": reason, "message": message,
+           "split": split, "raw": text, "raw_encoding": encoding, **details}
     doc = {key: _valid_text(value) if isinstance(value, str) else value for key, value in doc.items()}
     return json.dumps(doc, ensure_ascii=False, sort_keys=True, default=str).encode("utf-8")
 

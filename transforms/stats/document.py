@@ -37,25 +37,10 @@ import numpy as np
 
 from transforms.splits import DEAD_LETTER_SPLIT
 from transforms.stats.dead_letters import merge_examples
-from transforms.stats.sketches import (
-    BatchStats,
-    FeatureTotal,
-    ImageTotal,
-    NumericTotal,
-    StatsTotal,
-)
+from transforms.stats.sketches import BatchStats, FeatureTotal, ImageTotal, NumericTotal, StatsTotal
 
-__all__ = [
-    "HISTOGRAM_BINS",
-    "QUANTILE_RANKS",
-    "SCHEMA_VERSION",
-    "STATS_NAME",
-    "SplitStats",
-    "declared_kinds",
-    "merge_units",
-    "numeric_summary",
-    "stats_document",
-]
+__all__ = ["HISTOGRAM_BINS", "QUANTILE_RANKS", "SCHEMA_VERSION", "STATS_NAME", "SplitStats", "declared_kinds",
+           "merge_units", "numeric_summary", "stats_document"]
 
 STATS_NAME = "stats.json"
 SCHEMA_VERSION = 1

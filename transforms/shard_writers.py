@@ -17,8 +17,7 @@
 * `num_shards=N`: units write as above without caps; the commit then deals every record, in
   output order, round-robin into exactly N shards per split (`reshard`), a second pass over
   the records in one process.
-* With `report_progress`, writers leave a small heartbeat file under the temp folder every
-  few seconds, which the CLI reads to show progress."""
+* With `report_progress`, writers leave a heartbeat file (`_Heartbeat`) for the CLI."""
 
 from __future__ import annotations
 
@@ -69,16 +68,11 @@ TEMP_PREFIX = ".tmp-"
 
 @dataclasses.dataclass(frozen=True)
 class ShardingConfig:
-    """The whole sharding policy of an output; the CLI, the writers and the manifest all take
-    it from here.
-
-    Either `num_shards`: exactly that many shards per split (records are dealt round-robin
-    and shuffled by shard, so the data goes through a GroupByKey), or the caps: a shard rolls
-    when the next record would push it past `max_shard_bytes` framed, uncompressed bytes
-    (default `DEFAULT_MAX_SHARD_BYTES`) or `max_shard_records` records. The two modes exclude
-    each other. `skip_if_empty`: write no shard for a declared split without records (by
-    default one empty shard, so consumers globbing a split always find a file).
-    """
+    """The whole sharding policy of an output (the CLI, the writers and the manifest take it
+    from here): exactly `num_shards` per split, or the caps `max_shard_bytes` (default
+    `DEFAULT_MAX_SHARD_BYTES`) and `max_shard_records` (see the module docstring); the two
+    modes exclude each other. `skip_if_empty`: no shard for a declared split without records
+    (by default one empty shard, so consumers globbing a split always find a file)."""
 
     num_shards: int | None = None
     max_shard_bytes: int | None = None
@@ -202,11 +196,7 @@ class _BackgroundIO:
 
 
 class TempShard:
-    """One temporary output file plus the bookkeeping that goes into its sidecar.
-
-    TFRecord payloads are compressed, hashed and written on a background thread (see
-    `_BackgroundIO`); `close()` waits for them before the file is closed.
-    """
+    """One temporary output file and what the commit learns of it (`close()`)."""
 
     def __init__(
         self, config: SinkConfig, kind: str, split: str, first_key: str, path: str | None = None

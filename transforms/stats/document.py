@@ -80,13 +80,10 @@ def merge_units(results: Sequence[Any]) -> tuple[dict[str, SplitStats], dict[str
 
 def declared_kinds(feature_spec_json: bytes | None) -> dict[str, str]:
     """{feature: kind} of an Example output's feature_spec.json ({} for other layouts)."""
-    if not feature_spec_json:
-        return {}
     try:
-        spec = json.loads(feature_spec_json)
-    except ValueError:
+        features = json.loads(feature_spec_json or b"{}").get("features")
+    except (ValueError, AttributeError):  # not JSON, or not an object
         return {}
-    features = spec.get("features") if isinstance(spec, dict) else None
     if not isinstance(features, dict):
         return {}
     return {name: _KINDS[entry["dtype"]] for name, entry in features.items()

@@ -137,19 +137,15 @@ class RecordBatch:
       input_count: how many input records of this chunk and split the converter read.
         The sink checks that input == written + dead-lettered over the whole run.
       record_rows: how many input records the `records` hold together when a record holds
-        several (a SequenceExample holds a group of rows); None: one each. Set on every
-        batch of grouped records (0 when it has none); the manifest then counts
-        `written_rows` beside `written` (records). Input is counted in rows: with sequences
-        the reading step yields batches with `input_count` and the dead letters of the rows
-        it read, the grouping step yields the sequences with `record_rows` (`input_count`
-        0), and per split input == `rows_written` + dead letters still proves that no row
-        was lost, across the shuffle too.
-      feature_presence: for each feature the records carry, (feature, records carrying it,
-        min values, max values) (see `transforms.stats.presence`); None when the converter
-        does not count it.
-      feature_stats: the records' statistics (`transforms.stats.sketches.BatchStats`: per
-        feature counts, moments and serialized sketches, merged in the commit into
-        stats.json); None when the converter does not compute them.
+        several (a SequenceExample holds a group of rows; 0 when it has none); None: one
+        each. The manifest then counts `written_rows` beside `written`. With sequences the
+        reading step yields `input_count` and the rows' dead letters, the grouping step the
+        sequences with `record_rows`, so per split input == `rows_written` + dead letters
+        proves that no row was lost, across the shuffle too.
+      feature_presence: (feature, records carrying it, min values, max values) per feature
+        (`transforms.stats.presence`); None when the converter does not count it.
+      feature_stats: the records' statistics (`transforms.stats.sketches.BatchStats`, merged
+        into stats.json); None when the converter does not compute them.
     """
 
     key: str

@@ -176,11 +176,8 @@ def stats_document(merged: Mapping[str, SplitStats], totals: Mapping[str, Any],
         stats = merged.get(split, SplitStats())
         features: dict[str, Any] = {}
         if stats.known:
-            for name, total in stats.features.items():
-                features[name] = _feature(total)
-            for name, kind in (declared or {}).items():
-                if name not in features:
-                    features[name] = _feature(FeatureTotal(name, kind))
+            features = {name: _feature(FeatureTotal(name, kind)) for name, kind in (declared or {}).items()}
+            features.update((name, _feature(total)) for name, total in stats.features.items())
         entry: dict[str, Any] = {"records": (per_split.get(split) or {}).get("written", 0),
                                  "features": dict(sorted(features.items()))}
         if stats.images is not None and stats.known:

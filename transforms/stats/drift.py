@@ -90,10 +90,8 @@ def _compare_split(split: str, previous: Mapping[str, Any], current: Mapping[str
         return  # one side's features are unknown (e.g. SequenceExample outputs)
     for name in sorted(set(before) | set(now)):
         old, new = before.get(name), now.get(name)
-        old_present = old is not None and old.get("records", 0) > 0
-        new_present = new is not None and new.get("records", 0) > 0
         if old is None or new is None:
-            if (old_present or new_present):
+            if (new if old is None else old).get("records", 0) > 0:  # else declared, carried by none
                 out["schema"].append({"split": split, "feature": name,
                                       "change": "added" if old is None else "missing",
                                       "previous": old and old.get("kind"),

@@ -7,16 +7,8 @@ failure is reported by one line in one place.
 
 from __future__ import annotations
 
-__all__ = [
-    "CommandError",
-    "CommandFailed",
-    "DriftDetected",
-    "ErrorRateExceeded",
-    "NothingConverted",
-    "OutputProblems",
-    "Terminated",
-    "UsageError",
-]
+__all__ = ["CommandError", "CommandFailed", "DriftDetected", "ErrorRateExceeded", "NothingConverted",
+           "OutputProblems", "Terminated", "UsageError"]
 
 
 class CommandError(Exception):

@@ -2,17 +2,15 @@
 
     PlanWorkUnits (Create) [-> CutByteRanges] -> Convert<Format> (convert and write) -> Commit
 
-Work units are planned on the launcher. Each is converted and written by one call of the
-sink's one write path (`transforms.sink.ConvertAndWrite`), which hands the commit a typed
-`UnitResult`; no record travels between steps. Sequences read rows per unit, shuffle them by
-bucket (`GroupRows`) and convert and write each bucket. Where the launcher left large text
-files to be cut by the workers (Dataflow and other distributed runners), `CutByteRanges`
-first finds their record starts there.
+Work units are planned on the launcher. Each is converted and written by one call of
+`transforms.sink.ConvertAndWrite`, which hands the commit a `UnitResult`: no record travels
+between steps. Sequences read rows per unit, shuffle them by bucket (`GroupRows`) and convert
+and write each bucket. Where the launcher left large text files to be cut by the workers
+(distributed runners), `CutByteRanges` first finds their record starts there.
 
-Local parallelism has one place: on the local in-process runner the plan's work units travel
-as one element into `ConvertOnForkedProcesses`, which runs the same per-unit step on forked
-processes (`transforms.forked_pool`), in unit order. The output depends on the work units
-alone, so it is the same bytes whatever the processes, workers or bundles.
+On the local in-process runner the work units travel as one element into
+`ConvertOnForkedProcesses`, which runs the same per-unit step on forked processes, in unit
+order: the output depends on the work units alone, whatever the processes.
 """
 
 from __future__ import annotations

@@ -39,6 +39,10 @@ def _is_terminal(stream) -> bool:
     return bool(isatty and isatty())
 
 
+def _postfix(written: int, dead: int) -> str:
+    return f"{written:,} records written, {dead:,} dead-lettered"
+
+
 def show_phase(text: str, stream=None) -> None:
     """Shows the phase the run enters ("planning: ...") as a line of its own, on a terminal
     only: a log gets the progress lines and the summary."""
@@ -101,31 +105,23 @@ class Progress(threading.Thread):
     def line(self) -> str | None:
         """The whole progress line as of now (see `counts`)."""
         counts = self.counts()
-        if counts is None:
-            return None
-        done, written, dead = counts
-        return tqdm.format_meter(done, elapsed=time.monotonic() - self._start, prefix="converting",
-                                 bar_format=_LINE_FORMAT, postfix=self._postfix(written, dead),
-                                 **self._meter)
+        return None if counts is None else self._line(*counts)
 
-    @staticmethod
-    def _postfix(written: int, dead: int) -> str:
-        return f"{written:,} records written, {dead:,} dead-lettered"
+    def _line(self, done: int, written: int, dead: int) -> str:
+        return tqdm.format_meter(done, elapsed=time.monotonic() - self._start, prefix="converting",
+                                 bar_format=_LINE_FORMAT, postfix=_postfix(written, dead), **self._meter)
 
     def show(self) -> None:
         """Shows progress as of now: the bar on a terminal, else a whole line."""
-        if not self._terminal:
-            line = self.line()
-            if line is not None:
-                print(line, file=self._stream, flush=True)
-            return
         counts = self.counts()
         if counts is None:
             return
+        if not self._terminal:
+            print(self._line(*counts), file=self._stream, flush=True)
+            return
         self._open_bar()
-        done, written, dead = counts
-        self._bar.n = done
-        self._bar.set_postfix_str(self._postfix(written, dead), refresh=False)
+        self._bar.n = counts[0]
+        self._bar.set_postfix_str(_postfix(*counts[1:]), refresh=False)
         self._bar.refresh()
         if not self._committing and FileSystems.exists(self._journal):
             self._committing = True

@@ -3,21 +3,13 @@ logs of a failure the command reports itself. They are chosen by logger and leve
 the text of a message. Import-light (`logging`, `sys`): the console entry point uses it
 before anything else is imported.
 
-* Importing Beam installed without its gcp extra (our default install) logs, on the root
-  logger, a warning about BigQuery, which this tool never uses. The entry point imports
-  Beam first with a handler of ours on the root logger that prints errors only
-  (`import_beam_quietly`): Beam's import-time warnings are about its own optional extras;
-  warnings logged after it are printed as usual, and the root logger is left unconfigured
-  for the command.
-* A failed job's exception is logged, with its traceback, where a DoFn raised it
-  (`apache_beam.runners.common`), by the Beam worker process that ran the bundle
-  (`apache_beam.runners.worker.sdk_worker`, forwarded to the launcher by its job service),
-  and by the Dask worker that ran the task (`distributed.worker`). The command prints the
-  failure as one line and exits with its code, so those loggers are raised to CRITICAL:
-  in this process (`drop_runner_noise`), in Beam's local worker processes through Beam's
-  own `--sdk_harness_log_level_overrides` (`beam_worker_log_levels`, which also drops the
-  warning each worker logs on start about a staging folder local runs lack), and in
-  Dask's LocalCluster workers by their preload hook (`dask_setup`).
+* Importing Beam without its gcp extra (our default install) logs a warning about BigQuery,
+  which this tool never uses (`import_beam_quietly`).
+* A failed job's exception is logged, with its traceback, where a DoFn raised it, by the Beam
+  worker process that ran the bundle and by the Dask worker that ran the task. The command
+  prints the failure as one line and exits with its code, so those loggers are raised to
+  CRITICAL: in this process (`drop_runner_noise`), in Beam's local worker processes
+  (`beam_worker_log_levels`) and in Dask's LocalCluster workers (`dask_setup`).
   `--log-level debug` leaves Beam's loggers alone, and the command then logs the traceback
   itself.
 """

@@ -20,17 +20,13 @@ __all__ = ["report_command", "write_report_after_commit"]
 _LOG = logging.getLogger("tfrecord_pipeline")
 
 
-def _refuse_folder_destination(destination: str | None) -> None:
-    """`--output` names the HTML file to write: an existing folder is refused before the
-    page is built (it would fail only at the final rename)."""
+def report_command(output_dir: str, destination: str | None = None) -> None:
+    """Writes the report of the committed output `output_dir`; prints the path written.
+    An `--output` that is a folder is refused before the page is built (it would fail only
+    at the final rename)."""
     if destination is not None and "://" not in destination and os.path.isdir(destination):
         raise UsageError(f"--output {destination} is a folder; give the HTML file to write "
                          f"(e.g. {os.path.join(destination, REPORT_NAME)})")
-
-
-def report_command(output_dir: str, destination: str | None = None) -> None:
-    """Writes the report of the committed output `output_dir`; prints the path written."""
-    _refuse_folder_destination(destination)
     try:
         path = write_report(output_dir, destination)
     except FileNotFoundError as error:

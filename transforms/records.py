@@ -20,20 +20,8 @@ from typing import Any
 
 from transforms.splits import check_split_name
 
-__all__ = [
-    "DEFAULT_SPLIT",
-    "DeadLetterError",
-    "IMAGE_REASONS",
-    "REASONS",
-    "SEQUENCE_REASONS",
-    "TABULAR_REASONS",
-    "RecordBatch",
-    "WorkUnit",
-    "batch_key",
-    "dead_letter",
-    "raw_text",
-    "unit_of",
-]
+__all__ = ["DEFAULT_SPLIT", "DeadLetterError", "IMAGE_REASONS", "REASONS", "SEQUENCE_REASONS",
+           "TABULAR_REASONS", "RecordBatch", "WorkUnit", "batch_key", "dead_letter", "unit_of"]
 
 #: The split name used when a conversion declares no splits.
 DEFAULT_SPLIT = "data"
@@ -95,7 +83,6 @@ SEQUENCE_REASONS = {
 REASONS = {**TABULAR_REASONS, **IMAGE_REASONS, **SEQUENCE_REASONS}
 
 
-
 def batch_key(source_index: int, chunk_index: int) -> str:
     """A sortable, deterministic key for the chunk `chunk_index` of input `source_index`.
 
@@ -150,19 +137,15 @@ class RecordBatch:
       input_count: how many input records of this chunk and split the converter read.
         The sink checks that input == written + dead-lettered over the whole run.
       record_rows: how many input records the `records` hold together when a record holds
-        several (a SequenceExample holds a group of rows); None: one each. Set on every
-        batch of grouped records (0 when it has none); the manifest then counts
-        `written_rows` beside `written` (records). Input is counted in rows: with sequences
-        the reading step yields batches with `input_count` and the dead letters of the rows
-        it read, the grouping step yields the sequences with `record_rows` (`input_count`
-        0), and per split input == `rows_written` + dead letters still proves that no row
-        was lost, across the shuffle too.
-      feature_presence: for each feature the records carry, (feature, records carrying it,
-        min values, max values) (see `transforms.stats.presence`); None when the converter
-        does not count it.
-      feature_stats: the records' statistics (`transforms.stats.sketches.BatchStats`: per
-        feature counts, moments and serialized sketches, merged in the commit into
-        stats.json); None when the converter does not compute them.
+        several (a SequenceExample holds a group of rows; 0 when it has none); None: one
+        each. The manifest then counts `written_rows` beside `written`. With sequences the
+        reading step yields `input_count` and the rows' dead letters, the grouping step the
+        sequences with `record_rows`, so per split input == `rows_written` + dead letters
+        proves that no row was lost, across the shuffle too.
+      feature_presence: (feature, records carrying it, min values, max values) per feature
+        (`transforms.stats.presence`); None when the converter does not count it.
+      feature_stats: the records' statistics (`transforms.stats.sketches.BatchStats`, merged
+        into stats.json); None when the converter does not compute them.
     """
 
     key: str
@@ -181,18 +164,6 @@ class RecordBatch:
     def rows_written(self) -> int:
         """Input records held by `records` (see `record_rows`)."""
         return len(self.records) if self.record_rows is None else self.record_rows
-
-
-def raw_text(raw: bytes | str | None) -> tuple[str | None, str]:
-    """Returns (text, encoding) for a raw input record: UTF-8 text, else base64."""
-    if raw is None:
-        return None, "none"
-    if isinstance(raw, str):
-        return raw, "utf-8"
-    try:
-        return raw.decode("utf-8"), "utf-8"
-    except UnicodeDecodeError:
-        return base64.b64encode(raw).decode("ascii"), "base64"
 
 
 def dead_letter(
@@ -219,18 +190,14 @@ def dead_letter(
       raw: the raw record; stored as text when valid UTF-8, else base64.
       details: further JSON-serialisable fields (e.g. `line`, `label`).
     """
-    text, encoding = raw_text(raw)
-    doc = {
-        "source": source,
-        "row": row,
-        "column": column,
-        "reason": reason,
-        "message": message,
-        "split": split,
-        "raw": text,
-        "raw_encoding": encoding,
-    }
-    doc.update(details)
+    text, encoding = (None, "none") if raw is None else (raw, "utf-8")
+    if isinstance(raw, bytes):
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            text, encoding = base64.b64encode(raw).decode("ascii"), "base64"
+    doc = {"source": source, "row": row, "column": column, "reason": reason, "message": message,
+           "split": split, "raw": text, "raw_encoding": encoding, **details}
     doc = {key: _valid_text(value) if isinstance(value, str) else value for key, value in doc.items()}
     return json.dumps(doc, ensure_ascii=False, sort_keys=True, default=str).encode("utf-8")
 

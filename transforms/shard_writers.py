@@ -17,8 +17,7 @@
 * `num_shards=N`: units write as above without caps; the commit then deals every record, in
   output order, round-robin into exactly N shards per split (`reshard`), a second pass over
   the records in one process.
-* With `report_progress`, writers leave a small heartbeat file under the temp folder every
-  few seconds, which the CLI reads to show progress."""
+* With `report_progress`, writers leave a heartbeat file (`_Heartbeat`) for the CLI."""
 
 from __future__ import annotations
 
@@ -28,7 +27,7 @@ import json
 import os
 import time
 import uuid
-from collections import defaultdict, deque
+from collections import Counter, defaultdict, deque
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -39,12 +38,7 @@ from apache_beam.io.filesystems import FileSystems
 
 from transforms import fs
 from transforms.format.compression import Compression, shard_suffix
-from transforms.format.tfrecord_format import (
-    FramedRecords,
-    TFRecordWriter,
-    frame_records,
-    framed_size,
-)
+from transforms.format.tfrecord_format import FramedRecords, TFRecordWriter, frame_records, framed_size
 from transforms.format.tfrecord_index import INDEX_SUFFIX, IndexWriter
 from transforms.format.tfrecord_reader import iter_records
 from transforms.records import RecordBatch, unit_of
@@ -60,17 +54,8 @@ from transforms.unit_result import (
     UnitResult,
 )
 
-__all__ = [
-    "DEAD_LETTER_DIR",
-    "DEFAULT_MAX_SHARD_BYTES",
-    "RollingShardWriter",
-    "ShardingConfig",
-    "SinkConfig",
-    "TEMP_PREFIX",
-    "TempShard",
-    "reshard",
-    "write_unit",
-]
+__all__ = ["DEAD_LETTER_DIR", "DEFAULT_MAX_SHARD_BYTES", "RollingShardWriter", "ShardingConfig", "SinkConfig",
+           "TEMP_PREFIX", "TempShard", "reshard", "write_unit"]
 
 #: TensorFlow's performance guide recommends 100-200 MB per TFRecord file.
 DEFAULT_MAX_SHARD_BYTES = 200 * 1024 * 1024
@@ -83,16 +68,11 @@ TEMP_PREFIX = ".tmp-"
 
 @dataclasses.dataclass(frozen=True)
 class ShardingConfig:
-    """The whole sharding policy of an output; the CLI, the writers and the manifest all take
-    it from here.
-
-    Either `num_shards`: exactly that many shards per split (records are dealt round-robin
-    and shuffled by shard, so the data goes through a GroupByKey), or the caps: a shard rolls
-    when the next record would push it past `max_shard_bytes` framed, uncompressed bytes
-    (default `DEFAULT_MAX_SHARD_BYTES`) or `max_shard_records` records. The two modes exclude
-    each other. `skip_if_empty`: write no shard for a declared split without records (by
-    default one empty shard, so consumers globbing a split always find a file).
-    """
+    """The whole sharding policy of an output (the CLI, the writers and the manifest take it
+    from here): exactly `num_shards` per split, or the caps `max_shard_bytes` (default
+    `DEFAULT_MAX_SHARD_BYTES`) and `max_shard_records` (see the module docstring); the two
+    modes exclude each other. `skip_if_empty`: no shard for a declared split without records
+    (by default one empty shard, so consumers globbing a split always find a file)."""
 
     num_shards: int | None = None
     max_shard_bytes: int | None = None
@@ -113,20 +93,15 @@ class ShardingConfig:
         """The byte size shards roll at; None with `num_shards`."""
         return None if self.num_shards else (self.max_shard_bytes or DEFAULT_MAX_SHARD_BYTES)
 
-    @property
-    def record_cap(self) -> int | None:
-        """The record count shards roll at, if any; None with `num_shards`."""
-        return None if self.num_shards else self.max_shard_records
-
     def to_manifest(self) -> dict[str, Any]:
         """The manifest's "sharding" entry."""
         return {"num_shards": self.num_shards, "max_shard_bytes": self.byte_cap,
-                "max_shard_records": self.record_cap, "skip_if_empty": self.skip_if_empty}
+                "max_shard_records": self.max_shard_records, "skip_if_empty": self.skip_if_empty}
 
 
 @dataclasses.dataclass(frozen=True)
 class SinkConfig:
-    """Configuration of `WriteToShardedTFRecord`; see its docstring."""
+    """Configuration of `WriteToShardedTFRecord`; its docstring describes every field."""
 
     output_dir: str
     compression: Compression = Compression.NONE
@@ -138,14 +113,9 @@ class SinkConfig:
     manifest_metadata: tuple[tuple[str, Any], ...] = ()
     run_id: str = ""
     report_progress: bool = False
-    # Write `<shard>.tfindex` beside every shard (uncompressed output only).
     index: bool = False
-    # A previous output folder whose stats.json the commit compares this run's with
-    # (drift.json); `fail_on_drift` ("schema" or "distribution") fails the run on drift.
     compare_to: str | None = None
     fail_on_drift: str | None = None
-    # Commit as the next generation of the committed output in `output_dir`, if any
-    # (`transforms.commit`).
     append: bool = False
 
     def __post_init__(self):
@@ -226,11 +196,7 @@ class _BackgroundIO:
 
 
 class TempShard:
-    """One temporary output file plus the bookkeeping that goes into its sidecar.
-
-    TFRecord payloads are compressed, hashed and written on a background thread (see
-    `_BackgroundIO`); `close()` waits for them before the file is closed.
-    """
+    """One temporary output file and what the commit learns of it (`close()`)."""
 
     def __init__(
         self, config: SinkConfig, kind: str, split: str, first_key: str, path: str | None = None
@@ -313,15 +279,6 @@ class TempShard:
                 pass
 
 
-def _reason_of(doc: bytes) -> str:
-    """The `reason` of one dead-letter document (see `transforms.records.dead_letter`)."""
-    try:
-        reason = json.loads(doc).get("reason")
-    except (ValueError, AttributeError):
-        reason = None
-    return reason if isinstance(reason, str) and reason else "unknown"
-
-
 def _cumulative_sizes(kind: str, payloads: Sequence[bytes]) -> np.ndarray:
     """Running total of the bytes items occupy before compression, with a leading 0.
 
@@ -381,7 +338,7 @@ class RollingShardWriter:
         remaining = len(totals) - 1 - start
         if shard.kind != TFRECORD_KIND:
             return remaining  # a unit's dead letters go to one file
-        record_cap, byte_cap = self._config.sharding.record_cap, self._config.sharding.byte_cap
+        record_cap, byte_cap = self._config.sharding.max_shard_records, self._config.sharding.byte_cap
         if record_cap is not None:
             remaining = min(remaining, record_cap - shard.records)
         if byte_cap is not None and remaining > 0:
@@ -449,7 +406,7 @@ def write_unit(config: SinkConfig, batches: Iterable[RecordBatch]) -> UnitResult
     returns what the commit needs of them: the sink's one write path."""
     writer = RollingShardWriter(config)
     splits: dict[str, _SplitTotals] = {}
-    reasons: dict[str, int] = defaultdict(int)
+    reasons: Counter = Counter()
     examples = []
     owner = ""
     try:
@@ -458,9 +415,7 @@ def write_unit(config: SinkConfig, batches: Iterable[RecordBatch]) -> UnitResult
             writer.write(batch)
             splits.setdefault(batch.split, _SplitTotals()).add(batch)
             if batch.dead_letters:
-                for document in batch.dead_letters:
-                    reasons[_reason_of(document)] += 1
-                examples.append(batch_examples(batch.dead_letters))
+                examples.append(batch_examples(batch.dead_letters, reasons))
     except BaseException:
         writer.abandon()
         raise
@@ -511,9 +466,9 @@ def _deal(config: SinkConfig, split: str, group: Sequence[ShardFile]) -> list[Sh
 
 
 def _write_payloads(shard: TempShard, payloads: list[bytes]) -> None:
-    """Writes `payloads` to `shard` and empties the list."""
+    """Writes `payloads` to `shard` (framed at once: the list is free again) and empties it."""
     if payloads:
-        shard.write(list(payloads), sum(framed_size(len(p)) for p in payloads), shard.split)
+        shard.write(payloads, sum(framed_size(len(p)) for p in payloads), shard.split)
         payloads.clear()
 
 

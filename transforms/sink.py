@@ -8,16 +8,12 @@ It consumes `RecordBatch` elements (serialized Examples plus dead letters, see
     DIR/<extra files: spec.yaml, feature_spec.json, labels.txt ...>
     DIR/manifest.json                      <- written last: the commit marker
 
-There is one write path: the batches of one work unit are written, in key order, by one
-`transforms.shard_writers.write_unit` call, which returns the unit's `UnitResult`; the commit
-(`transforms.commit`, reconcile, rename, side files, manifest last) takes every result. So
-the output depends on the work units alone, not on processes, workers or bundles.
-`WriteToShardedTFRecord` groups a PCollection of batches by work unit first;
+The batches of one work unit are written, in key order, by one
+`transforms.shard_writers.write_unit` call (the one write path), and the commit
+(`transforms.commit`) takes every unit's result, so the output depends on the work units
+alone. `WriteToShardedTFRecord` groups a PCollection of batches by work unit first;
 `ConvertAndWrite` writes what a converter makes of each element (a work unit, a bucket of
 sequences) without that shuffle, and `Commit` commits the results.
-`skip_if_empty=False` (default) writes one empty shard for every declared split that
-received no records, so consumers globbing a split always find a file; True writes none.
-Dead letters are written only when there are some.
 """
 
 from __future__ import annotations
@@ -46,15 +42,14 @@ class WriteToShardedTFRecord(beam.PTransform):
       compression_level: codec level (see `transforms.format.tfrecord_format`).
       num_shards, max_shard_bytes, max_shard_records, skip_if_empty: build the
         `ShardingConfig` (see there) when `sharding` is not given.
-      splits: the declared split names; used to write empty shards (see module docs).
+      splits: the declared split names (`skip_if_empty`).
       max_error_rate: fail the job, after committing the dead letters, when more than
         this fraction of input records was dead-lettered.
       extra_files: {relative path: bytes} written next to the shards before the manifest.
       manifest_metadata: extra top-level manifest keys (e.g. "options", "fingerprint").
       run_id: names the temp folder; a fresh one by default.
       sharding: the whole sharding policy (`transforms.shard_writers.ShardingConfig`).
-      report_progress: writers leave a small heartbeat file under the temp folder every
-        few seconds (records so far), which the CLI reads to show progress.
+      report_progress: writers leave heartbeat files for the CLI's progress (`shard_writers`).
       index: write `<shard>.tfindex` (the `tfrecord` package's and DALI's index: offset
         and length per record) beside every shard, computed while writing, listed in the
         manifest; uncompressed output only (ValueError otherwise).
@@ -124,8 +119,7 @@ class WriteToShardedTFRecord(beam.PTransform):
 
 
 def _write_group(keyed, config: SinkConfig):
-    _, batches = keyed
-    return write_unit(config, sorted(batches, key=lambda batch: (batch.key, batch.split)))
+    return write_unit(config, sorted(keyed[1], key=lambda batch: (batch.key, batch.split)))
 
 
 class ConvertAndWrite(beam.DoFn):

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+import itertools
 from collections.abc import Mapping, Sequence
 
 import crc32c
@@ -70,26 +71,17 @@ class SplitAssigner:
     def names(self) -> Sequence[str]:
         return tuple(self.weights)
 
-    def _boundaries(self) -> list[int]:
-        total = float(sum(self.weights.values()))
-        bounds, acc = [], 0.0
-        for weight in self.weights.values():
-            acc += weight
-            bounds.append(int(round(acc / total * 2**32)))
-        bounds[-1] = 2**32
-        return bounds
-
     def assign(self, key: bytes) -> str:
         """The split for one key (the key's bytes, e.g. UTF-8 of the joined key columns)."""
-        if len(self.weights) == 1:
-            return next(iter(self.weights))
-        bucket = crc32c.crc32c(key)
-        index = bisect.bisect_right(self._boundaries(), bucket)
-        return self.names[index]
+        return self.assign_many([key])[0]
 
     def assign_many(self, keys: Sequence[bytes]) -> list[str]:
-        """Splits for many keys; same result as `assign` on each."""
-        if len(self.weights) == 1:
-            return [self.names[0]] * len(keys)
-        bounds, names = self._boundaries(), self.names
+        """The split of each key: the one whose share of [0, 2**32) holds the key's CRC32C."""
+        names = self.names
+        if len(names) == 1:
+            return [names[0]] * len(keys)
+        weights = [float(weight) for weight in self.weights.values()]
+        total = sum(weights)
+        bounds = [int(round(acc / total * 2**32)) for acc in itertools.accumulate(weights)]
+        bounds[-1] = 2**32
         return [names[bisect.bisect_right(bounds, crc32c.crc32c(k))] for k in keys]

@@ -1,12 +1,7 @@
-"""What one writer hands the commit: the typed contract between the sink's writers and the commit.
-
-A work unit (or, for sequences, a shuffled bucket) is written by one call of
-`transforms.shard_writers.write_unit`, which returns one `UnitResult`: the files it wrote
-(`ShardFile`), and per split its counts, the features' presence and the statistics partial.
-The commit orders results by `UnitResult.owner` (the first batch key the unit wrote), so what
-it builds does not depend on which worker or process wrote a unit, nor when.
-
-Beam-free and picklable.
+"""What one writer hands the commit: the `UnitResult` of one
+`transforms.shard_writers.write_unit` call (a work unit, or a bucket of sequences). The commit
+orders results by `UnitResult.owner` (the first batch key the unit wrote), so what it builds
+does not depend on which worker or process wrote a unit, nor when. Beam-free and picklable.
 """
 
 from __future__ import annotations

@@ -1,13 +1,15 @@
 """Example dead letters per reason, for stats.json (Beam-free).
 
 The sink takes from each batch the first `EXAMPLES_PER_REASON` dead letters of every reason
-(`batch_examples`); the commit keeps, per reason, the first ones in batch-key order
-(`merge_examples`), so the examples are the same whatever the bundles or the runner.
+(`batch_examples`, which also counts the reasons); the commit keeps, per reason, the first
+ones in batch-key order (`merge_examples`), so the examples are the same whatever the
+bundles or the runner.
 """
 
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -20,18 +22,22 @@ _MESSAGE_CHARS = 300
 Example = tuple[str, int, Any, Any, str]
 
 
-def batch_examples(dead_letters: Sequence[bytes]) -> tuple[Example, ...]:
-    """Up to `EXAMPLES_PER_REASON` examples per reason among a batch's dead-letter documents."""
+def batch_examples(dead_letters: Sequence[bytes], reasons: Counter) -> tuple[Example, ...]:
+    """Up to `EXAMPLES_PER_REASON` examples per reason among a batch's dead-letter documents;
+    counts every document's reason into `reasons` ("unknown" where it has none), so that each
+    document is parsed once."""
     taken: dict[str, int] = {}
     out = []
     for position, document in enumerate(dead_letters):
         try:
             letter = json.loads(document)
         except ValueError:
-            continue
+            letter = None
         if not isinstance(letter, dict):
+            reasons["unknown"] += 1
             continue
         reason = letter.get("reason") if isinstance(letter.get("reason"), str) else "unknown"
+        reasons[reason or "unknown"] += 1
         if taken.get(reason, 0) >= EXAMPLES_PER_REASON:
             continue
         taken[reason] = taken.get(reason, 0) + 1

@@ -37,25 +37,10 @@ import numpy as np
 
 from transforms.splits import DEAD_LETTER_SPLIT
 from transforms.stats.dead_letters import merge_examples
-from transforms.stats.sketches import (
-    BatchStats,
-    FeatureTotal,
-    ImageTotal,
-    NumericTotal,
-    StatsTotal,
-)
+from transforms.stats.sketches import BatchStats, FeatureTotal, ImageTotal, NumericTotal, StatsTotal
 
-__all__ = [
-    "HISTOGRAM_BINS",
-    "QUANTILE_RANKS",
-    "SCHEMA_VERSION",
-    "STATS_NAME",
-    "SplitStats",
-    "declared_kinds",
-    "merge_units",
-    "numeric_summary",
-    "stats_document",
-]
+__all__ = ["HISTOGRAM_BINS", "QUANTILE_RANKS", "SCHEMA_VERSION", "STATS_NAME", "SplitStats", "declared_kinds",
+           "merge_units", "numeric_summary", "stats_document"]
 
 STATS_NAME = "stats.json"
 SCHEMA_VERSION = 1
@@ -95,13 +80,10 @@ def merge_units(results: Sequence[Any]) -> tuple[dict[str, SplitStats], dict[str
 
 def declared_kinds(feature_spec_json: bytes | None) -> dict[str, str]:
     """{feature: kind} of an Example output's feature_spec.json ({} for other layouts)."""
-    if not feature_spec_json:
-        return {}
     try:
-        spec = json.loads(feature_spec_json)
-    except ValueError:
+        features = json.loads(feature_spec_json or b"{}").get("features")
+    except (ValueError, AttributeError):  # not JSON, or not an object
         return {}
-    features = spec.get("features") if isinstance(spec, dict) else None
     if not isinstance(features, dict):
         return {}
     return {name: _KINDS[entry["dtype"]] for name, entry in features.items()
@@ -194,11 +176,8 @@ def stats_document(merged: Mapping[str, SplitStats], totals: Mapping[str, Any],
         stats = merged.get(split, SplitStats())
         features: dict[str, Any] = {}
         if stats.known:
-            for name, total in stats.features.items():
-                features[name] = _feature(total)
-            for name, kind in (declared or {}).items():
-                if name not in features:
-                    features[name] = _feature(FeatureTotal(name, kind))
+            features = {name: _feature(FeatureTotal(name, kind)) for name, kind in (declared or {}).items()}
+            features.update((name, _feature(total)) for name, total in stats.features.items())
         entry: dict[str, Any] = {"records": (per_split.get(split) or {}).get("written", 0),
                                  "features": dict(sorted(features.items()))}
         if stats.images is not None and stats.known:

@@ -1,9 +1,10 @@
 """Example dead letters per reason, for stats.json (Beam-free).
 
-The sink takes from each batch the first `EXAMPLES_PER_REASON` dead letters of every reason
-(`batch_examples`, which also counts the reasons); the commit keeps, per reason, the first
-ones in batch-key order (`merge_examples`), so the examples are the same whatever the
-bundles or the runner.
+The examples of a reason are its first `EXAMPLES_PER_REASON` dead letters by where their
+records are in the input (`source`, then `row`): each batch keeps its first ones
+(`batch_examples`, which also counts the reasons), each unit its first ones of those
+(`first_examples`), the commit the first ones of all (`merge_examples`). So they are the same
+whatever the bundles, the runner or the generations an output was appended in.
 """
 
 from __future__ import annotations
@@ -23,11 +24,10 @@ Example = tuple[str, int, Any, Any, str]
 
 
 def batch_examples(dead_letters: Sequence[bytes], reasons: Counter) -> tuple[Example, ...]:
-    """Up to `EXAMPLES_PER_REASON` examples per reason among a batch's dead-letter documents;
-    counts every document's reason into `reasons` ("unknown" where it has none), so that each
-    document is parsed once."""
-    taken: dict[str, int] = {}
-    out = []
+    """The first `EXAMPLES_PER_REASON` examples of each reason among a batch's dead-letter
+    documents, by place (`_place`); counts every document's reason into `reasons` ("unknown"
+    where it has none), so that each document is parsed once."""
+    found: dict[str, list[Example]] = {}
     for position, document in enumerate(dead_letters):
         try:
             letter = json.loads(document)
@@ -38,32 +38,39 @@ def batch_examples(dead_letters: Sequence[bytes], reasons: Counter) -> tuple[Exa
             continue
         reason = letter.get("reason") if isinstance(letter.get("reason"), str) else "unknown"
         reasons[reason or "unknown"] += 1
-        if taken.get(reason, 0) >= EXAMPLES_PER_REASON:
-            continue
-        taken[reason] = taken.get(reason, 0) + 1
         message = str(letter.get("message") or "")[:_MESSAGE_CHARS]
-        out.append((reason, position, letter.get("source"), letter.get("row"), message))
-    return tuple(out)
+        example = (reason, position, letter.get("source"), letter.get("row"), message)
+        found.setdefault(reason, []).append(example)
+    kept = [example for examples in found.values()
+            for example in sorted(examples, key=lambda e: (_place(e), e[1]))[:EXAMPLES_PER_REASON]]
+    return tuple(sorted(kept, key=lambda example: example[1]))
+
+
+def _place(example: Example) -> tuple:
+    """Where an example's record is in the input: its source, then its row (None last)."""
+    _, _, source, row, _ = example
+    return source is None, str(source or ""), not isinstance(row, int), row if isinstance(row, int) else 0
 
 
 def first_examples(batches: Iterable[Sequence[Example]]) -> tuple[Example, ...]:
-    """The examples of consecutive batches (in batch-key order) as one batch's: the first
-    of each reason, numbered in that order, as `merge_examples` would pick them."""
+    """The examples of consecutive batches (in batch-key order) as one batch's: the first of
+    each reason by place, numbered in that order, as `merge_examples` would pick them."""
+    ordered = sorted(((batch, example) for batch, examples in enumerate(batches) for example in examples),
+                     key=lambda pair: (_place(pair[1]), pair[0], pair[1][1]))
     taken: dict[str, int] = {}
     out = []
-    for examples in batches:
-        for reason, _, source, row, message in sorted(examples, key=lambda e: e[1]):
-            if taken.get(reason, 0) < EXAMPLES_PER_REASON:
-                taken[reason] = taken.get(reason, 0) + 1
-                out.append((reason, len(out), source, row, message))
+    for _, (reason, _, source, row, message) in ordered:
+        if taken.get(reason, 0) < EXAMPLES_PER_REASON:
+            taken[reason] = taken.get(reason, 0) + 1
+            out.append((reason, len(out), source, row, message))
     return tuple(out)
 
 
 def merge_examples(batches: Iterable[tuple[str, Sequence[Example]]]) -> dict[str, list[dict]]:
     """{reason: [{"source", "row", "message"}, ...]} from (batch key, examples) pairs: the
-    first examples of each reason in (batch key, position) order."""
+    first examples of each reason by place (ties in (batch key, position) order)."""
     ordered = sorted(((key, example) for key, examples in batches for example in examples),
-                     key=lambda pair: (pair[0], pair[1][1]))
+                     key=lambda pair: (_place(pair[1]), pair[0], pair[1][1]))
     out: dict[str, list[dict]] = {}
     for _, (reason, _, source, row, message) in ordered:
         kept = out.setdefault(reason, [])

@@ -1,12 +1,11 @@
 """Serialized records to values, TF-free, shaped by `features.RecordLayout`: a dense
-feature as an array of its shape (a 0-d array for a scalar), a varlen one as a 1-D array;
-or, with `as_numpy=False`, Python values (a scalar, or a list).
+feature as an array of its shape (0-d for a scalar), a varlen one as a 1-D array; with
+`as_numpy=False`, Python values (a scalar, or a list).
 
-An absent feature is left out of the record (TensorFlow cannot tell it from an empty list
-in a varlen feature; this reader can), or given its default when asked and the spec has
-one; a masked scalar is always there, with its fill where absent, and its `<name>/present`.
-Features the spec does not name are left out, as `tf.io.parse_example` does. Without a spec
-every feature is read as varlen, typed by its wire kind."""
+An absent feature is left out (TensorFlow cannot tell it from an empty varlen list; this
+reader can), or given its spec default when asked; a masked scalar is always there (its
+fill where absent) with its `<name>/present`. Features the spec does not name are left out,
+as `tf.io.parse_example` does; without a spec every feature is varlen, typed by its kind."""
 
 from __future__ import annotations
 
@@ -100,12 +99,8 @@ def _feature_lists(decoded: Mapping[str, tuple[str | None, list]],
 def decode_record(payload: bytes, layout: RecordLayout | None, *, fill_defaults: bool = False,
                   as_numpy: bool = True) -> dict[str, Any] | tuple[dict[str, Any], dict[str, Any]]:
     """One record's values: a dict for an Example, a (context, feature lists) pair for a
-    SequenceExample (when `layout` has a sequence part).
-
-    Raises:
-      ValueError: naming the feature, when a value disagrees with the spec's dtype or dense
-        shape, or when the payload does not parse.
-    """
+    SequenceExample. ValueError naming the feature when a value disagrees with the spec's
+    dtype or dense shape, or when the payload does not parse."""
     if layout is not None and layout.sequence is not None:
         context, lists = decode_sequence_example(payload)
         return (_features(context, layout.features, fill_defaults, as_numpy),

@@ -1,9 +1,8 @@
-"""`tf_dataset`: one split of a committed output as a `tf.data.Dataset` of parsed features,
-reading exactly the shards the manifest lists with its compression, parsed with the spec
-of `feature_spec.json` (dense or varlen by `features.feature_layout`). A masked scalar
-is parsed as a ragged feature and turned into its value (the fill where absent) and the
-boolean `<name>/present`, as the numpy readers give them. TensorFlow is imported only when
-the function runs."""
+"""`tf_dataset`: one split of a committed output as a `tf.data.Dataset`, reading exactly the
+shards the manifest lists, parsed with `feature_spec.json` (dense or varlen by
+`features.feature_layout`). A masked scalar is parsed as a ragged feature and turned into its
+value (the fill where absent) and `<name>/present`, as the numpy readers give them.
+TensorFlow is imported only when a function runs."""
 
 from __future__ import annotations
 
@@ -64,10 +63,9 @@ def _unmasked(tf, layouts, parsed):
 def tf_parse_spec(feature_spec: dict[str, Any], *, ragged: bool = False):
     """The `tf.io.parse_example` features of a parsed `feature_spec.json`; for
     SequenceExamples a (context, sequence) pair for `tf.io.parse_sequence_example`. Varlen
-    features are `VarLenFeature`s (tf.SparseTensor), or with `ragged` `RaggedFeature`s;
-    masked scalars are `RaggedFeature`s of 0 or 1 values (`tf_dataset` unmasks them)."""
+    features are `VarLenFeature`s, or with `ragged` `RaggedFeature`s; masked scalars are
+    `RaggedFeature`s of 0 or 1 values (`tf_dataset` unmasks them)."""
     tf = _tensorflow()
-
     layout = record_layout(feature_spec)
     context = {name: _tf_feature(tf, f, in_sequence=False, ragged=ragged)
                for name, f in layout.features.items()}
@@ -86,24 +84,18 @@ def tf_dataset(output_dir: str, split: str, *, batch_size: int | None = None,
     Args:
       batch_size: None yields single records (`tf.io.parse_single_example`); else batches
         of that many serialized records are parsed at once (`tf.io.parse_example`).
-      shuffle_files: read the shards (or shard ranges) in an order shuffled every epoch.
-      seed: the shuffle's seed.
+      shuffle_files: read the shards (or shard ranges) in an order shuffled every epoch
+        (by `seed`).
       shard: `(index, count)`: only that part of the split (see `transforms.reading.parts`;
         a range starting inside a shard is reached by reading past the records before it).
-      drop_remainder: drop a last batch smaller than `batch_size`.
       ragged: varlen features as `tf.RaggedTensor` instead of `tf.SparseTensor`.
       num_parallel_reads: ranges read at once (interleaved); None reads them in order.
 
-    Returns:
-      A dataset of {feature: tensor} for Examples, of (context, feature lists) pairs for
-      SequenceExamples (batched feature lists are padded to the longest sequence).
-
-    Raises:
-      FileNotFoundError, ValueError: see `output.load_split`; ValueError too when the output
-        has no `feature_spec.json` to parse with.
+    Returns a dataset of {feature: tensor} for Examples, of (context, feature lists) pairs
+    for SequenceExamples (batched feature lists are padded to the longest sequence). Raises
+    what `output.load_split` raises, and ValueError when the output has no feature spec.
     """
     tf = _tensorflow()
-
     output = load_split(output_dir, split)
     if output.feature_spec is None:
         raise ValueError(f"{output_dir} has no feature_spec.json: parse its records with your "

@@ -29,12 +29,6 @@ def _torch():
     return torch
 
 
-def _worker_part() -> tuple[int, int]:
-    """(worker id, workers) of the DataLoader worker iterating, (0, 1) in the main process."""
-    info = _torch().utils.data.get_worker_info()
-    return (0, 1) if info is None else (info.id, info.num_workers)
-
-
 def _dataset_class() -> type:
     torch = _torch()
     key = torch.utils.data
@@ -52,7 +46,8 @@ def _dataset_class() -> type:
                 return len(self.reader)  # the rank's records, all its workers together
 
             def __iter__(self):
-                return iter(self.reader.part(_worker_part()))
+                info = torch.utils.data.get_worker_info()  # None in the main process
+                return iter(self.reader.part((0, 1) if info is None else (info.id, info.num_workers)))
 
             def __reduce__(self):  # a class built at run time pickles as its factory call
                 return functools.partial(torch_dataset, **self._arguments), ()

@@ -1,10 +1,8 @@
 """Small charts as inline SVG text: a sparkline-sized histogram and a horizontal bar chart.
 
-Hand-built SVG rather than matplotlib: the charts are a few rectangles each, so an inline
-`<svg>` is a few hundred bytes (a PNG data URI of the same is ~10x that), stays sharp at any
-zoom, needs no new dependency (matplotlib and its font cache cost seconds on first import),
-and its text is escaped like the rest of the page. Every label is user data: it goes
-through `markup.esc`.
+Hand-built SVG rather than matplotlib: a few rectangles make a few hundred bytes (a PNG data
+URI is ~10x that), sharp at any zoom, with no new dependency (matplotlib and its font cache
+cost seconds on first import); every label is user data, escaped by `markup.esc`.
 """
 
 from __future__ import annotations
@@ -14,7 +12,7 @@ from collections.abc import Sequence
 
 from transforms.report.markup import esc
 
-__all__ = ["BAR_COLOR", "bar_chart_svg", "histogram_svg"]
+__all__ = ["bar_chart_svg", "histogram_svg"]
 
 BAR_COLOR = "#3b6ea8"
 _WARN_COLOR = "#c0504d"

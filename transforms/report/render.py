@@ -1,10 +1,6 @@
-"""`render_report`: a `ReportData` as one self-contained HTML page.
-
-Self-contained and inert: the CSS is inline, charts are inline SVG, thumbnails are `data:`
-URIs, there is no script and no font or file to fetch, and a Content-Security-Policy meta
-tag forbids any (so a hostile value that escaped escaping still could not run or call out).
-Sections: overview (inputs, records per split, shards, dead letters by reason), features,
-images, drift, contact sheets. Every piece of user data goes through `markup.esc`.
+"""`render_report`: a `ReportData` as one self-contained, inert HTML page: inline CSS and SVG,
+`data:` thumbnails, no script, font or file to fetch, and a Content-Security-Policy meta tag
+forbidding any (so a hostile value that escaped escaping still could not run or call out).
 """
 
 from __future__ import annotations
@@ -129,7 +125,7 @@ def _example_line(example: dict[str, Any]) -> str:
 
 def _by_reason(data: ReportData, limit: int | None = None) -> list[tuple[str, int, str, int]]:
     """(reason, count, its examples as an HTML list, examples shown) of every dead-letter reason,
-    most frequent first; `limit`: examples shown at most per reason."""
+    most frequent first."""
     counts: Any = data.manifest.counts.dead_letter_reasons
     if not counts and data.stats:  # older manifests: the statistics count them too
         counts = (data.stats.get("dead_letters") or {}).get("by_reason") or {}

@@ -1,9 +1,6 @@
-"""The report's data sections: the feature table (from `stats.json`, else from
-`feature_spec.json`) and the image statistics, as HTML fragments.
-
-The statistics are read defensively: a field missing or of an unexpected type shows as a
-dash, never as an error, because `stats.json` comes from another module's evolving writer
-and may be older or newer than this renderer.
+"""The report's feature table (from `stats.json`, else `feature_spec.json`) and image
+statistics. Read defensively: a field missing or of an unexpected type shows as a dash, never
+an error, because `stats.json` may be older or newer than this renderer.
 """
 
 from __future__ import annotations
@@ -132,8 +129,8 @@ def _split_features_table(split_stats: dict[str, Any]) -> str:
 
 
 def _spec_features(feature_spec: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
-    """(name, entry) of every feature a feature spec lists (SequenceExample specs: both parts,
-    named `context:` and `sequence:`)."""
+    """(name, entry) of every feature a spec lists (SequenceExamples: `context:` and
+    `sequence:` names)."""
     if "sequence" in feature_spec:
         return [(f"{part}:{name}", as_dict(entry)) for part in ("context", "sequence")
                 for name, entry in sorted(as_dict(feature_spec.get(part)).items())]
@@ -162,9 +159,8 @@ def _has_feature_stats(stats: dict[str, Any]) -> bool:
 
 def features_section(stats: dict[str, Any] | None, feature_spec: dict[str, Any] | None,
                      manifest: Manifest) -> str:
-    """The features: per split with statistics from `stats.json`, else (no stats.json, or
-    one without feature statistics, as for SequenceExamples) the feature spec's dtypes,
-    kinds and presence over all splits."""
+    """Per split from `stats.json`, else (none, or one without feature statistics, as for
+    SequenceExamples) the feature spec's dtypes, kinds and presence over all splits."""
     if stats is not None and (feature_spec is None or _has_feature_stats(stats)):
         splits = as_dict(stats.get("splits"))
         parts = []

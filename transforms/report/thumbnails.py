@@ -1,12 +1,10 @@
 """Contact sheets of an image output: `contact_sheets` picks records of each label, first from
 the head of every shard, then on through each shard, in the manifest's order (so the same
-output always gives the same pictures), and
-turns their `image/encoded` bytes into small JPEG thumbnails as `data:` URIs.
+output always gives the same pictures), as small JPEG thumbnails in `data:` URIs.
 
-Bounded in memory and time: shards are streamed record by record (`read_tfrecord_file`,
-every CRC checked), the scan stops when every sheet is full or after `MAX_SCAN_RECORDS`
-records / `MAX_SCAN_BYTES` bytes, at most `MAX_LABELS` sheets of `PER_LABEL` images are made,
-and only the chosen records are decoded by Pillow (JPEGs at a reduced scale).
+Bounded in memory and time: shards are streamed (every CRC checked), the scan stops when
+every sheet is full or after `MAX_SCAN_RECORDS` records / `MAX_SCAN_BYTES` bytes, and only
+the chosen records are decoded by Pillow (JPEGs at a reduced scale).
 """
 
 from __future__ import annotations
@@ -26,8 +24,7 @@ from transforms.format.example_codec import decode_example
 from transforms.format.manifest_format import Manifest
 from transforms.tfrecord_io import read_tfrecord_file
 
-__all__ = ["MAX_LABELS", "NO_LABEL", "PER_LABEL", "THUMBNAIL_PIXELS", "ContactSheet", "Thumbnail",
-           "contact_sheets", "thumbnail_data_uri"]
+__all__ = ["ContactSheet", "Thumbnail", "contact_sheets", "thumbnail_data_uri"]
 
 _LOG = logging.getLogger(__name__)
 
@@ -43,8 +40,8 @@ _JPEG_QUALITY = 85
 
 @dataclasses.dataclass(frozen=True)
 class Thumbnail:
-    """One sampled image: a `data:image/jpeg` URI (None when Pillow could not decode it, then
-    `problem` says why), its caption (the file name) and split, and the thumbnail's size."""
+    """One sampled image: its caption (the file name), a `data:image/jpeg` URI and size, or
+    (when Pillow could not decode it) the `problem`."""
 
     caption: str
     split: str
@@ -79,8 +76,8 @@ def _as_rgb(image: Image.Image) -> Image.Image:
 
 
 def thumbnail_data_uri(encoded: bytes, size: int = THUMBNAIL_PIXELS) -> tuple[str, int, int]:
-    """A JPEG thumbnail (at most `size` pixels a side) of an encoded image, as a data URI, and
-    its width and height. Raises whatever Pillow raises for bytes it cannot decode."""
+    """A JPEG thumbnail (at most `size` pixels a side) of an encoded image as a data URI, with
+    its width and height; raises what Pillow raises for bytes it cannot decode."""
     with Image.open(io.BytesIO(encoded)) as image:
         if _is_high_bit(image):  # to 8 bits first: not every filter resizes these modes
             image = _as_rgb(image)
@@ -137,7 +134,6 @@ class _Sampler:
         self.bytes = 0
 
     def done(self) -> bool:
-        """Whether every sheet is full or the scan's budget is spent."""
         if self.records >= MAX_SCAN_RECORDS or self.bytes >= MAX_SCAN_BYTES:
             return True
         if not self.fixed and len(self.sheets) < self.max_labels:
@@ -160,11 +156,8 @@ class _Sampler:
 
 def contact_sheets(output_dir: str, manifest: Manifest, labels: Sequence[str] | None,
                    per_label: int = PER_LABEL, max_labels: int = MAX_LABELS) -> list[ContactSheet]:
-    """The contact sheets of the image output at `output_dir` (see the module docstring).
-
-    A shard that cannot be read (corrupt, missing) ends its part of the scan with a warning;
-    the sheets keep what the other shards gave. Sheets left empty are dropped.
-    """
+    """The non-empty contact sheets of the image output at `output_dir`; a shard that cannot
+    be read ends its part of the scan with a warning."""
     sampler = _Sampler(labels, per_label, max_labels)
     # First the head of every shard (a label's images often sit in shards of their own, so a
     # plain scan would read all of the first labels' shards before meeting the others), then
@@ -180,8 +173,7 @@ def contact_sheets(output_dir: str, manifest: Manifest, labels: Sequence[str] | 
 
 def _scan(sampler: _Sampler, path: str, compression: str | None, split: str,
           labels: Sequence[str] | None, first: int, limit: int | None) -> None:
-    """Offers the sampler the records `first` .. `first + limit` of one shard (all from
-    `first` when `limit` is None)."""
+    """Offers the sampler records `first` to `first + limit` (None: to the end) of a shard."""
     try:
         with contextlib.closing(read_tfrecord_file(path, compression)) as payloads:
             for payload in itertools.islice(payloads, first, None if limit is None else first + limit):

@@ -17,7 +17,7 @@ import numpy as np
 
 from transforms.format.example_codec import decode_example
 from transforms.format.sequence_codec import decode_sequence_example
-from transforms.reading.features import DTYPES, MASK_SUFFIX, FeatureLayout, RecordLayout
+from transforms.reading.features import DTYPES, KIND_OF_DTYPE, MASK_SUFFIX, FeatureLayout, RecordLayout
 
 __all__ = ["decode_record"]
 
@@ -52,7 +52,7 @@ def _value(layout: FeatureLayout, values: Sequence[Any], as_numpy: bool) -> Any:
 
 
 def _checked(layout: FeatureLayout, kind: str | None) -> None:
-    if kind is not None and kind != layout.kind:
+    if kind is not None and kind != KIND_OF_DTYPE[layout.dtype]:
         raise ValueError(f"feature {layout.name!r} holds {kind} values; the spec says "
                          f"{layout.dtype}")
 

@@ -52,11 +52,6 @@ class FeatureLayout:
     def numpy_dtype(self) -> np.dtype:
         return DTYPES[self.dtype]
 
-    @property
-    def kind(self) -> str:
-        """The tf.train.Feature kind ("int64", "float", "bytes") holding its values."""
-        return KIND_OF_DTYPE[self.dtype]
-
 
 @dataclasses.dataclass(frozen=True)
 class RecordLayout:

@@ -37,13 +37,10 @@ def read_sidecar(path: str, shard_path: str, records: int, size: int) -> RecordI
     with open_binary(path) as handle:
         raw = handle.read(_MAX_LINE_BYTES * max(records, 1) + 1)
     where = f"index sidecar {path} of {shard_path}"
-    try:
-        numbers = np.array(raw.split(), dtype=np.int64)
+    try:  # an odd count of numbers does not reshape either
+        pairs = np.array(raw.split(), dtype=np.int64).reshape(-1, 2)
     except (ValueError, OverflowError):
         raise ValueError(f"{where}: not lines of two integers (OFFSET LENGTH)") from None
-    if numbers.size % 2:
-        raise ValueError(f"{where}: not lines of two integers (OFFSET LENGTH)")
-    pairs = numbers.reshape(-1, 2)
     offsets, lengths = pairs[:, 0].copy(), pairs[:, 1].copy()
     if len(offsets) != records:
         raise ValueError(f"{where}: {len(offsets)} records indexed, the manifest lists {records}")

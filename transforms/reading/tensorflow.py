@@ -20,7 +20,6 @@ TF_COMPRESSION = {Compression.NONE: "", Compression.GZIP: "GZIP", Compression.ZL
 
 
 def _tensorflow():
-    """The `tensorflow` module; without it, one line naming the extra that installs it."""
     try:
         import tensorflow
     except ImportError:
@@ -31,14 +30,12 @@ def _tensorflow():
 
 def _tf_feature(tf, layout: FeatureLayout, *, in_sequence: bool, ragged: bool):
     dtype = tf.as_dtype(layout.dtype)
-    if layout.masked:  # 0 or 1 values, see `_unmasked`
+    if layout.masked or (ragged and not layout.dense):  # masked: 0 or 1 values, see `_unmasked`
         return tf.io.RaggedFeature(dtype, row_splits_dtype=tf.int64)
     if layout.dense and in_sequence:
         return tf.io.FixedLenSequenceFeature(layout.shape, dtype, allow_missing=True)
     if layout.dense:
         return tf.io.FixedLenFeature(layout.shape, dtype, layout.default)
-    if ragged:
-        return tf.io.RaggedFeature(dtype, row_splits_dtype=tf.int64)
     return tf.io.VarLenFeature(dtype)
 
 

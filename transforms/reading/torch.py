@@ -20,7 +20,6 @@ _CLASSES: dict[Any, type] = {}
 
 
 def _torch():
-    """The `torch` module with `torch.utils.data` loaded; without it, one line naming the extra."""
     try:
         import torch.utils.data
     except ImportError:

@@ -37,12 +37,7 @@ def _encodable(text: str) -> str:
     Python decodes the bytes of a non-UTF-8 file name to become those bytes (`f\\xe9.csv`),
     any other surrogate its code point (`\\ud800`). The page is written as UTF-8: a name
     the disk holds must not keep it from being written."""
-    try:
-        text.encode("utf-8")
-        return text
-    except UnicodeEncodeError:
-        pass
-    try:
+    try:  # text without surrogates comes back as it was
         return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
     except UnicodeEncodeError:  # a surrogate that stands for no byte
         return text.encode("utf-8", "backslashreplace").decode("utf-8")

@@ -212,8 +212,8 @@ def image_stats_section(stats: dict[str, Any] | None, manifest: Manifest) -> str
             bars = sorted(((str(label), count) for label, count in labels.items()
                            if isinstance(count, (int, float))), key=lambda item: (-item[1], item[0]))
             more = len(bars) - _LABEL_BARS
-            parts.append("<h4>records per label</h4>")
-            parts.append(bar_chart_svg(bars[:_LABEL_BARS], title=f"{split}: records per label"))
+            parts.append("<h4>records per label</h4>"
+                         + bar_chart_svg(bars[:_LABEL_BARS], title=f"{split}: records per label"))
             if more > 0:
                 parts.append(f"<p class=\"note\">and {more:,} more labels</p>")
     if not parts:

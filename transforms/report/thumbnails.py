@@ -128,6 +128,7 @@ class _Sampler:
         self.max_labels = max_labels
         # With a known label list, the sheets are its first `max_labels`, in its order;
         # otherwise the first labels met, in shard order.
+        self.labels = labels
         self.fixed = bool(labels)
         self.sheets = {label: ContactSheet(label) for label in (labels or [])[:max_labels]}
         self.records = 0
@@ -140,11 +141,11 @@ class _Sampler:
             return False
         return all(len(sheet.thumbnails) >= self.per_label for sheet in self.sheets.values())
 
-    def add(self, payload: bytes, split: str, labels: Sequence[str] | None) -> None:
+    def add(self, payload: bytes, split: str) -> None:
         self.records += 1
         self.bytes += len(payload)
         features = decode_example(payload)
-        label = _label_of(features, labels)
+        label = _label_of(features, self.labels)
         sheet = self.sheets.get(label)
         if sheet is None:
             if self.fixed or len(self.sheets) >= self.max_labels:
@@ -162,23 +163,17 @@ def contact_sheets(output_dir: str, manifest: Manifest, labels: Sequence[str] | 
     # First the head of every shard (a label's images often sit in shards of their own, so a
     # plain scan would read all of the first labels' shards before meeting the others), then
     # the rest of each shard in order, while sheets are not full and the budget lasts.
-    for first, limit in ((0, per_label), (per_label, None)):
+    for first, stop in ((0, per_label), (per_label, None)):
         for entry in manifest.shards:
             if sampler.done():
                 break
-            _scan(sampler, fs.join_path(output_dir, entry.path), manifest.compression,
-                  str(entry.split), labels, first, limit)
+            path = fs.join_path(output_dir, entry.path)
+            try:
+                with contextlib.closing(read_tfrecord_file(path, manifest.compression)) as payloads:
+                    for payload in itertools.islice(payloads, first, stop):
+                        sampler.add(payload, str(entry.split))
+                        if sampler.done():
+                            break
+            except (OSError, ValueError) as error:  # a corrupt shard: `verify` is the tool for that
+                _LOG.warning("report: stopped reading %s for thumbnails: %s", path, error)
     return [sheet for sheet in sampler.sheets.values() if sheet.thumbnails]
-
-
-def _scan(sampler: _Sampler, path: str, compression: str | None, split: str,
-          labels: Sequence[str] | None, first: int, limit: int | None) -> None:
-    """Offers the sampler records `first` to `first + limit` (None: to the end) of a shard."""
-    try:
-        with contextlib.closing(read_tfrecord_file(path, compression)) as payloads:
-            for payload in itertools.islice(payloads, first, None if limit is None else first + limit):
-                sampler.add(payload, split, labels)
-                if sampler.done():
-                    return
-    except (OSError, ValueError) as error:  # a corrupt shard: `verify` is the tool for that
-        _LOG.warning("report: stopped reading %s for thumbnails: %s", path, error)

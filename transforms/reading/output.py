@@ -60,17 +60,6 @@ class SplitOutput:
         return self.feature_spec is not None and "sequence" in self.feature_spec
 
 
-def _read_manifest(output_dir: str) -> Manifest:
-    path = join(output_dir, MANIFEST_NAME)
-    try:
-        with open_binary(path) as handle:
-            raw = handle.read(MAX_MANIFEST_BYTES + 1)
-    except FileNotFoundError:
-        raise FileNotFoundError(f"{output_dir} has no {MANIFEST_NAME}: it holds no committed "
-                                "output") from None
-    return Manifest.from_json(raw, path)
-
-
 def _read_feature_spec(output_dir: str) -> dict[str, Any] | None:
     path = join(output_dir, FEATURE_SPEC_NAME)
     if not path_exists(path):
@@ -102,7 +91,13 @@ def load_split(output_dir: str, split: str) -> SplitOutput:
     FileNotFoundError when it has no manifest; ValueError for a malformed manifest or spec,
     or a split the output lacks (naming the ones it has)."""
     output_dir = output_dir.rstrip("/") or "/"
-    manifest = _read_manifest(output_dir)
+    path = join(output_dir, MANIFEST_NAME)
+    try:
+        with open_binary(path) as handle:
+            manifest = Manifest.from_json(handle.read(MAX_MANIFEST_BYTES + 1), path)
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{output_dir} has no {MANIFEST_NAME}: it holds no committed "
+                                "output") from None
     entries = [entry for entry in manifest.shards if entry.split == split]
     declared = set(manifest.counts.splits) | {entry.split for entry in manifest.shards}
     if not entries and split not in declared:

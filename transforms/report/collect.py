@@ -21,7 +21,7 @@ from transforms.report.thumbnails import ContactSheet, contact_sheets
 from transforms.stats.document import STATS_NAME
 from transforms.stats.drift import DRIFT_NAME
 
-__all__ = ["ReportData", "collect_report_data"]
+__all__ = ["EXAMPLES_PER_REASON", "ReportData", "collect_report_data"]
 
 LABELS_NAME = "labels.txt"
 #: The feature holding an image's encoded bytes: its presence makes an image output.
@@ -32,7 +32,7 @@ _MAX_SIDE_FILE_BYTES = 64 << 20
 #: schema may have moved fields, and is left out with a note rather than misread).
 _READS_SCHEMA_VERSION = 1
 #: Dead letters sampled per reason: the overview shows 3, the image section lists more.
-_EXAMPLES_PER_REASON = 3
+EXAMPLES_PER_REASON = 3
 _IMAGE_EXAMPLES_PER_REASON = 20
 
 
@@ -131,7 +131,7 @@ def collect_report_data(output_dir: str) -> ReportData:
     if data.stats is None and not any(note.startswith(STATS_NAME) for note in data.notes):
         data.notes.append(f"no {STATS_NAME}: the overview comes from the manifest and the dead "
                           f"letters, the features from {FEATURE_SPEC_NAME}")
-    per_reason = _IMAGE_EXAMPLES_PER_REASON if data.is_image_output else _EXAMPLES_PER_REASON
+    per_reason = _IMAGE_EXAMPLES_PER_REASON if data.is_image_output else EXAMPLES_PER_REASON
     data.dead_letters = sample_dead_letters(output_dir, manifest, per_reason)
     if data.dead_letters.problem:
         data.notes.append(data.dead_letters.problem)

@@ -97,28 +97,19 @@ def _span(low: Any, high: Any, mean: str = "") -> str:
     return fmt_number(low) if low == high else f"{fmt_number(low)}\u2013{fmt_number(high)}{mean}"
 
 
-def _values_per_record(stats: dict[str, Any]) -> str:
-    per_record = as_dict(stats.get("values_per_record"))
-    if not per_record:
-        return MISSING
-    mean = f" (mean {fmt_number(per_record.get('mean'))})"
-    return _span(per_record.get("min"), per_record.get("max"), mean)
-
-
 def _split_features_table(split_stats: dict[str, Any]) -> str:
     records = split_stats.get("records")
     features = sorted(as_dict(split_stats.get("features")).items())
     rows = []
     for name, stats in features[:_FEATURES_SHOWN]:
         stats = as_dict(stats)
-        if stats.get("numeric"):
-            summary = _numeric_cell(as_dict(stats["numeric"]))
-        elif stats.get("bytes"):
-            summary = _bytes_cell(as_dict(stats["bytes"]))
-        else:
-            summary = MISSING
+        summary = (_numeric_cell(as_dict(stats["numeric"])) if stats.get("numeric")
+                   else _bytes_cell(as_dict(stats["bytes"])) if stats.get("bytes") else MISSING)
+        per_record = as_dict(stats.get("values_per_record"))
+        mean = f" (mean {fmt_number(per_record.get('mean'))})"
         rows.append([f"<code>{esc(name)}</code>", esc(stats.get("kind", MISSING)),
-                     fmt_percent(stats.get("records"), records), _values_per_record(stats),
+                     fmt_percent(stats.get("records"), records),
+                     _span(per_record.get("min"), per_record.get("max"), mean) if per_record else MISSING,
                      summary, _histogram_cell(name, stats)])
     if not rows:
         return "<p>No features.</p>"

@@ -32,13 +32,6 @@ def _array(values: Sequence[Any], dtype: np.dtype) -> np.ndarray:
     return np.asarray(values, dtype)
 
 
-def _as_values(layout: FeatureLayout, default: Any) -> list:
-    values = default if isinstance(default, list) else [default]
-    if layout.dtype == "string":  # JSON holds text; records hold its UTF-8 bytes
-        values = [v.encode("utf-8") if isinstance(v, str) else v for v in values]
-    return values
-
-
 def _value(layout: FeatureLayout, values: Sequence[Any], as_numpy: bool) -> Any:
     if layout.shape is None:
         return _array(values, layout.numpy_dtype) if as_numpy else list(values)
@@ -72,7 +65,10 @@ def _features(decoded: Mapping[str, tuple[str | None, list]],
             _checked(layout, kind)
             out[name] = _value(layout, values, as_numpy)
         elif (fill_defaults or layout.masked) and layout.default is not None:
-            out[name] = _value(layout, _as_values(layout, layout.default), as_numpy)
+            values = layout.default if isinstance(layout.default, list) else [layout.default]
+            if layout.dtype == "string":  # JSON holds text; records hold its UTF-8 bytes
+                values = [v.encode("utf-8") if isinstance(v, str) else v for v in values]
+            out[name] = _value(layout, values, as_numpy)
         if layout.masked:
             out[name + MASK_SUFFIX] = np.array(present) if as_numpy else present
     return out

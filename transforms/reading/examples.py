@@ -52,13 +52,11 @@ def read_examples(output_dir: str, split: str, *, shard: tuple[int, int] = (0, 1
                   fill_defaults: bool = False, as_numpy: bool = True) -> ExampleReader:
     """The records of `split` in the committed output at `output_dir` (path or URI).
 
-    Args:
-      shard: `(index, count)`: only part `index` of `count` disjoint parts that together
-        hold every record once, balanced to one record (see `parts` and `records`).
-      fill_defaults: give an absent feature its spec default (where it has one) instead of
-        leaving it out of the record.
-      as_numpy: numpy arrays (0-d for a dense scalar); False: Python values (a scalar for a
-        dense scalar, else a list; bytes for strings).
+    `shard=(index, count)`: only part `index` of `count` disjoint parts that together hold
+    every record once, balanced to one record (see `parts` and `records`). `fill_defaults`:
+    give an absent feature its spec default (where it has one) instead of leaving it out.
+    `as_numpy=False`: Python values (a scalar for a dense scalar, else a list; bytes for
+    strings) instead of numpy arrays (0-d for a dense scalar).
 
     Raises FileNotFoundError (no manifest), ValueError (a malformed manifest or spec, an
     unknown split, a bad `shard`) and, while iterating, TFRecordCorruptError.

@@ -1,6 +1,5 @@
-"""How each feature of `feature_spec.json` is read: dense (one fixed shape in every record)
-or varlen (any number of values, possibly absent). `feature_layout` is the one rule every
-reader uses, so TensorFlow, numpy, PyTorch, Grain and TFDS users all see the same shapes.
+"""How each feature of `feature_spec.json` is read, dense (one fixed shape in every record) or
+varlen: `feature_layout` is the one rule every reader uses, so all see the same shapes.
 
 Shapes follow from the spec alone (version 2 and later), never from the data: dense when the
 kind is "fixed" or "fixed_len_sequence"; an optional scalar with "missing": "mask" is a dense

@@ -1,6 +1,5 @@
-"""`grain_source`: one split as a random-access data source for Grain
-(`grain.python.MapDataset.source(...)`, `DataLoader(data_source=...)`): `len()` and
-`source[i]` (record i in manifest order, decoded as `read_examples` does).
+"""`grain_source`: one split as a random-access Grain data source (`MapDataset.source(...)`,
+`DataLoader(data_source=...)`): `source[i]` is record i in manifest order, as `read_examples`.
 
 Random access needs uncompressed shards with index sidecars; anything else is refused up
 front with what to do, never read slowly. Grain itself is not imported: the source only

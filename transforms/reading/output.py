@@ -1,6 +1,5 @@
-"""What a committed output holds for one split, read Beam-free: `load_split` reads
-`manifest.json` (parsed by `transforms.format.manifest_format`) and `feature_spec.json`, and
-lists the split's shards exactly as the manifest does (never a glob: a folder may hold
+"""What a committed output holds for one split, read Beam-free from its manifest and feature
+spec: the split's shards exactly as the manifest lists them (never a glob: a folder may hold
 leftovers of other runs), with their record counts, compression and index sidecars."""
 
 from __future__ import annotations

@@ -1,7 +1,6 @@
 """The payloads of shard ranges, TF-free, every CRC checked: `iter_payloads` streams ranges
-of records, `read_payload_at` reads one record of an uncompressed shard at its offset.
-
-A range starting inside an uncompressed shard is entered at its record's offset: from the
+of records, `read_payload_at` reads one record of an uncompressed shard at its offset. A
+range starting inside an uncompressed shard is entered at its record's offset: from the
 index sidecar, else by reading each earlier record's 12-byte framing header and seeking over
 its payload. A compressed stream cannot be entered: part k of n of a compressed shard costs
 decompressing the k/n before it. A shard holding fewer or more records than the manifest

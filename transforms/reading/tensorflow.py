@@ -79,10 +79,9 @@ def tf_dataset(output_dir: str, split: str, *, batch_size: int | None = None,
     """The parsed records of `split` in the committed output at `output_dir`.
 
     Args:
-      batch_size: None yields single records (`tf.io.parse_single_example`); else batches
-        of that many serialized records are parsed at once (`tf.io.parse_example`).
-      shuffle_files: read the shards (or shard ranges) in an order shuffled every epoch
-        (by `seed`).
+      batch_size: None yields single records; else batches of that many records are
+        parsed at once (`tf.io.parse_example`).
+      shuffle_files: read the shard ranges in an order shuffled (by `seed`) every epoch.
       shard: `(index, count)`: only that part of the split (see `transforms.reading.parts`;
         a range starting inside a shard is reached by reading past the records before it).
       ragged: varlen features as `tf.RaggedTensor` instead of `tf.SparseTensor`.

@@ -2,8 +2,7 @@
 records that shares itself out: each distributed rank reads a disjoint part of the split,
 and each DataLoader worker of a rank a disjoint part of that part (`get_worker_info()` when
 iterated), so every record is read once per epoch across ranks and workers, with no sampler.
-PyTorch is imported only when called; the dataset class is built then, on whatever `torch`
-module is importable."""
+PyTorch is imported only when called; the dataset class is built then, on the `torch` found."""
 
 from __future__ import annotations
 

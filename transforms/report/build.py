@@ -1,7 +1,6 @@
 """Building and writing an output's `report.html` (atomically, on any Beam filesystem). It is
 derived from the committed output alone, so it can be rebuilt at any time; the manifest does
-not list it.
-"""
+not list it."""
 
 from __future__ import annotations
 

@@ -1,8 +1,7 @@
 """Everything the report shows, read from a committed output folder (on any Beam filesystem):
 `collect_report_data`. The manifest is required; a side file that is missing, too large or
 malformed is left out with a note rather than failing the report, which then degrades to what
-the manifest and the dead letters say. Every read is bounded.
-"""
+the manifest and the dead letters say. Every read is bounded."""
 
 from __future__ import annotations
 
@@ -103,9 +102,7 @@ def _read_labels(output_dir: str, manifest: Manifest, notes: list[str]) -> list[
     except (ValueError, OSError) as error:
         notes.append(f"{LABELS_NAME} could not be read ({error}); left out")
         return None
-    if raw is None:
-        return None
-    return raw.decode("utf-8", errors="replace").splitlines()
+    return None if raw is None else raw.decode("utf-8", errors="replace").splitlines()
 
 
 def _is_image_output(manifest: Manifest, feature_spec: dict[str, Any] | None) -> bool:

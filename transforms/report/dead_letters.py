@@ -1,8 +1,7 @@
 """A bounded sample of an output's dead letters, by reason: the files the manifest lists are
 read line by line (never whole: a run may have dead-lettered millions of rows, each with its
 raw record) until every reason counted has its examples, or a byte budget is spent. Only the
-fields that find the record are kept, never `raw`.
-"""
+fields that find the record are kept, never `raw`."""
 
 from __future__ import annotations
 
@@ -64,7 +63,6 @@ def sample_dead_letters(output_dir: str, manifest: Manifest, per_reason: int) ->
     """Up to `per_reason` dead letters of each reason, from the files `manifest` lists."""
     sample = DeadLetterSample()
     counts = manifest.counts.dead_letter_reasons
-    # Examples still wanted per reason.
     wanted = {reason: min(count, per_reason) for reason, count in counts.items() if count > 0}
     budget = [MAX_SCAN_BYTES]
     for entry in manifest.dead_letter_files:

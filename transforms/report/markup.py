@@ -1,7 +1,6 @@
 """HTML building blocks shared by the report's renderers: escaping, number formatting, tables,
 and the defensive reading of JSON documents (`as_dict`, `as_list`). Everything shown comes
-from user data, so every piece of text goes through `esc` (the charts' labels too).
-"""
+from user data, so every piece of text goes through `esc` (the charts' labels too)."""
 
 from __future__ import annotations
 
@@ -33,10 +32,9 @@ def esc(value: Any) -> str:
 
 
 def _encodable(text: str) -> str:
-    """`text` with what UTF-8 cannot encode shown as backslash escapes: the lone surrogates
-    Python decodes the bytes of a non-UTF-8 file name to become those bytes (`f\\xe9.csv`),
-    any other surrogate its code point (`\\ud800`). The page is written as UTF-8: a name
-    the disk holds must not keep it from being written."""
+    """`text` with what UTF-8 cannot encode as backslash escapes: the lone surrogates of a
+    non-UTF-8 file name's bytes as those bytes (`f\\xe9.csv`), any other its code point
+    (`\\ud800`): a name the disk holds must not keep the UTF-8 page from being written."""
     try:  # text without surrogates comes back as it was
         return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
     except UnicodeEncodeError:  # a surrogate that stands for no byte

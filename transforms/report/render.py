@@ -1,7 +1,6 @@
 """`render_report`: a `ReportData` as one self-contained, inert HTML page: inline CSS and SVG,
 `data:` thumbnails, no script, font or file to fetch, and a Content-Security-Policy meta tag
-forbidding any (so a hostile value that escaped escaping still could not run or call out).
-"""
+forbidding any (so a hostile value that escaped escaping still could not run or call out)."""
 
 from __future__ import annotations
 
@@ -91,13 +90,10 @@ def _split_rows(manifest: Manifest) -> tuple[list[list[str]], list[tuple[str, fl
 
 
 def _overview(data: ReportData) -> str:
-    manifest = data.manifest
-    shards = manifest.shards
+    manifest, shards = data.manifest, data.manifest.shards
     cards = "".join(f'<div class="card">{esc(title)}<b>{value}</b></div>' for title, value in [
-        *_count_cards(manifest.counts),
-        ("shards", fmt_number(len(shards))),
-        ("bytes", fmt_bytes(sum(shard.bytes for shard in shards))),
-    ])
+        *_count_cards(manifest.counts), ("shards", fmt_number(len(shards))),
+        ("bytes", fmt_bytes(sum(shard.bytes for shard in shards)))])
     rows, bars = _split_rows(manifest)
     written = ["records"] if manifest.counts.written_rows is None else ["sequences", "rows"]
     splits = table(["split", *written, "dead-lettered", "shards", "bytes", "shard sizes"], rows)

@@ -1,8 +1,7 @@
 """The report's drift section: what `drift.json` found against the previous run. Read
 defensively: a change's sides are `previous`/`current` (as `transforms.stats.drift` writes
 them) or `before`/`after`; a PSI threshold comes with the entry or from `thresholds`;
-labels are one entry per split or one overall.
-"""
+labels are one entry per split or one overall."""
 
 from __future__ import annotations
 

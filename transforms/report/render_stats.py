@@ -1,7 +1,6 @@
 """The report's feature table (from `stats.json`, else `feature_spec.json`) and image
 statistics. Read defensively: a field missing or of an unexpected type shows as a dash, never
-an error, because `stats.json` may be older or newer than this renderer.
-"""
+an error, because `stats.json` may be older or newer than this renderer."""
 
 from __future__ import annotations
 

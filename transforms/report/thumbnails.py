@@ -1,11 +1,9 @@
-"""Contact sheets of an image output: `contact_sheets` picks records of each label, first from
-the head of every shard, then on through each shard, in the manifest's order (so the same
-output always gives the same pictures), as small JPEG thumbnails in `data:` URIs.
+"""Contact sheets of an image output: records of each label, from the shards in the
+manifest's order (the same output always gives the same pictures), as JPEG `data:` URIs.
 
 Bounded in memory and time: shards are streamed (every CRC checked), the scan stops when
 every sheet is full or after `MAX_SCAN_RECORDS` records / `MAX_SCAN_BYTES` bytes, and only
-the chosen records are decoded by Pillow (JPEGs at a reduced scale).
-"""
+the chosen records are decoded by Pillow (JPEGs at a reduced scale)."""
 
 from __future__ import annotations
 

@@ -1,12 +1,11 @@
 """Serialized records to values, TF-free, shaped by `features.RecordLayout`: a dense
-feature as an array of its shape (a 0-d array for a scalar), a varlen one as a 1-D array;
-or, with `as_numpy=False`, Python values (a scalar, or a list).
+feature as an array of its shape (0-d for a scalar), a varlen one as a 1-D array; with
+`as_numpy=False`, Python values (a scalar, or a list).
 
-An absent feature is left out of the record (TensorFlow cannot tell it from an empty list
-in a varlen feature; this reader can), or given its default when asked and the spec has
-one; a masked scalar is always there, with its fill where absent, and its `<name>/present`.
-Features the spec does not name are left out, as `tf.io.parse_example` does. Without a spec
-every feature is read as varlen, typed by its wire kind."""
+An absent feature is left out (TensorFlow cannot tell it from an empty varlen list; this
+reader can), or given its spec default when asked; a masked scalar is always there (its
+fill where absent) with its `<name>/present`. Features the spec does not name are left out,
+as `tf.io.parse_example` does; without a spec every feature is varlen, typed by its kind."""
 
 from __future__ import annotations
 
@@ -18,7 +17,7 @@ import numpy as np
 
 from transforms.format.example_codec import decode_example
 from transforms.format.sequence_codec import decode_sequence_example
-from transforms.reading.features import DTYPES, MASK_SUFFIX, FeatureLayout, RecordLayout
+from transforms.reading.features import DTYPES, KIND_OF_DTYPE, MASK_SUFFIX, FeatureLayout, RecordLayout
 
 __all__ = ["decode_record"]
 
@@ -31,13 +30,6 @@ def _array(values: Sequence[Any], dtype: np.dtype) -> np.ndarray:
         out[:] = list(values)
         return out
     return np.asarray(values, dtype)
-
-
-def _as_values(layout: FeatureLayout, default: Any) -> list:
-    values = default if isinstance(default, list) else [default]
-    if layout.dtype == "string":  # JSON holds text; records hold its UTF-8 bytes
-        values = [v.encode("utf-8") if isinstance(v, str) else v for v in values]
-    return values
 
 
 def _value(layout: FeatureLayout, values: Sequence[Any], as_numpy: bool) -> Any:
@@ -53,7 +45,7 @@ def _value(layout: FeatureLayout, values: Sequence[Any], as_numpy: bool) -> Any:
 
 
 def _checked(layout: FeatureLayout, kind: str | None) -> None:
-    if kind is not None and kind != layout.kind:
+    if kind is not None and kind != KIND_OF_DTYPE[layout.dtype]:
         raise ValueError(f"feature {layout.name!r} holds {kind} values; the spec says "
                          f"{layout.dtype}")
 
@@ -73,7 +65,10 @@ def _features(decoded: Mapping[str, tuple[str | None, list]],
             _checked(layout, kind)
             out[name] = _value(layout, values, as_numpy)
         elif (fill_defaults or layout.masked) and layout.default is not None:
-            out[name] = _value(layout, _as_values(layout, layout.default), as_numpy)
+            values = layout.default if isinstance(layout.default, list) else [layout.default]
+            if layout.dtype == "string":  # JSON holds text; records hold its UTF-8 bytes
+                values = [v.encode("utf-8") if isinstance(v, str) else v for v in values]
+            out[name] = _value(layout, values, as_numpy)
         if layout.masked:
             out[name + MASK_SUFFIX] = np.array(present) if as_numpy else present
     return out
@@ -100,12 +95,8 @@ def _feature_lists(decoded: Mapping[str, tuple[str | None, list]],
 def decode_record(payload: bytes, layout: RecordLayout | None, *, fill_defaults: bool = False,
                   as_numpy: bool = True) -> dict[str, Any] | tuple[dict[str, Any], dict[str, Any]]:
     """One record's values: a dict for an Example, a (context, feature lists) pair for a
-    SequenceExample (when `layout` has a sequence part).
-
-    Raises:
-      ValueError: naming the feature, when a value disagrees with the spec's dtype or dense
-        shape, or when the payload does not parse.
-    """
+    SequenceExample. ValueError naming the feature when a value disagrees with the spec's
+    dtype or dense shape, or when the payload does not parse."""
     if layout is not None and layout.sequence is not None:
         context, lists = decode_sequence_example(payload)
         return (_features(context, layout.features, fill_defaults, as_numpy),

@@ -1,15 +1,7 @@
 """`read_examples`: the records of one split (or of one part of it) as dicts of numpy
-arrays, without TensorFlow, every CRC checked, from NONE, GZIP or ZLIB shards.
-
-    from transforms.reading.examples import read_examples
-
-    records = read_examples("out/sample", "train", shard=(0, 4))  # part 0 of 4
-    len(records)                                                  # exact, from the manifest
-    for record in records:                                        # {"id": array(7), ...}
-        ...
-
-Shapes follow `features.feature_layout`, values `decode.decode_record`; SequenceExamples
-come as (context, feature lists) pairs of such dicts."""
+arrays, without TensorFlow, every CRC checked, from NONE, GZIP or ZLIB shards; shaped by
+`features.feature_layout`, decoded by `decode.decode_record` (SequenceExamples: (context,
+feature lists) pairs of such dicts)."""
 
 from __future__ import annotations
 
@@ -27,13 +19,7 @@ __all__ = ["ExampleReader", "read_examples"]
 
 class ExampleReader:
     """The decoded records of some ranges of a split: iterable (again and again, each time
-    from the start), with an exact `len()`.
-
-    Attributes:
-      output: the split read.
-      ranges: the shard ranges read, in order.
-      layout: how the features are shaped, or None when the output has no feature spec.
-    """
+    from the start), with an exact `len()`. `layout` is None when the output has no spec."""
 
     def __init__(self, output: SplitOutput, ranges: Sequence[ShardRange], *,
                  fill_defaults: bool = False, as_numpy: bool = True):
@@ -66,19 +52,14 @@ def read_examples(output_dir: str, split: str, *, shard: tuple[int, int] = (0, 1
                   fill_defaults: bool = False, as_numpy: bool = True) -> ExampleReader:
     """The records of `split` in the committed output at `output_dir` (path or URI).
 
-    Args:
-      shard: `(index, count)`: read only part `index` of `count` disjoint parts that
-        together hold every record once, balanced to one record (see `parts`; entering a
-        compressed shard inside costs decompressing the records before, see `records`).
-      fill_defaults: give an absent feature its spec default (where it has one) instead of
-        leaving it out of the record.
-      as_numpy: numpy arrays (a 0-d array for a dense scalar); False: Python values (a
-        scalar for a dense scalar, else a list; bytes for strings).
+    `shard=(index, count)`: only part `index` of `count` disjoint parts that together hold
+    every record once, balanced to one record (see `parts` and `records`). `fill_defaults`:
+    give an absent feature its spec default (where it has one) instead of leaving it out.
+    `as_numpy=False`: Python values (a scalar for a dense scalar, else a list; bytes for
+    strings) instead of numpy arrays (0-d for a dense scalar).
 
-    Raises:
-      FileNotFoundError: no manifest in `output_dir`.
-      ValueError: a malformed manifest or spec, an unknown split, a bad `shard`.
-      TFRecordCorruptError: while iterating, on a corrupt record.
+    Raises FileNotFoundError (no manifest), ValueError (a malformed manifest or spec, an
+    unknown split, a bad `shard`) and, while iterating, TFRecordCorruptError.
     """
     output = load_split(output_dir, split)
     whole = ExampleReader(output, whole_split(output), fill_defaults=fill_defaults,

@@ -1,15 +1,12 @@
-"""How each feature of `feature_spec.json` is read: dense (one fixed shape in every record)
-or varlen (any number of values, possibly absent). `feature_layout` is the one rule, used by
-every reader, so TensorFlow, numpy, PyTorch, Grain and TFDS users all see the same shapes.
+"""How each feature of `feature_spec.json` is read, dense (one fixed shape in every record) or
+varlen: `feature_layout` is the one rule every reader uses, so all see the same shapes.
 
-Shapes follow from the spec alone (feature_spec.json version 2 and later), never from the
-data: a feature is dense when its entry's kind is "fixed" (or "fixed_len_sequence", a
-sequence feature with one value at every step); an optional scalar with "missing": "mask" is
-a dense scalar too, holding the type's zero (0, 0.0, b"") where the record lacks it, with a
-boolean companion `<name>/present` (`MASK_SUFFIX`) in every reader. Anything else (lists) is
-varlen. Version-1 outputs (written before "missing") are read as they always were: a feature
-is also dense when its "presence" entry (`{"records": R, "of": N, "min_values": a,
-"max_values": b}`) shows it in every record with a constant number of values."""
+Shapes follow from the spec alone (version 2 and later), never from the data: dense when the
+kind is "fixed" or "fixed_len_sequence"; an optional scalar with "missing": "mask" is a dense
+scalar holding the type's zero where the record lacks it, with a boolean `<name>/present`
+(`MASK_SUFFIX`) in every reader; anything else (lists) is varlen. Version-1 outputs (before
+"missing") read as they always did: also dense when the "presence" entry (`{"records": R,
+"of": N, "min_values": a, "max_values": b}`) shows it in every record with a constant count."""
 
 from __future__ import annotations
 
@@ -36,16 +33,9 @@ _KINDS = (*_DENSE_KINDS, "var_len")
 
 @dataclasses.dataclass(frozen=True)
 class FeatureLayout:
-    """How one feature is read.
-
-    Attributes:
-      name: the feature's name.
-      dtype: "int64", "float32" or "string".
-      shape: the dense shape (() for a scalar), or None for a varlen feature.
-      default: the spec's default (a scalar, a list or None), used where the feature is
-        absent (TensorFlow always; `read_examples` when asked); a masked scalar's fill.
-      masked: a `missing: mask` scalar, read with its `<name>/present` companion.
-    """
+    """How one feature is read: `shape` is the dense shape (() for a scalar) or None for a
+    varlen feature; `default` (the spec's, or a masked scalar's fill) is used where the
+    feature is absent (TensorFlow always; `read_examples` when asked)."""
 
     name: str
     dtype: str
@@ -61,11 +51,6 @@ class FeatureLayout:
     def numpy_dtype(self) -> np.dtype:
         return DTYPES[self.dtype]
 
-    @property
-    def kind(self) -> str:
-        """The tf.train.Feature kind ("int64", "float", "bytes") holding its values."""
-        return KIND_OF_DTYPE[self.dtype]
-
 
 @dataclasses.dataclass(frozen=True)
 class RecordLayout:
@@ -77,9 +62,8 @@ class RecordLayout:
 
 
 def _is_list(entry: Mapping[str, Any]) -> bool:
-    """Whether a feature holds a list rather than one scalar, from what its entry says: an
-    explicit "list", a non-empty "shape", or a list default. Nothing else marks a list in
-    `to_feature_spec`'s entries, so an entry saying none of these is read as a scalar."""
+    """Whether an entry holds a list: an explicit "list", a non-empty "shape" or a list
+    default (nothing else marks one in `to_feature_spec`'s entries)."""
     if "list" in entry:
         return bool(entry["list"])
     return bool(entry.get("shape")) or isinstance(entry.get("default"), list)
@@ -104,12 +88,8 @@ def shapes_counted(feature_spec: Mapping[str, Any]) -> bool:
 
 
 def feature_layout(name: str, entry: Mapping[str, Any], *, counted: bool = False) -> FeatureLayout:
-    """The layout of feature `name` from its `feature_spec.json` entry: THE dense-or-varlen
-    rule (see the module docstring); `counted`: a version-1 entry (see `shapes_counted`).
-
-    Raises:
-      ValueError: naming the feature, for an unknown dtype or kind.
-    """
+    """The layout of feature `name` from its spec entry: THE dense-or-varlen rule (see the
+    module docstring); `counted`: a version-1 entry. ValueError for an unknown dtype or kind."""
     dtype, kind = entry.get("dtype"), entry.get("kind")
     if dtype not in DTYPES or kind not in _KINDS:
         raise ValueError(f"feature_spec.json: feature {name!r} has dtype {dtype!r} and kind "

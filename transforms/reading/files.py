@@ -37,8 +37,8 @@ def _fsspec():
 
 
 def open_binary(path: str) -> BinaryIO:
-    """`path` opened for reading raw bytes (never decompressed on the fly: the readers
-    decompress, so a bad stream is reported with its record offset)."""
+    """`path` opened for raw bytes (never decompressed on the fly: the readers decompress,
+    so a bad stream is reported with its record offset)."""
     if is_uri(path):
         return _fsspec().open(path, "rb", compression=None).open()
     return open(_local(path), "rb")  # noqa: SIM115 - the caller closes it

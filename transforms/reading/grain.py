@@ -1,13 +1,9 @@
-"""`grain_source`: one split as a random-access data source for Grain
-(`grain.python.MapDataset.source(...)`, `grain.python.DataLoader(data_source=...)`):
-`len()`, `source[i]` (record i of the split, in manifest order, decoded as `read_examples`
-does) and a `repr`.
+"""`grain_source`: one split as a random-access Grain data source (`MapDataset.source(...)`,
+`DataLoader(data_source=...)`): `source[i]` is record i in manifest order, as `read_examples`.
 
-Random access needs uncompressed shards with index sidecars (`<shard>.tfindex`): write the
-output with `--compression none` and index it (`tfrecord-pipeline index DIR`). Anything
-else is refused up front with what to do, never read slowly. Grain itself is not imported:
-the source only implements its protocol, and pickles (for Grain's worker processes)
-without its open files or loaded sidecars."""
+Random access needs uncompressed shards with index sidecars; anything else is refused up
+front with what to do, never read slowly. Grain itself is not imported: the source only
+implements its protocol, and pickles (for Grain's workers) without its loaded sidecars."""
 
 from __future__ import annotations
 
@@ -45,8 +41,7 @@ class TFRecordSource:
         self._layout = record_layout(output.feature_spec) if output.feature_spec else None
         self._fill_defaults = fill_defaults
         self._as_numpy = as_numpy
-        # The first record of each shard, and the total: record i is in shard
-        # bisect_right(starts, i) - 1.
+        # The first record of each shard, then the total.
         self._starts = list(itertools.accumulate((s.records for s in output.shards), initial=0))
         self._indexes: dict[int, RecordIndex] = {}
 
@@ -82,11 +77,7 @@ class TFRecordSource:
 
 def grain_source(output_dir: str, split: str, *, fill_defaults: bool = False,
                  as_numpy: bool = True) -> TFRecordSource:
-    """The random-access source of `split` in the committed output at `output_dir`.
-
-    Raises:
-      ValueError: for a compressed output or a shard without an index sidecar (naming
-        the command that writes them), besides what `output.load_split` raises.
-    """
+    """The random-access source of `split` in the committed output at `output_dir`;
+    ValueError for a compressed output or a shard without a sidecar (see `load_split` too)."""
     return TFRecordSource(load_split(output_dir, split), fill_defaults=fill_defaults,
                           as_numpy=as_numpy)

@@ -1,6 +1,5 @@
-"""What a committed output holds for one split, read Beam-free: `load_split` reads
-`manifest.json` (parsed by `transforms.format.manifest_format`) and `feature_spec.json`, and
-lists the split's shards exactly as the manifest does (never a glob: a folder may hold
+"""What a committed output holds for one split, read Beam-free from its manifest and feature
+spec: the split's shards exactly as the manifest lists them (never a glob: a folder may hold
 leftovers of other runs), with their record counts, compression and index sidecars."""
 
 from __future__ import annotations
@@ -28,14 +27,8 @@ _MAX_FEATURE_SPEC_BYTES = 64 * 1024 * 1024
 
 @dataclasses.dataclass(frozen=True)
 class Shard:
-    """One shard the manifest lists.
-
-    Attributes:
-      path: the file (path or URI).
-      records: records it holds (the manifest's count, checked when read).
-      size: its size in bytes.
-      sidecar: its index sidecar, when the shard is uncompressed and one exists; else None.
-    """
+    """One shard the manifest lists: its records (checked when read), its size in bytes and
+    its index sidecar (when the shard is uncompressed and one exists)."""
 
     path: str
     records: int
@@ -51,15 +44,8 @@ class Shard:
 
 @dataclasses.dataclass(frozen=True)
 class SplitOutput:
-    """One split of a committed output.
-
-    Attributes:
-      output_dir: the output folder (path or URI).
-      split: the split's name.
-      compression: how every shard is compressed.
-      shards: the split's shards, in the manifest's order.
-      feature_spec: the parsed `feature_spec.json`, or None when the output has none.
-    """
+    """One split of a committed output: its shards in the manifest's order and the parsed
+    `feature_spec.json` (None when the output has none)."""
 
     output_dir: str
     split: str
@@ -68,42 +54,23 @@ class SplitOutput:
     feature_spec: dict[str, Any] | None
 
     @property
-    def records(self) -> int:
-        return sum(shard.records for shard in self.shards)
-
-    @property
     def is_sequence(self) -> bool:
         """Whether the records are SequenceExamples (the feature spec has its two parts)."""
         return self.feature_spec is not None and "sequence" in self.feature_spec
-
-
-def _read_json(path: str, limit: int, what: str) -> Any:
-    with open_binary(path) as handle:
-        raw = handle.read(limit + 1)
-    if len(raw) > limit:
-        raise ValueError(f"{path}: {what} is larger than {limit} bytes")
-    try:
-        return json.loads(raw)
-    except ValueError as error:
-        raise ValueError(f"{path}: {what} is not valid JSON: {error}") from None
-
-
-def _read_manifest(output_dir: str) -> Manifest:
-    path = join(output_dir, MANIFEST_NAME)
-    try:
-        with open_binary(path) as handle:
-            raw = handle.read(MAX_MANIFEST_BYTES + 1)
-    except FileNotFoundError:
-        raise FileNotFoundError(f"{output_dir} has no {MANIFEST_NAME}: it holds no committed "
-                                "output") from None
-    return Manifest.from_json(raw, path)
 
 
 def _read_feature_spec(output_dir: str) -> dict[str, Any] | None:
     path = join(output_dir, FEATURE_SPEC_NAME)
     if not path_exists(path):
         return None
-    spec = _read_json(path, _MAX_FEATURE_SPEC_BYTES, "the feature spec")
+    with open_binary(path) as handle:
+        raw = handle.read(_MAX_FEATURE_SPEC_BYTES + 1)
+    if len(raw) > _MAX_FEATURE_SPEC_BYTES:
+        raise ValueError(f"{path}: the feature spec is larger than {_MAX_FEATURE_SPEC_BYTES} bytes")
+    try:
+        spec = json.loads(raw)
+    except ValueError as error:
+        raise ValueError(f"{path}: the feature spec is not valid JSON: {error}") from None
     parts = ("context", "sequence") if isinstance(spec, dict) and "sequence" in spec else ("features",)
     if not isinstance(spec, dict) or not all(isinstance(spec.get(part), dict) for part in parts):
         raise ValueError(f"{path}: the feature spec lacks {' and '.join(map(repr, parts))}")
@@ -120,14 +87,16 @@ def _sidecar(output_dir: str, entry: ShardEntry, shard_path: str) -> str | None:
 
 def load_split(output_dir: str, split: str) -> SplitOutput:
     """The shards, compression and feature spec of `split` in the output at `output_dir`.
-
-    Raises:
-      FileNotFoundError: when the folder has no manifest (nothing in it is committed).
-      ValueError: for a malformed manifest or feature spec, or a split the output lacks
-        (naming the ones it has).
-    """
+    FileNotFoundError when it has no manifest; ValueError for a malformed manifest or spec,
+    or a split the output lacks (naming the ones it has)."""
     output_dir = output_dir.rstrip("/") or "/"
-    manifest = _read_manifest(output_dir)
+    path = join(output_dir, MANIFEST_NAME)
+    try:
+        with open_binary(path) as handle:
+            manifest = Manifest.from_json(handle.read(MAX_MANIFEST_BYTES + 1), path)
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{output_dir} has no {MANIFEST_NAME}: it holds no committed "
+                                "output") from None
     entries = [entry for entry in manifest.shards if entry.split == split]
     declared = set(manifest.counts.splits) | {entry.split for entry in manifest.shards}
     if not entries and split not in declared:

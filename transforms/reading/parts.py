@@ -1,11 +1,8 @@
-"""A split cut into `count` disjoint parts that together hold every record once, so
-readers on several hosts, ranks or workers each read their own part.
-
-The records, in manifest order, are cut into `count` contiguous ranges whose sizes differ
-by at most one record, whatever the number and sizes of the shards: a part may start or
-end inside a shard (see `records` for what entering a shard costs). Cutting a part again
-(`select_part` of a part) gives parts of that part, so a rank's part can be dealt among its
-DataLoader workers: every reader computes the same cut from the manifest alone."""
+"""A split cut into `count` disjoint parts that together hold every record once, for
+readers on several hosts, ranks or workers: contiguous ranges of the records in manifest
+order whose sizes differ by at most one record, however many the shards (a part may start
+or end inside a shard, see `records`). A part can be cut again (a rank's part among its
+DataLoader workers): every reader computes the same cut from the manifest alone."""
 
 from __future__ import annotations
 
@@ -48,9 +45,8 @@ def check_part(part: tuple[int, int]) -> tuple[int, int]:
 
 
 def select_part(ranges: Sequence[ShardRange], part: tuple[int, int]) -> list[ShardRange]:
-    """Part `index` of `count` of `ranges` (a split, `whole_split`, or a part of one), as
-    `part = (index, count)`: records `index * total // count` to `(index + 1) * total //
-    count` of them."""
+    """Part `(index, count)` of `ranges` (a split or a part of one): records
+    `index * total // count` to `(index + 1) * total // count` of them."""
     index, count = check_part(part)
     total = sum(piece.records for piece in ranges)
     low, high = index * total // count, (index + 1) * total // count

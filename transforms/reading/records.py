@@ -1,14 +1,10 @@
-"""The payloads of shard ranges, TF-free, every CRC checked (`tfrecord_reader.iter_records`):
-`iter_payloads` streams ranges of records, `read_payload_at` reads one record of an
-uncompressed shard at its indexed offset.
-
-A range that starts inside an uncompressed shard is entered at its record's offset: from
-the shard's index sidecar when it has one, else found by reading the 12-byte framing header
-of each record before it and seeking over its payload (cheap: no payload is read). A
-compressed stream cannot be entered: the records before the range are decompressed and
-dropped, so reading part k of n of a compressed shard costs decompressing the k/n of it
-before the part. The manifest's counts are checked: a shard holding fewer or more records
-than it lists is an error, never a silently shorter read."""
+"""The payloads of shard ranges, TF-free, every CRC checked: `iter_payloads` streams ranges
+of records, `read_payload_at` reads one record of an uncompressed shard at its offset. A
+range starting inside an uncompressed shard is entered at its record's offset: from the
+index sidecar, else by reading each earlier record's 12-byte framing header and seeking over
+its payload. A compressed stream cannot be entered: part k of n of a compressed shard costs
+decompressing the k/n before it. A shard holding fewer or more records than the manifest
+lists is an error, never a silently shorter read."""
 
 from __future__ import annotations
 
@@ -52,8 +48,7 @@ def _iter_range(piece: ShardRange, compression: Compression) -> Iterator[bytes]:
         if seen < piece.records:
             raise ValueError(f"{shard.path}: ended after {piece.start + seen} records; the "
                              f"manifest lists {shard.records}")
-        # A shard read to its end must end there: more records than listed is not what was
-        # committed.
+        # A shard read to its end must end there: more records is not what was committed.
         if piece.stop == shard.records and next(records, None) is not None:
             raise ValueError(f"{shard.path}: holds more than the {shard.records} records the "
                              "manifest lists")

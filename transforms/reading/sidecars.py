@@ -1,11 +1,9 @@
-"""Reading the index sidecars of uncompressed shards (`<shard>.tfindex`, written by
-`convert --index` or `tfrecord-pipeline index`; format in `transforms.format.tfrecord_index`):
-one "OFFSET LENGTH" line per record, the byte offset of the record's framing in the file and
-its framed length (header, payload and footer).
+"""Reading the index sidecars of uncompressed shards (`<shard>.tfindex`, one "OFFSET LENGTH"
+line per framed record; format in `transforms.format.tfrecord_index`).
 
 A sidecar is only trusted when it agrees with the manifest: one line per record, records
-back to back from offset 0, ending at the shard's size. Anything else means it belongs to
-another file (or another run) and is refused, never used to seek."""
+back to back from offset 0, ending at the shard's size. Anything else belongs to another
+file (or run) and is refused, never used to seek."""
 
 from __future__ import annotations
 
@@ -34,22 +32,15 @@ class RecordIndex(NamedTuple):
 
 def read_sidecar(path: str, shard_path: str, records: int, size: int) -> RecordIndex:
     """The record index in the sidecar at `path` of the shard at `shard_path`, which the
-    manifest says holds `records` records in `size` bytes.
-
-    Raises:
-      ValueError: naming both files, when the sidecar is not "OFFSET LENGTH" lines or does
-        not describe exactly that shard.
-    """
+    manifest says holds `records` records in `size` bytes; ValueError naming both files
+    when the sidecar is not "OFFSET LENGTH" lines describing exactly that shard."""
     with open_binary(path) as handle:
         raw = handle.read(_MAX_LINE_BYTES * max(records, 1) + 1)
     where = f"index sidecar {path} of {shard_path}"
-    try:
-        numbers = np.array(raw.split(), dtype=np.int64)
+    try:  # an odd count of numbers does not reshape either
+        pairs = np.array(raw.split(), dtype=np.int64).reshape(-1, 2)
     except (ValueError, OverflowError):
         raise ValueError(f"{where}: not lines of two integers (OFFSET LENGTH)") from None
-    if numbers.size % 2:
-        raise ValueError(f"{where}: not lines of two integers (OFFSET LENGTH)")
-    pairs = numbers.reshape(-1, 2)
     offsets, lengths = pairs[:, 0].copy(), pairs[:, 1].copy()
     if len(offsets) != records:
         raise ValueError(f"{where}: {len(offsets)} records indexed, the manifest lists {records}")

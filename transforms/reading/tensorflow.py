@@ -1,9 +1,8 @@
-"""`tf_dataset`: one split of a committed output as a `tf.data.Dataset` of parsed features,
-reading exactly the shards the manifest lists with its compression, parsed with the spec
-of `feature_spec.json` (dense or varlen by `features.feature_layout`). A masked scalar
-is parsed as a ragged feature and turned into its value (the fill where absent) and the
-boolean `<name>/present`, as the numpy readers give them. TensorFlow is imported only when
-the function runs."""
+"""`tf_dataset`: one split of a committed output as a `tf.data.Dataset`, reading exactly the
+shards the manifest lists, parsed with `feature_spec.json` (dense or varlen by
+`features.feature_layout`). A masked scalar is parsed as a ragged feature and turned into its
+value (the fill where absent) and `<name>/present`, as the numpy readers give them.
+TensorFlow is imported only when a function runs."""
 
 from __future__ import annotations
 
@@ -21,7 +20,6 @@ TF_COMPRESSION = {Compression.NONE: "", Compression.GZIP: "GZIP", Compression.ZL
 
 
 def _tensorflow():
-    """The `tensorflow` module; without it, one line naming the extra that installs it."""
     try:
         import tensorflow
     except ImportError:
@@ -32,14 +30,12 @@ def _tensorflow():
 
 def _tf_feature(tf, layout: FeatureLayout, *, in_sequence: bool, ragged: bool):
     dtype = tf.as_dtype(layout.dtype)
-    if layout.masked:  # 0 or 1 values, see `_unmasked`
+    if layout.masked or (ragged and not layout.dense):  # masked: 0 or 1 values, see `_unmasked`
         return tf.io.RaggedFeature(dtype, row_splits_dtype=tf.int64)
     if layout.dense and in_sequence:
         return tf.io.FixedLenSequenceFeature(layout.shape, dtype, allow_missing=True)
     if layout.dense:
         return tf.io.FixedLenFeature(layout.shape, dtype, layout.default)
-    if ragged:
-        return tf.io.RaggedFeature(dtype, row_splits_dtype=tf.int64)
     return tf.io.VarLenFeature(dtype)
 
 
@@ -64,10 +60,9 @@ def _unmasked(tf, layouts, parsed):
 def tf_parse_spec(feature_spec: dict[str, Any], *, ragged: bool = False):
     """The `tf.io.parse_example` features of a parsed `feature_spec.json`; for
     SequenceExamples a (context, sequence) pair for `tf.io.parse_sequence_example`. Varlen
-    features are `VarLenFeature`s (tf.SparseTensor), or with `ragged` `RaggedFeature`s;
-    masked scalars are `RaggedFeature`s of 0 or 1 values (`tf_dataset` unmasks them)."""
+    features are `VarLenFeature`s, or with `ragged` `RaggedFeature`s; masked scalars are
+    `RaggedFeature`s of 0 or 1 values (`tf_dataset` unmasks them)."""
     tf = _tensorflow()
-
     layout = record_layout(feature_spec)
     context = {name: _tf_feature(tf, f, in_sequence=False, ragged=ragged)
                for name, f in layout.features.items()}
@@ -84,26 +79,19 @@ def tf_dataset(output_dir: str, split: str, *, batch_size: int | None = None,
     """The parsed records of `split` in the committed output at `output_dir`.
 
     Args:
-      batch_size: None yields single records (`tf.io.parse_single_example`); else batches
-        of that many serialized records are parsed at once (`tf.io.parse_example`).
-      shuffle_files: read the shards (or shard ranges) in an order shuffled every epoch.
-      seed: the shuffle's seed.
+      batch_size: None yields single records; else batches of that many records are
+        parsed at once (`tf.io.parse_example`).
+      shuffle_files: read the shard ranges in an order shuffled (by `seed`) every epoch.
       shard: `(index, count)`: only that part of the split (see `transforms.reading.parts`;
         a range starting inside a shard is reached by reading past the records before it).
-      drop_remainder: drop a last batch smaller than `batch_size`.
       ragged: varlen features as `tf.RaggedTensor` instead of `tf.SparseTensor`.
       num_parallel_reads: ranges read at once (interleaved); None reads them in order.
 
-    Returns:
-      A dataset of {feature: tensor} for Examples, of (context, feature lists) pairs for
-      SequenceExamples (batched feature lists are padded to the longest sequence).
-
-    Raises:
-      FileNotFoundError, ValueError: see `output.load_split`; ValueError too when the output
-        has no `feature_spec.json` to parse with.
+    Returns a dataset of {feature: tensor} for Examples, of (context, feature lists) pairs
+    for SequenceExamples (batched feature lists are padded to the longest sequence). Raises
+    what `output.load_split` raises, and ValueError when the output has no feature spec.
     """
     tf = _tensorflow()
-
     output = load_split(output_dir, split)
     if output.feature_spec is None:
         raise ValueError(f"{output_dir} has no feature_spec.json: parse its records with your "

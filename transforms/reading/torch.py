@@ -1,11 +1,8 @@
 """`torch_dataset`: one split as a `torch.utils.data.IterableDataset` of `read_examples`
-records that shares itself out by itself: each distributed rank reads a disjoint part of
-the split, and each DataLoader worker of a rank a disjoint part of that part (found with
-`torch.utils.data.get_worker_info()` when iterated), so every record is read exactly once
-per epoch across all ranks and workers, with no sampler.
-
-PyTorch (the `torch` extra) is imported only when `torch_dataset` is called; the dataset
-class is built then, on whatever `torch` module is importable."""
+records that shares itself out: each distributed rank reads a disjoint part of the split,
+and each DataLoader worker of a rank a disjoint part of that part (`get_worker_info()` when
+iterated), so every record is read once per epoch across ranks and workers, with no sampler.
+PyTorch is imported only when called; the dataset class is built then, on the `torch` found."""
 
 from __future__ import annotations
 
@@ -22,20 +19,12 @@ _CLASSES: dict[Any, type] = {}
 
 
 def _torch():
-    """The `torch` module with `torch.utils.data` loaded; without PyTorch, one line naming
-    the extra that installs it."""
     try:
         import torch.utils.data
     except ImportError:
         raise ImportError("reading an output as a PyTorch dataset needs PyTorch: "
                           "pip install 'tfrecord-pipeline[torch]'") from None
     return torch
-
-
-def _worker_part() -> tuple[int, int]:
-    """(worker id, workers) of the DataLoader worker iterating, (0, 1) in the main process."""
-    info = _torch().utils.data.get_worker_info()
-    return (0, 1) if info is None else (info.id, info.num_workers)
 
 
 def _dataset_class() -> type:
@@ -55,7 +44,8 @@ def _dataset_class() -> type:
                 return len(self.reader)  # the rank's records, all its workers together
 
             def __iter__(self):
-                return iter(self.reader.part(_worker_part()))
+                info = torch.utils.data.get_worker_info()  # None in the main process
+                return iter(self.reader.part((0, 1) if info is None else (info.id, info.num_workers)))
 
             def __reduce__(self):  # a class built at run time pickles as its factory call
                 return functools.partial(torch_dataset, **self._arguments), ()
@@ -72,16 +62,11 @@ def torch_dataset(output_dir: str, split: str, *, rank: int = 0, world_size: int
     """A `torch.utils.data.IterableDataset` of the records of `split` (dicts of numpy
     arrays, see `read_examples`) in the committed output at `output_dir`.
 
-    Args:
-      rank, world_size: this process's rank among `world_size` distributed processes
-        (`torch.distributed.get_rank()`, `get_world_size()`); it reads part `rank` of
-        `world_size`, which its DataLoader workers share out among themselves.
-      fill_defaults, as_numpy: see `read_examples`.
-
-    `len()` is the number of records of this rank's part. Ranks and workers get record
-    ranges balanced to one record, however few the shards (see `transforms.reading.parts`).
-    Batch with `DataLoader(..., batch_size=N, collate_fn=collate_examples)`: `default_collate`
-    cannot batch strings, varlen features or absent ones.
+    `rank`, `world_size`: this process's among the distributed ones
+    (`torch.distributed.get_rank()`, `get_world_size()`); it reads part `rank` of
+    `world_size` (balanced to one record, see `parts`), shared out among its DataLoader
+    workers; `len()` counts that part. Batch with `collate_fn=collate_examples`:
+    `default_collate` cannot batch strings, varlen features or absent ones.
     """
     arguments = dict(output_dir=output_dir, split=split, rank=rank, world_size=world_size,
                      fill_defaults=fill_defaults, as_numpy=as_numpy)
@@ -93,11 +78,10 @@ def torch_dataset(output_dir: str, split: str, *, rank: int = 0, world_size: int
 def collate_examples(records: list[dict[str, Any]]) -> dict[str, Any]:
     """A DataLoader `collate_fn` for `torch_dataset` records (dicts of numpy arrays).
 
-    Per feature of the batch, by its shape in the spec, never by the batch's values: dense
-    numeric scalars (0-d arrays: required, defaulted, masked and their `<name>/present`)
-    stack into one tensor (`[batch]`); numeric varlen features (1-D arrays) become
-    `{"values": 1-D tensor, "lengths": int64 tensor}` (ragged, as `tf.RaggedTensor` row
-    lengths; an absent one has length 0), even when every length happens to be equal;
+    Per feature, by its shape in the spec, never by the batch's values: dense numeric
+    scalars (0-d arrays, `<name>/present` too) stack into one `[batch]` tensor; numeric
+    varlen features (1-D arrays) become `{"values": 1-D tensor, "lengths": int64 tensor}`
+    (as `tf.RaggedTensor` row lengths; absent: length 0), even when every length is equal;
     strings/bytes stay a list with one entry per record (None where absent).
     """
     import numpy as np

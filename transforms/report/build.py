@@ -1,9 +1,6 @@
-"""Building and writing an output's `report.html`: `build_report` (the page's text) and
-`write_report` (to `DIR/report.html` or another path, atomically, on any Beam filesystem).
-
-The report is derived from the committed output alone (manifest, side files, shards), so it
-can be rebuilt at any time; the manifest does not list it.
-"""
+"""Building and writing an output's `report.html` (atomically, on any Beam filesystem). It is
+derived from the committed output alone, so it can be rebuilt at any time; the manifest does
+not list it."""
 
 from __future__ import annotations
 
@@ -15,12 +12,8 @@ from transforms.report.render import render_report
 __all__ = ["REPORT_NAME", "build_report", "write_report"]
 
 def build_report(output_dir: str) -> str:
-    """The report page of the committed output at `output_dir`.
-
-    Raises:
-      FileNotFoundError: when `output_dir` holds no manifest.
-      ValueError: when the manifest is malformed.
-    """
+    """The report page of the committed output at `output_dir` (raises as
+    `collect_report_data`)."""
     return render_report(collect_report_data(output_dir))
 
 

@@ -1,11 +1,8 @@
 """Small charts as inline SVG text: a sparkline-sized histogram and a horizontal bar chart.
 
-Hand-built SVG rather than matplotlib: the charts are a few rectangles each, so an inline
-`<svg>` is a few hundred bytes (a PNG data URI of the same is ~10x that), stays sharp at any
-zoom, needs no new dependency (matplotlib and its font cache cost seconds on first import),
-and its text is escaped like the rest of the page. Every label is user data: it goes
-through `markup.esc`.
-"""
+Hand-built SVG rather than matplotlib: a few rectangles make a few hundred bytes (a PNG data
+URI is ~10x that), sharp at any zoom, with no new dependency (matplotlib and its font cache
+cost seconds on first import); every label is user data, escaped by `markup.esc`."""
 
 from __future__ import annotations
 
@@ -14,7 +11,7 @@ from collections.abc import Sequence
 
 from transforms.report.markup import esc
 
-__all__ = ["BAR_COLOR", "bar_chart_svg", "histogram_svg"]
+__all__ = ["bar_chart_svg", "histogram_svg"]
 
 BAR_COLOR = "#3b6ea8"
 _WARN_COLOR = "#c0504d"
@@ -49,9 +46,7 @@ def histogram_svg(counts: Sequence[int], edges: Sequence[float] | None = None, w
                   for i in range(len(counts))]
     bars = []
     for i, count in enumerate(counts):
-        bar = (height - 1) * count / tallest
-        if count and bar < 1:
-            bar = 1.0  # a non-empty bin stays visible
+        bar = max((height - 1) * count / tallest, 1.0 if count else 0.0)  # a non-empty bin shows
         bars.append(f'<rect x="{i * step + 0.5:.1f}" y="{height - 1 - bar:.1f}" '
                     f'width="{max(step - 1, 1):.1f}" height="{bar:.1f}"/>')
     tooltip = f"<title>{esc(chr(10).join(lines))}</title>" if lines else ""
@@ -77,9 +72,7 @@ def bar_chart_svg(items: Sequence[tuple[str, float]], width: int = 520, bar_heig
     rows = []
     for i, (label, value) in enumerate(items):
         y = gap + i * (bar_height + gap)
-        length = plot * max(value, 0) / largest
-        if value > 0 and length < 1:
-            length = 1.0
+        length = max(plot * max(value, 0) / largest, 1.0 if value > 0 else 0.0)
         color = _WARN_COLOR if label in warn else BAR_COLOR
         text_y = y + bar_height / 2 + 4
         rows.append(

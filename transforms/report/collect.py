@@ -1,12 +1,7 @@
-"""Everything the report shows, read from a committed output folder (local or any Beam
-filesystem): `collect_report_data` returns a `ReportData`.
-
-The manifest is required (a folder without one holds no committed output); every other input
-is optional, and a side file that is missing, too large or malformed is left out with a note
-rather than failing the report: the page then degrades to what the manifest and the dead
-letters say. Reads are bounded: side files by size, dead letters and thumbnails by the
-limits of `dead_letters` and `thumbnails`.
-"""
+"""Everything the report shows, read from a committed output folder (on any Beam filesystem):
+`collect_report_data`. The manifest is required; a side file that is missing, too large or
+malformed is left out with a note rather than failing the report, which then degrades to what
+the manifest and the dead letters say. Every read is bounded."""
 
 from __future__ import annotations
 
@@ -25,12 +20,7 @@ from transforms.report.thumbnails import ContactSheet, contact_sheets
 from transforms.stats.document import STATS_NAME
 from transforms.stats.drift import DRIFT_NAME
 
-__all__ = [
-    "IMAGE_FEATURE",
-    "LABELS_NAME",
-    "ReportData",
-    "collect_report_data",
-]
+__all__ = ["EXAMPLES_PER_REASON", "ReportData", "collect_report_data"]
 
 LABELS_NAME = "labels.txt"
 #: The feature holding an image's encoded bytes: its presence makes an image output.
@@ -41,26 +31,15 @@ _MAX_SIDE_FILE_BYTES = 64 << 20
 #: schema may have moved fields, and is left out with a note rather than misread).
 _READS_SCHEMA_VERSION = 1
 #: Dead letters sampled per reason: the overview shows 3, the image section lists more.
-_EXAMPLES_PER_REASON = 3
+EXAMPLES_PER_REASON = 3
 _IMAGE_EXAMPLES_PER_REASON = 20
 
 
 @dataclasses.dataclass
 class ReportData:
-    """What `transforms.report.render` turns into a page.
-
-    Attributes:
-      output_dir: the folder reported on.
-      manifest: its committed manifest.
-      feature_spec: `feature_spec.json`, or None.
-      labels: the label names (the manifest's, else `labels.txt`), or None.
-      stats: `stats.json` when present and of a known schema version, else None.
-      drift: `drift.json` when present, else None.
-      dead_letters: a bounded sample of the dead letters, by reason.
-      is_image_output: the records carry `image/encoded`.
-      contact_sheets: thumbnails per label (image outputs only).
-      notes: why something is missing or partial, for the reader of the page.
-    """
+    """What `transforms.report.render` turns into a page: the side files that could be read
+    (`stats` only of a known schema version), the label names (the manifest's, else
+    `labels.txt`) and contact sheets of an image output, and `notes` on what is missing."""
 
     output_dir: str
     manifest: Manifest
@@ -123,9 +102,7 @@ def _read_labels(output_dir: str, manifest: Manifest, notes: list[str]) -> list[
     except (ValueError, OSError) as error:
         notes.append(f"{LABELS_NAME} could not be read ({error}); left out")
         return None
-    if raw is None:
-        return None
-    return raw.decode("utf-8", errors="replace").splitlines()
+    return None if raw is None else raw.decode("utf-8", errors="replace").splitlines()
 
 
 def _is_image_output(manifest: Manifest, feature_spec: dict[str, Any] | None) -> bool:
@@ -137,12 +114,8 @@ def _is_image_output(manifest: Manifest, feature_spec: dict[str, Any] | None) ->
 
 
 def collect_report_data(output_dir: str) -> ReportData:
-    """Reads what the report of `output_dir` shows.
-
-    Raises:
-      FileNotFoundError: when `output_dir` holds no committed manifest.
-      ValueError: when its manifest is malformed.
-    """
+    """Reads what the report of `output_dir` shows: FileNotFoundError without a committed
+    manifest, ValueError for a malformed one."""
     output_dir = output_dir.rstrip("/") or "/"
     manifest = read_manifest(output_dir)
     if manifest is None:
@@ -155,7 +128,7 @@ def collect_report_data(output_dir: str) -> ReportData:
     if data.stats is None and not any(note.startswith(STATS_NAME) for note in data.notes):
         data.notes.append(f"no {STATS_NAME}: the overview comes from the manifest and the dead "
                           f"letters, the features from {FEATURE_SPEC_NAME}")
-    per_reason = _IMAGE_EXAMPLES_PER_REASON if data.is_image_output else _EXAMPLES_PER_REASON
+    per_reason = _IMAGE_EXAMPLES_PER_REASON if data.is_image_output else EXAMPLES_PER_REASON
     data.dead_letters = sample_dead_letters(output_dir, manifest, per_reason)
     if data.dead_letters.problem:
         data.notes.append(data.dead_letters.problem)

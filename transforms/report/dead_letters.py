@@ -1,10 +1,7 @@
-"""A bounded sample of an output's dead letters, by reason: `sample_dead_letters`.
-
-The dead-letter files the manifest lists are read line by line (never whole: a run may have
-dead-lettered millions of rows, each with its raw record) until every reason the manifest
-counts has its examples, or a byte budget is spent. Only the fields a reader needs to find
-the record are kept (source, row, column, split, message), never `raw`.
-"""
+"""A bounded sample of an output's dead letters, by reason: the files the manifest lists are
+read line by line (never whole: a run may have dead-lettered millions of rows, each with its
+raw record) until every reason counted has its examples, or a byte budget is spent. Only the
+fields that find the record are kept, never `raw`."""
 
 from __future__ import annotations
 
@@ -31,11 +28,8 @@ _KEPT_FIELDS = ("source", "row", "column", "split", "message", "filename", "labe
 
 @dataclasses.dataclass
 class DeadLetterSample:
-    """Examples of dead letters by reason (each a dict of `_KEPT_FIELDS`), in file order.
-
-    `complete` is False when the scan stopped at its byte budget; `problem` says why a file
-    could not be read.
-    """
+    """Examples of dead letters by reason, in file order; `complete` is False when the scan
+    stopped at its byte budget; `problem` says why a file could not be read."""
 
     by_reason: dict[str, list[dict[str, Any]]] = dataclasses.field(default_factory=dict)
     complete: bool = True
@@ -69,7 +63,6 @@ def sample_dead_letters(output_dir: str, manifest: Manifest, per_reason: int) ->
     """Up to `per_reason` dead letters of each reason, from the files `manifest` lists."""
     sample = DeadLetterSample()
     counts = manifest.counts.dead_letter_reasons
-    # Examples still wanted per reason.
     wanted = {reason: min(count, per_reason) for reason, count in counts.items() if count > 0}
     budget = [MAX_SCAN_BYTES]
     for entry in manifest.dead_letter_files:

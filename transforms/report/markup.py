@@ -1,10 +1,6 @@
 """HTML building blocks shared by the report's renderers: escaping, number formatting, tables,
-and the defensive reading of JSON documents (`as_dict`, `as_list`).
-
-Everything shown comes from user data (feature names, values, file names, messages), so every
-piece of text goes through `esc` (`html.escape` with quotes; the charts' labels too). Table
-cells are HTML already built by the caller from escaped text; headers are escaped here.
-"""
+and the defensive reading of JSON documents (`as_dict`, `as_list`). Everything shown comes
+from user data, so every piece of text goes through `esc` (the charts' labels too)."""
 
 from __future__ import annotations
 
@@ -31,22 +27,15 @@ def as_list(value: Any) -> list[Any]:
 
 
 def esc(value: Any) -> str:
-    """`value` as text, escaped for HTML text and attribute values, and encodable as UTF-8
-    (see `_encodable`)."""
+    """`value` as text, escaped for HTML text and attributes, and encodable as UTF-8."""
     return html.escape(_encodable(str(value)), quote=True)
 
 
 def _encodable(text: str) -> str:
-    """`text` with what UTF-8 cannot encode shown as backslash escapes: the lone surrogates
-    Python decodes the bytes of a non-UTF-8 file name to become those bytes (`f\\xe9.csv`),
-    any other surrogate its code point (`\\ud800`). The page is written as UTF-8: a name
-    the disk holds must not keep it from being written."""
-    try:
-        text.encode("utf-8")
-        return text
-    except UnicodeEncodeError:
-        pass
-    try:
+    """`text` with what UTF-8 cannot encode as backslash escapes: the lone surrogates of a
+    non-UTF-8 file name's bytes as those bytes (`f\\xe9.csv`), any other its code point
+    (`\\ud800`): a name the disk holds must not keep the UTF-8 page from being written."""
+    try:  # text without surrogates comes back as it was
         return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
     except UnicodeEncodeError:  # a surrogate that stands for no byte
         return text.encode("utf-8", "backslashreplace").decode("utf-8")
@@ -85,7 +74,7 @@ def fmt_bytes(value: Any) -> str:
 
 
 def fmt_percent(part: Any, whole: Any) -> str:
-    """`part` of `whole` as a percentage, or a dash when either is not a number or whole is 0."""
+    """`part` of `whole` as a percentage; a dash when either is not a number or whole is 0."""
     numbers = (int, float)
     if not isinstance(part, numbers) or not isinstance(whole, numbers) or not whole:
         return MISSING

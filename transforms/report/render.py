@@ -1,11 +1,6 @@
-"""`render_report`: a `ReportData` as one self-contained HTML page.
-
-Self-contained and inert: the CSS is inline, charts are inline SVG, thumbnails are `data:`
-URIs, there is no script and no font or file to fetch, and a Content-Security-Policy meta
-tag forbids any (so a hostile value that escaped escaping still could not run or call out).
-Sections: overview (inputs, records per split, shards, dead letters by reason), features,
-images, drift, contact sheets. Every piece of user data goes through `markup.esc`.
-"""
+"""`render_report`: a `ReportData` as one self-contained, inert HTML page: inline CSS and SVG,
+`data:` thumbnails, no script, font or file to fetch, and a Content-Security-Policy meta tag
+forbidding any (so a hostile value that escaped escaping still could not run or call out)."""
 
 from __future__ import annotations
 
@@ -13,16 +8,14 @@ from typing import Any
 
 from transforms.format.manifest_format import Counts, Manifest, ShardEntry
 from transforms.report.charts import bar_chart_svg
-from transforms.report.collect import ReportData
+from transforms.report.collect import EXAMPLES_PER_REASON, ReportData
 from transforms.report.markup import MISSING, as_dict, esc, fmt_bytes, fmt_number, section, table
 from transforms.report.render_drift import drift_section
 from transforms.report.render_stats import features_section, image_stats_section, ordered_splits
-from transforms.report.thumbnails import ContactSheet
+from transforms.report.thumbnails import Thumbnail
 
 __all__ = ["render_report"]
 
-#: Overview: dead-letter examples shown per reason; the image section lists more.
-_OVERVIEW_EXAMPLES = 3
 _SHARDS_LISTED = 200
 #: The options shown up front; the others are in a folded list.
 _MAIN_OPTIONS = ("input", "format", "spec", "output", "compression", "splits")
@@ -97,13 +90,10 @@ def _split_rows(manifest: Manifest) -> tuple[list[list[str]], list[tuple[str, fl
 
 
 def _overview(data: ReportData) -> str:
-    manifest = data.manifest
-    shards = manifest.shards
+    manifest, shards = data.manifest, data.manifest.shards
     cards = "".join(f'<div class="card">{esc(title)}<b>{value}</b></div>' for title, value in [
-        *_count_cards(manifest.counts),
-        ("shards", fmt_number(len(shards))),
-        ("bytes", fmt_bytes(sum(shard.bytes for shard in shards))),
-    ])
+        *_count_cards(manifest.counts), ("shards", fmt_number(len(shards))),
+        ("bytes", fmt_bytes(sum(shard.bytes for shard in shards)))])
     rows, bars = _split_rows(manifest)
     written = ["records"] if manifest.counts.written_rows is None else ["sequences", "rows"]
     splits = table(["split", *written, "dead-lettered", "shards", "bytes", "shard sizes"], rows)
@@ -129,7 +119,7 @@ def _example_line(example: dict[str, Any]) -> str:
 
 def _by_reason(data: ReportData, limit: int | None = None) -> list[tuple[str, int, str, int]]:
     """(reason, count, its examples as an HTML list, examples shown) of every dead-letter reason,
-    most frequent first; `limit`: examples shown at most per reason."""
+    most frequent first."""
     counts: Any = data.manifest.counts.dead_letter_reasons
     if not counts and data.stats:  # older manifests: the statistics count them too
         counts = (data.stats.get("dead_letters") or {}).get("by_reason") or {}
@@ -146,7 +136,7 @@ def _by_reason(data: ReportData, limit: int | None = None) -> list[tuple[str, in
 
 
 def _dead_letters(data: ReportData) -> str:
-    found = _by_reason(data, _OVERVIEW_EXAMPLES)
+    found = _by_reason(data, EXAMPLES_PER_REASON)
     if not found:
         return section("dead-letters", "Dead letters", "<p>None: every input record was converted.</p>")
     rows = [[f"<code>{esc(reason)}</code>", fmt_number(count), examples if shown else MISSING]
@@ -155,12 +145,12 @@ def _dead_letters(data: ReportData) -> str:
         '<p class="note">The dead-letter files are large: examples come from their beginning.</p>')
     body = (bar_chart_svg([(reason, count) for reason, count, *_ in found], title="dead letters by reason",
                           warn=[reason for reason, *_ in found])
-            + table(["reason", "records", f"examples (up to {_OVERVIEW_EXAMPLES})"], rows) + note
+            + table(["reason", "records", f"examples (up to {EXAMPLES_PER_REASON})"], rows) + note
             + '<p class="note">Every dead letter is a JSON line in <code>dead_letter/*.jsonl</code>.</p>')
     return section("dead-letters", "Dead letters", body)
 
 
-def _figure(thumbnail) -> str:
+def _figure(thumbnail: Thumbnail) -> str:
     caption = esc(thumbnail.caption)
     title = esc(f"{thumbnail.caption} ({thumbnail.split})")
     if thumbnail.data_uri is None:
@@ -171,29 +161,22 @@ def _figure(thumbnail) -> str:
     return f'<figure title="{title}">{picture}<figcaption>{caption}</figcaption></figure>'
 
 
-def _sheet(sheet: ContactSheet) -> str:
-    figures = "".join(_figure(thumbnail) for thumbnail in sheet.thumbnails)
-    return (f"<h3>{esc(sheet.label)} <small>{len(sheet.thumbnails)} shown</small></h3>"
-            f'<div class="sheet">{figures}</div>')
-
-
 def _image_dead_letters(data: ReportData) -> str:
     parts = []
     for reason, count, examples, shown in _by_reason(data):
         more = f'<p class="note">and {count - shown:,} more</p>' if count > shown else ""
-        parts.append(f"<h4><code>{esc(reason)}</code> ({fmt_number(count)})</h4>"
-                     f"{examples}{more}")
+        parts.append(f"<h4><code>{esc(reason)}</code> ({fmt_number(count)})</h4>{examples}{more}")
     return "<h3>Dead-lettered images</h3>" + "".join(parts) if parts else ""
 
 
 def _contact_sheets(data: ReportData) -> str:
     if not data.is_image_output:
         return ""
-    sheets = "".join(_sheet(sheet) for sheet in data.contact_sheets)
+    sheets = "".join(f"<h3>{esc(sheet.label)} <small>{len(sheet.thumbnails)} shown</small></h3>"
+                     f'<div class="sheet">{"".join(map(_figure, sheet.thumbnails))}</div>'
+                     for sheet in data.contact_sheets) or "<p>No image could be sampled from the shards.</p>"
     intro = ('<p class="note">The first images of each label in shard order (at most 8 per label, '
              '50 labels), read from the shards.</p>')
-    if not sheets:
-        sheets = "<p>No image could be sampled from the shards.</p>"
     return section("contact-sheets", "Contact sheets", intro + sheets + _image_dead_letters(data))
 
 

@@ -1,10 +1,7 @@
-"""The report's drift section: what `drift.json` found against the previous run (schema
-changes, presence drops, PSI shifts, labels that appeared or vanished), as an HTML fragment.
-
-Read defensively, like the statistics: each change's sides are `previous`/`current` (as
-`transforms.stats.drift` writes them) or `before`/`after`; a PSI threshold comes with the
-entry or from the document's `thresholds`; labels are one entry per split or one overall.
-"""
+"""The report's drift section: what `drift.json` found against the previous run. Read
+defensively: a change's sides are `previous`/`current` (as `transforms.stats.drift` writes
+them) or `before`/`after`; a PSI threshold comes with the entry or from `thresholds`;
+labels are one entry per split or one overall."""
 
 from __future__ import annotations
 
@@ -19,10 +16,9 @@ def _entries(value: Any) -> list[dict[str, Any]]:
     return [as_dict(entry) for entry in as_list(value)]
 
 
-def _side(entry: dict[str, Any], name: str) -> Any:
-    """The `previous` (or `before`) / `current` (or `after`) side of a change."""
-    old = {"previous": "before", "current": "after"}[name]
-    return entry.get(name, entry.get(old))
+def _sides(entry: dict[str, Any]) -> tuple[Any, Any]:
+    """The `previous` (or `before`) and `current` (or `after`) sides of a change."""
+    return entry.get("previous", entry.get("before")), entry.get("current", entry.get("after"))
 
 
 def _text(value: Any) -> str:
@@ -43,14 +39,14 @@ def _schema(drift: dict[str, Any]) -> str:
     rows = [[_text(entry.get("split")),
              "(the whole split)" if entry.get("feature") is None else f"<code>{esc(entry['feature'])}</code>",
              f'<span class="warn">{_text(entry.get("change"))}</span>',
-             _text(_side(entry, "previous")), _text(_side(entry, "current"))]
+             *map(_text, _sides(entry))]
             for entry in _entries(drift.get("schema"))]
     return _titled("Schema", ["split", "feature", "change", "previous", "current"], rows)
 
 
 def _presence(drift: dict[str, Any]) -> str:
     rows = [[_text(entry.get("split")), f"<code>{_text(entry.get('feature'))}</code>",
-             _share(_side(entry, "previous")), _share(_side(entry, "current"))]
+             *map(_share, _sides(entry))]
             for entry in _entries(drift.get("presence"))]
     return _titled("Presence", ["split", "feature", "previously present", "now present"], rows)
 

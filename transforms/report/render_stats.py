@@ -1,10 +1,6 @@
-"""The report's data sections: the feature table (from `stats.json`, else from
-`feature_spec.json`) and the image statistics, as HTML fragments.
-
-The statistics are read defensively: a field missing or of an unexpected type shows as a
-dash, never as an error, because `stats.json` comes from another module's evolving writer
-and may be older or newer than this renderer.
-"""
+"""The report's feature table (from `stats.json`, else `feature_spec.json`) and image
+statistics. Read defensively: a field missing or of an unexpected type shows as a dash, never
+an error, because `stats.json` may be older or newer than this renderer."""
 
 from __future__ import annotations
 
@@ -100,28 +96,19 @@ def _span(low: Any, high: Any, mean: str = "") -> str:
     return fmt_number(low) if low == high else f"{fmt_number(low)}\u2013{fmt_number(high)}{mean}"
 
 
-def _values_per_record(stats: dict[str, Any]) -> str:
-    per_record = as_dict(stats.get("values_per_record"))
-    if not per_record:
-        return MISSING
-    mean = f" (mean {fmt_number(per_record.get('mean'))})"
-    return _span(per_record.get("min"), per_record.get("max"), mean)
-
-
 def _split_features_table(split_stats: dict[str, Any]) -> str:
     records = split_stats.get("records")
     features = sorted(as_dict(split_stats.get("features")).items())
     rows = []
     for name, stats in features[:_FEATURES_SHOWN]:
         stats = as_dict(stats)
-        if stats.get("numeric"):
-            summary = _numeric_cell(as_dict(stats["numeric"]))
-        elif stats.get("bytes"):
-            summary = _bytes_cell(as_dict(stats["bytes"]))
-        else:
-            summary = MISSING
+        summary = (_numeric_cell(as_dict(stats["numeric"])) if stats.get("numeric")
+                   else _bytes_cell(as_dict(stats["bytes"])) if stats.get("bytes") else MISSING)
+        per_record = as_dict(stats.get("values_per_record"))
+        mean = f" (mean {fmt_number(per_record.get('mean'))})"
         rows.append([f"<code>{esc(name)}</code>", esc(stats.get("kind", MISSING)),
-                     fmt_percent(stats.get("records"), records), _values_per_record(stats),
+                     fmt_percent(stats.get("records"), records),
+                     _span(per_record.get("min"), per_record.get("max"), mean) if per_record else MISSING,
                      summary, _histogram_cell(name, stats)])
     if not rows:
         return "<p>No features.</p>"
@@ -132,8 +119,8 @@ def _split_features_table(split_stats: dict[str, Any]) -> str:
 
 
 def _spec_features(feature_spec: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
-    """(name, entry) of every feature a feature spec lists (SequenceExample specs: both parts,
-    named `context:` and `sequence:`)."""
+    """(name, entry) of every feature a spec lists (SequenceExamples: `context:` and
+    `sequence:` names)."""
     if "sequence" in feature_spec:
         return [(f"{part}:{name}", as_dict(entry)) for part in ("context", "sequence")
                 for name, entry in sorted(as_dict(feature_spec.get(part)).items())]
@@ -162,9 +149,8 @@ def _has_feature_stats(stats: dict[str, Any]) -> bool:
 
 def features_section(stats: dict[str, Any] | None, feature_spec: dict[str, Any] | None,
                      manifest: Manifest) -> str:
-    """The features: per split with statistics from `stats.json`, else (no stats.json, or
-    one without feature statistics, as for SequenceExamples) the feature spec's dtypes,
-    kinds and presence over all splits."""
+    """Per split from `stats.json`, else (none, or one without feature statistics, as for
+    SequenceExamples) the feature spec's dtypes, kinds and presence over all splits."""
     if stats is not None and (feature_spec is None or _has_feature_stats(stats)):
         splits = as_dict(stats.get("splits"))
         parts = []
@@ -216,8 +202,8 @@ def image_stats_section(stats: dict[str, Any] | None, manifest: Manifest) -> str
             bars = sorted(((str(label), count) for label, count in labels.items()
                            if isinstance(count, (int, float))), key=lambda item: (-item[1], item[0]))
             more = len(bars) - _LABEL_BARS
-            parts.append("<h4>records per label</h4>")
-            parts.append(bar_chart_svg(bars[:_LABEL_BARS], title=f"{split}: records per label"))
+            parts.append("<h4>records per label</h4>"
+                         + bar_chart_svg(bars[:_LABEL_BARS], title=f"{split}: records per label"))
             if more > 0:
                 parts.append(f"<p class=\"note\">and {more:,} more labels</p>")
     if not parts:

@@ -1,13 +1,9 @@
-"""Contact sheets of an image output: `contact_sheets` picks records of each label, first from
-the head of every shard, then on through each shard, in the manifest's order (so the same
-output always gives the same pictures), and
-turns their `image/encoded` bytes into small JPEG thumbnails as `data:` URIs.
+"""Contact sheets of an image output: records of each label, from the shards in the
+manifest's order (the same output always gives the same pictures), as JPEG `data:` URIs.
 
-Bounded in memory and time: shards are streamed record by record (`read_tfrecord_file`,
-every CRC checked), the scan stops when every sheet is full or after `MAX_SCAN_RECORDS`
-records / `MAX_SCAN_BYTES` bytes, at most `MAX_LABELS` sheets of `PER_LABEL` images are made,
-and only the chosen records are decoded by Pillow (JPEGs at a reduced scale).
-"""
+Bounded in memory and time: shards are streamed (every CRC checked), the scan stops when
+every sheet is full or after `MAX_SCAN_RECORDS` records / `MAX_SCAN_BYTES` bytes, and only
+the chosen records are decoded by Pillow (JPEGs at a reduced scale)."""
 
 from __future__ import annotations
 
@@ -26,8 +22,7 @@ from transforms.format.example_codec import decode_example
 from transforms.format.manifest_format import Manifest
 from transforms.tfrecord_io import read_tfrecord_file
 
-__all__ = ["MAX_LABELS", "NO_LABEL", "PER_LABEL", "THUMBNAIL_PIXELS", "ContactSheet", "Thumbnail",
-           "contact_sheets", "thumbnail_data_uri"]
+__all__ = ["ContactSheet", "Thumbnail", "contact_sheets", "thumbnail_data_uri"]
 
 _LOG = logging.getLogger(__name__)
 
@@ -43,8 +38,8 @@ _JPEG_QUALITY = 85
 
 @dataclasses.dataclass(frozen=True)
 class Thumbnail:
-    """One sampled image: a `data:image/jpeg` URI (None when Pillow could not decode it, then
-    `problem` says why), its caption (the file name) and split, and the thumbnail's size."""
+    """One sampled image: its caption (the file name), a `data:image/jpeg` URI and size, or
+    (when Pillow could not decode it) the `problem`."""
 
     caption: str
     split: str
@@ -79,8 +74,8 @@ def _as_rgb(image: Image.Image) -> Image.Image:
 
 
 def thumbnail_data_uri(encoded: bytes, size: int = THUMBNAIL_PIXELS) -> tuple[str, int, int]:
-    """A JPEG thumbnail (at most `size` pixels a side) of an encoded image, as a data URI, and
-    its width and height. Raises whatever Pillow raises for bytes it cannot decode."""
+    """A JPEG thumbnail (at most `size` pixels a side) of an encoded image as a data URI, with
+    its width and height; raises what Pillow raises for bytes it cannot decode."""
     with Image.open(io.BytesIO(encoded)) as image:
         if _is_high_bit(image):  # to 8 bits first: not every filter resizes these modes
             image = _as_rgb(image)
@@ -131,24 +126,24 @@ class _Sampler:
         self.max_labels = max_labels
         # With a known label list, the sheets are its first `max_labels`, in its order;
         # otherwise the first labels met, in shard order.
+        self.labels = labels
         self.fixed = bool(labels)
         self.sheets = {label: ContactSheet(label) for label in (labels or [])[:max_labels]}
         self.records = 0
         self.bytes = 0
 
     def done(self) -> bool:
-        """Whether every sheet is full or the scan's budget is spent."""
         if self.records >= MAX_SCAN_RECORDS or self.bytes >= MAX_SCAN_BYTES:
             return True
         if not self.fixed and len(self.sheets) < self.max_labels:
             return False
         return all(len(sheet.thumbnails) >= self.per_label for sheet in self.sheets.values())
 
-    def add(self, payload: bytes, split: str, labels: Sequence[str] | None) -> None:
+    def add(self, payload: bytes, split: str) -> None:
         self.records += 1
         self.bytes += len(payload)
         features = decode_example(payload)
-        label = _label_of(features, labels)
+        label = _label_of(features, self.labels)
         sheet = self.sheets.get(label)
         if sheet is None:
             if self.fixed or len(self.sheets) >= self.max_labels:
@@ -160,33 +155,23 @@ class _Sampler:
 
 def contact_sheets(output_dir: str, manifest: Manifest, labels: Sequence[str] | None,
                    per_label: int = PER_LABEL, max_labels: int = MAX_LABELS) -> list[ContactSheet]:
-    """The contact sheets of the image output at `output_dir` (see the module docstring).
-
-    A shard that cannot be read (corrupt, missing) ends its part of the scan with a warning;
-    the sheets keep what the other shards gave. Sheets left empty are dropped.
-    """
+    """The non-empty contact sheets of the image output at `output_dir`; a shard that cannot
+    be read ends its part of the scan with a warning."""
     sampler = _Sampler(labels, per_label, max_labels)
     # First the head of every shard (a label's images often sit in shards of their own, so a
     # plain scan would read all of the first labels' shards before meeting the others), then
     # the rest of each shard in order, while sheets are not full and the budget lasts.
-    for first, limit in ((0, per_label), (per_label, None)):
+    for first, stop in ((0, per_label), (per_label, None)):
         for entry in manifest.shards:
             if sampler.done():
                 break
-            _scan(sampler, fs.join_path(output_dir, entry.path), manifest.compression,
-                  str(entry.split), labels, first, limit)
+            path = fs.join_path(output_dir, entry.path)
+            try:
+                with contextlib.closing(read_tfrecord_file(path, manifest.compression)) as payloads:
+                    for payload in itertools.islice(payloads, first, stop):
+                        sampler.add(payload, str(entry.split))
+                        if sampler.done():
+                            break
+            except (OSError, ValueError) as error:  # a corrupt shard: `verify` is the tool for that
+                _LOG.warning("report: stopped reading %s for thumbnails: %s", path, error)
     return [sheet for sheet in sampler.sheets.values() if sheet.thumbnails]
-
-
-def _scan(sampler: _Sampler, path: str, compression: str | None, split: str,
-          labels: Sequence[str] | None, first: int, limit: int | None) -> None:
-    """Offers the sampler the records `first` .. `first + limit` of one shard (all from
-    `first` when `limit` is None)."""
-    try:
-        with contextlib.closing(read_tfrecord_file(path, compression)) as payloads:
-            for payload in itertools.islice(payloads, first, None if limit is None else first + limit):
-                sampler.add(payload, split, labels)
-                if sampler.done():
-                    return
-    except (OSError, ValueError) as error:  # a corrupt shard: `verify` is the tool for that
-        _LOG.warning("report: stopped reading %s for thumbnails: %s", path, error)

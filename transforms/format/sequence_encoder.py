@@ -2,7 +2,7 @@
 
 `encode_sequence_batch` (payloads) and `encode_sequence_framed` (TFRecord-framed, for the
 sink) write the bytes of every SequenceExample of a batch with array operations over all
-steps of all sequences at once, in the layout of `sequence_codec` (byte-identical to the
+steps of all sequences at once, in the layout of `example_codec` (byte-identical to the
 protobuf reference, tests/format/reference_codec.py, on random schemas). Beam-free.
 
 How: a step's FeatureList element `0a len(Feature) tag len(list) [0a len(packed)] values`
@@ -183,7 +183,7 @@ def _render(num_sequences: int, context: Sequence[Column], step_offsets, feature
 
 def encode_sequence_batch(num_sequences: int, context: Sequence[Column],
                           step_offsets: np.ndarray, feature_lists: Sequence[Column]) -> list[bytes]:
-    """Serialize `num_sequences` SequenceExamples from columns (layout: `sequence_codec`).
+    """Serialize `num_sequences` SequenceExamples from columns (layout: `example_codec`).
 
     Args:
       num_sequences: how many sequences.

@@ -57,9 +57,10 @@ from transforms.format.example_columns import Column, NormalisedColumn, exclusiv
 from transforms.format.tfrecord_format import CrcFn, FramedRecords, framing_headers
 from transforms.format.wire_scan import put_varints, segment_counts, varint_bytes, varint_sizes
 
-__all__ = ["Body", "encode_columns", "encode_framed", "feature_body", "list_and_feature_lengths"]
+__all__ = ["KIND_TAG", "Body", "encode_columns", "encode_framed", "feature_body", "list_and_feature_lengths",
+           "put_bytes_values", "split_records", "within_row"]
 
-_KIND_TAG = {"bytes": 0x0A, "float": 0x12, "int64": 0x1A}
+KIND_TAG = {"bytes": 0x0A, "float": 0x12, "int64": 0x1A}
 # A padded matrix may be this many times larger than the output it holds (plus a fixed
 # allowance) before rows are split into groups of similar size.
 _MAX_PADDING_FACTOR = 3
@@ -261,7 +262,7 @@ def _head_table(name: bytes, kind: str, body: np.ndarray) -> tuple[np.ndarray, n
     put_varint(entry_len)
     put_const(key)
     put_varint(feature_len)
-    put_const(bytes([_KIND_TAG[kind]]))
+    put_const(bytes([KIND_TAG[kind]]))
     put_varint(list_len)
     has_values = body > 0
     if kind != "bytes" and has_values.any():
@@ -347,11 +348,31 @@ def _use_padded(norm: NormalisedColumn, max_count: int, unit: int, body: np.ndar
     return norm.counts.size * max_count * unit <= 2 * int(body.sum()) + 4 * norm.counts.size
 
 
-def _value_positions(norm: NormalisedColumn, width: int, start: int, sizes: np.ndarray) -> np.ndarray:
-    """Flat offset in the (rows, width) matrix where each value's bytes start."""
+def within_row(norm: NormalisedColumn, sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each value's row and its byte offset within its row's values (`sizes`: bytes per value)."""
+    if norm.one_each:
+        return np.arange(sizes.size), np.zeros(sizes.size, np.int64)
     rows = np.repeat(np.arange(norm.counts.size), norm.counts)
     before = exclusive_cumsum(sizes)
-    return rows * width + start + (before[:-1] - before[norm.row_offsets[:-1]][rows])
+    return rows, before[:-1] - before[norm.row_offsets[:-1]][rows]
+
+
+def _value_positions(norm: NormalisedColumn, width: int, start: int, sizes: np.ndarray) -> np.ndarray:
+    """Flat offset in the (rows, width) matrix where each value's bytes start."""
+    rows, offsets = within_row(norm, sizes)
+    return rows * width + start + offsets
+
+
+def put_bytes_values(flat: np.ndarray, positions: np.ndarray, norm: NormalisedColumn,
+                     len_sizes: np.ndarray) -> None:
+    """Writes each value of a bytes column as a BytesList item, `0a len value`, at its position."""
+    flat[positions] = 0x0A  # BytesList.value tag
+    put_varints(flat, positions + 1, norm.value_lengths, len_sizes)
+    if norm.values.size:
+        # Every data byte moves by the gap between its value's source and target.
+        target = np.repeat(positions + 1 + len_sizes - norm.value_offsets[:-1], norm.value_lengths)
+        target += np.arange(norm.values.size)
+        flat[target] = norm.values
 
 
 def _plan_floats(layout: _RowMatrix, norm: NormalisedColumn) -> None:
@@ -414,26 +435,16 @@ def _plan_bytes(layout: _RowMatrix, norm: NormalisedColumn, length: Body) -> Non
     body_width = int(length.lengths.max())
     start = layout.reserve(body_width)
     len_sizes = length.value_sizes
-    lengths = norm.value_lengths
 
     def write(matrix):
-        items = 1 + len_sizes + lengths
-        positions = _value_positions(norm, matrix.shape[1], start, items)
-        flat = matrix.reshape(-1)
-        flat[positions] = 0x0A  # BytesList.value tag
-        put_varints(flat, positions + 1, lengths, len_sizes)
-        if norm.values.size:
-            # Every data byte moves by the gap its value has to its destination.
-            shift = positions + 1 + len_sizes - norm.value_offsets[:-1]
-            target = np.repeat(shift, lengths)
-            target += np.arange(norm.values.size)
-            flat[target] = norm.values
+        positions = _value_positions(norm, matrix.shape[1], start, 1 + len_sizes + norm.value_lengths)
+        put_bytes_values(matrix.reshape(-1), positions, norm, len_sizes)
 
     layout.writes.append(write)
     layout.prefix_mask(start, body_width, length.lengths, norm.present)
 
 
-def _split(buffer: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+def split_records(buffer: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     """Object array of one bytes object per row (pyarrow copies them out in C++)."""
     offsets = exclusive_cumsum(lengths)
     if buffer.size != offsets[-1]:
@@ -461,7 +472,7 @@ def _encode_group(norms: Sequence[NormalisedColumn], num_rows: int, may_split: b
                 subset = [take_rows(norm, rows) for norm in norms]
                 out[rows] = _encode_group(subset, rows.size, may_split=False)
             return out
-    return _split(layout.render(), example_lengths)
+    return split_records(layout.render(), example_lengths)
 
 
 def _normalised(num_rows: int, columns: Sequence[Column]) -> list[NormalisedColumn]:

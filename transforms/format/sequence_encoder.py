@@ -21,11 +21,18 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
-import pyarrow as pa
 
 from transforms.format.example_codec import encode_varint, feature_sort_key
 from transforms.format.example_columns import Column, NormalisedColumn, exclusive_cumsum, normalise
-from transforms.format.example_encoder import encode_columns, feature_body, list_and_feature_lengths
+from transforms.format.example_encoder import (
+    KIND_TAG,
+    encode_columns,
+    feature_body,
+    list_and_feature_lengths,
+    put_bytes_values,
+    split_records,
+    within_row,
+)
 from transforms.format.tfrecord_format import (
     DEFAULT_CRC,
     FOOTER_SIZE,
@@ -37,26 +44,6 @@ from transforms.format.tfrecord_format import (
 from transforms.format.wire_scan import put_varints, segment_counts, varint_sizes
 
 __all__ = ["encode_sequence_batch", "encode_sequence_framed"]
-
-_KIND_TAG = {"bytes": 0x0A, "float": 0x12, "int64": 0x1A}
-
-
-def _put_const(out: np.ndarray, positions: np.ndarray, data: bytes) -> None:
-    """Writes the same bytes at every position."""
-    if len(data) == 1:
-        out[positions] = data[0]
-    else:
-        out[positions[:, None] + np.arange(len(data))] = np.frombuffer(data, np.uint8)
-
-
-def _within_row(sizes: np.ndarray, norm: NormalisedColumn) -> tuple[np.ndarray, np.ndarray]:
-    """Each value's row and its byte offset within its row's values (sizes per value)."""
-    if norm.one_each:
-        return np.arange(sizes.size), np.zeros(sizes.size, np.int64)
-    rows = np.repeat(np.arange(norm.counts.size), norm.counts)
-    before = exclusive_cumsum(sizes)
-    return rows, before[:-1] - before[norm.row_offsets[:-1]][rows]
-
 
 class _FeatureList:
     """One feature list's step elements: their lengths, and how to write them."""
@@ -83,7 +70,7 @@ class _FeatureList:
         out[starts] = 0x0A
         at = starts + 1
         at += put_varints(out, at, self.feature_len)
-        out[at] = _KIND_TAG[norm.kind]
+        out[at] = KIND_TAG[norm.kind]
         at += 1
         at += put_varints(out, at, self.list_len)
         if norm.kind != "bytes":
@@ -97,21 +84,14 @@ class _FeatureList:
                 at += 1 + put_varints(out, at + 1, self.body)
         if norm.num_values == 0:
             return
-        rows, offsets = _within_row(self.value_sizes, norm)
+        rows, offsets = within_row(norm, self.value_sizes)
         positions = at[rows] + offsets
         if norm.kind == "float":
             out[positions[:, None] + np.arange(4)] = norm.values.view(np.uint8).reshape(-1, 4)
         elif norm.kind == "int64":
             put_varints(out, positions, norm.values, self.value_sizes)
         else:
-            out[positions] = 0x0A  # BytesList.value tag
-            put_varints(out, positions + 1, norm.value_lengths, self.len_sizes)
-            lengths = norm.value_lengths
-            if norm.values.size:
-                # Every data byte moves by the gap between its value's source and target.
-                target = np.repeat(positions + 1 + self.len_sizes - norm.value_offsets[:-1], lengths)
-                target += np.arange(norm.values.size)
-                out[target] = norm.values
+            put_bytes_values(out, positions, norm, self.len_sizes)
 
 
 def _check(num_sequences: int, step_offsets, feature_lists: Sequence[Column]) -> np.ndarray:
@@ -170,7 +150,8 @@ def _render(num_sequences: int, context: Sequence[Column], step_offsets, feature
         out[at] = 0x0A  # FeatureLists.feature_list map entry
         at += 1
         at += put_varints(out, at, entry_len)
-        _put_const(out, at, feature_list.key)
+        key = feature_list.key  # never one byte: a tag, a length, a name and a tag
+        out[at[:, None] + np.arange(len(key))] = np.frombuffer(key, np.uint8)
         at += len(feature_list.key)
         at += put_varints(out, at, body)
         if num_steps:
@@ -199,10 +180,7 @@ def encode_sequence_batch(num_sequences: int, context: Sequence[Column],
         duplicated names, or offsets that do not fit.
     """
     buffer, lengths = _render(num_sequences, context, step_offsets, feature_lists, framed=False)
-    offsets = exclusive_cumsum(lengths)
-    binary = pa.LargeBinaryArray.from_buffers(
-        pa.large_binary(), num_sequences, [None, pa.py_buffer(offsets), pa.py_buffer(buffer)])
-    return binary.to_pylist()
+    return split_records(buffer, lengths).tolist()
 
 
 def encode_sequence_framed(num_sequences: int, context: Sequence[Column],

@@ -1,19 +1,15 @@
-"""Vectorised tf.train.SequenceExample encoder: many sequences per call, numpy only.
-
-`encode_sequence_batch` (payloads) and `encode_sequence_framed` (TFRecord-framed, for the
-sink) write the bytes of every SequenceExample of a batch with array operations over all
-steps of all sequences at once, in the layout of `example_codec` (byte-identical to the
-protobuf reference, tests/format/reference_codec.py, on random schemas). Beam-free.
+"""Vectorised tf.train.SequenceExample encoder: many sequences per call, numpy only, in the
+layout of `example_codec` (byte-identical to the protobuf reference, tests/format/reference_codec.py,
+on random schemas). Beam-free.
 
 How: a step's FeatureList element `0a len(Feature) tag len(list) [0a len(packed)] values`
-depends only on its values, and a sequence's lengths are sums over its steps, so every
-length of every record is known before a byte is written (varint sizes and segment sums).
-Records are then laid out back to back in one buffer and each part is written where it
-goes: the context (an Example of the context features, from the vectorised Example
-encoder), the FeatureLists header, and per feature list (sorted by name) its entry head
-and its steps' elements, each field as one array write over all sequences or all steps.
-Encoding each step as a whole Example and stripping its head (as before) cost ~10x more,
-and a Python loop per sequence dominates when sequences are short.
+depends only on its values, and a sequence's lengths are sums over its steps, so every length
+of every record is known before a byte is written. Records are then laid out back to back in
+one buffer and each part written where it goes (the context from the vectorised Example
+encoder, the FeatureLists header, per feature list its entry head and its steps' elements),
+each field as one array write over all sequences or all steps. Encoding each step as an
+Example and stripping its head cost ~10x more, and a Python loop per sequence dominates when
+sequences are short.
 """
 
 from __future__ import annotations
@@ -167,7 +163,6 @@ def encode_sequence_batch(num_sequences: int, context: Sequence[Column],
     """Serialize `num_sequences` SequenceExamples from columns (layout: `example_codec`).
 
     Args:
-      num_sequences: how many sequences.
       context: one Column per context feature, one row per sequence (an absent row leaves
         the feature out of that sequence's context).
       step_offsets: int64, num_sequences + 1 entries: sequence s has the steps
@@ -175,9 +170,8 @@ def encode_sequence_batch(num_sequences: int, context: Sequence[Column],
       feature_lists: one Column per feature list, one row per step (an absent row is a
         step without a value: an empty list).
 
-    Raises:
-      ValueError: naming the feature, for what `example_encoder.encode_columns` refuses,
-        duplicated names, or offsets that do not fit.
+    Raises ValueError, naming the feature, for what `example_encoder.encode_columns` refuses,
+    duplicated names, or offsets that do not fit.
     """
     buffer, lengths = _render(num_sequences, context, step_offsets, feature_lists, framed=False)
     return split_records(buffer, lengths).tolist()
@@ -186,8 +180,7 @@ def encode_sequence_batch(num_sequences: int, context: Sequence[Column],
 def encode_sequence_framed(num_sequences: int, context: Sequence[Column],
                            step_offsets: np.ndarray, feature_lists: Sequence[Column],
                            crc_fn: CrcFn = DEFAULT_CRC) -> FramedRecords:
-    """`encode_sequence_batch`, framed as TFRecords in one buffer (what the sink writes):
-    equal to `FramedRecords.frame(encode_sequence_batch(...))`, without a bytes object per
-    record. Raises what `encode_sequence_batch` raises."""
+    """`FramedRecords.frame(encode_sequence_batch(...))` (what the sink writes), without a bytes
+    object per record. Raises what `encode_sequence_batch` raises."""
     buffer, lengths = _render(num_sequences, context, step_offsets, feature_lists, framed=True)
     return FramedRecords.complete(buffer, lengths, crc_fn)

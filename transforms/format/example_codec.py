@@ -83,12 +83,8 @@ def encode_varint(value: int) -> bytes:
 
 
 def _parse(payload: bytes | bytearray | memoryview, message):
-    """`message`, an empty tf.train.Example or SequenceExample, filled from `payload`.
-
-    Raises:
-      TypeError: `payload` is not bytes-like.
-      ValueError: it is not a serialized message of that type (the error names it).
-    """
+    """`message`, an empty tf.train.Example or SequenceExample, filled from `payload`. Raises
+    TypeError when `payload` is not bytes-like, ValueError when it is not such a message."""
     if not isinstance(payload, _BYTES_LIKE):
         raise TypeError(f"payload must be bytes, got {type(payload).__name__}")
     try:
@@ -157,20 +153,14 @@ _SMALL_VALUE_BYTES = 16  # longer strings (file names, hashes) rarely repeat
 
 
 def encode_example_parts(features: Mapping[str, tuple[str, Sequence[Any]]]) -> list:
-    """The serialized Example of `features` as a list of byte parts, values not copied.
+    """The serialized Example of `features` ({name: (kind, sequence of values)}) as a list of
+    byte parts, values not copied; int64 values must lie in the int64 range (larger ones wrap
+    to 64 bits), floats are stored as float32.
 
-    `b"".join(parts)` is exactly `encode_example(features)` (features sorted by name; sorting
-    str names sorts their UTF-8 bytes too), built without protobuf messages: several times
-    faster, which matters next to the ~100 us an image costs in total. Large values (image
-    bytes) are parts of their own, so `tfrecord_format.frame_parts` copies them only once.
-
-    Args:
-      features: feature name -> (kind, values), kind one of KINDS and `values` a sequence
-        (not a single value). Values are taken as they are: int64 values must lie in the
-        int64 range (larger ones wrap to 64 bits), floats are stored as float32.
-
-    Raises:
-      ValueError: naming the feature, for an unknown kind or values of the wrong type.
+    Built without protobuf messages (sorting str names sorts their UTF-8 bytes too): several
+    times faster, which matters next to the ~100 us an image costs in total. Large values
+    (image bytes) are parts of their own, so `tfrecord_format.frame_parts` copies them only
+    once. Raises ValueError, naming the feature, for an unknown kind or values of the wrong type.
     """
     parts: list = []
     total = 0

@@ -49,13 +49,12 @@ naming the lines to add or remove, when a module is missing here or listed but g
     tfrecord_io.py      reading TFRecord files in Beam: `ReadTFRecordFiles`
   transforms/format/  Beam-free format code, on `protos` only
     compression.py      whole-stream compression of TFRecord files, as TensorFlow reads them
-    example_codec.py    tf.train.Example one record at a time: decoder, fast encoder
+    example_codec.py    tf.train.Example and SequenceExample one record at a time: decoders, encoder
     example_columns.py  the vectorised encoder's input: a batch's values per feature
     example_decoder.py  batch Example decoder: serialized Examples in, one column per feature
     example_encoder.py  vectorised Example encoder: a whole batch of rows per call
     example_table.py    decoded Example batches as Arrow tables of a fixed schema
     manifest_format.py  `manifest.json`: the typed `Manifest`, its validation and bytes
-    sequence_codec.py   tf.train.SequenceExample: its layout and the decoder
     sequence_encoder.py vectorised SequenceExample encoder: many sequences per call
     tfrecord_format.py  TFRecord framing and writing, byte-compatible with TensorFlow
     tfrecord_index.py   `.tfindex` sidecars of uncompressed TFRecord files

@@ -21,8 +21,7 @@ from typing import Any, TextIO
 import numpy as np
 
 from pipeline.verify import compression_of_file, resolve_tfrecord_paths
-from transforms.format.example_codec import decode_example
-from transforms.format.sequence_codec import decode_sequence_example, is_sequence_example
+from transforms.format.example_codec import decode_example, decode_sequence_example, is_sequence_example
 from transforms.tfrecord_io import listed_shard_paths, read_tfrecord_file
 
 __all__ = ["FeatureSummary", "inspect_paths"]

@@ -99,7 +99,7 @@ def encode_sequence_example(
     context: Mapping[str, tuple[str, Sequence]],
     feature_lists: Mapping[str, tuple[str, Sequence[Sequence]]],
 ) -> bytes:
-    """Serialize one tf.train.SequenceExample (layout: `transforms.format.sequence_codec`).
+    """Serialize one tf.train.SequenceExample (layout: `transforms.format.example_codec`).
 
     Args:
       context: feature name -> (kind, values), as `encode_example` takes.

@@ -10,8 +10,7 @@ from hypothesis import strategies as st
 
 from protos import example_pb2
 from tests.format.reference_codec import column_from_values, encode_sequence_example
-from transforms.format.example_codec import INT64_MAX, INT64_MIN
-from transforms.format.sequence_codec import decode_sequence_example, is_sequence_example
+from transforms.format.example_codec import INT64_MAX, INT64_MIN, decode_sequence_example, is_sequence_example
 from transforms.format.sequence_encoder import encode_sequence_batch, encode_sequence_framed
 from transforms.format.tfrecord_format import FramedRecords
 

@@ -14,8 +14,8 @@ import pytest
 
 from pipeline.cli import run
 from tests.helpers import in_memory_args
+from transforms.format.example_codec import decode_sequence_example
 from transforms.format.manifest_format import Counts
-from transforms.format.sequence_codec import decode_sequence_example
 from transforms.manifest import read_manifest
 from transforms.records import WorkUnit
 from transforms.sequence.assemble import PIECE_ROWS, _pairs_equal

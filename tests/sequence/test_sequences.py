@@ -12,7 +12,7 @@ import pytest
 
 from pipeline.cli import run
 from tests.helpers import in_memory_args
-from transforms.format.sequence_codec import decode_sequence_example
+from transforms.format.example_codec import decode_sequence_example
 from transforms.manifest import read_manifest
 from transforms.sequence.buckets import assemble_bucket
 from transforms.sequence.rows import KEY_COLUMN, ROW_COLUMN, SPLIT_COLUMN, SequenceRows

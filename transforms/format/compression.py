@@ -1,7 +1,6 @@
-"""The whole-stream compression of TFRecord files, exactly the three ways TensorFlow reads
-them: the `Compression` enum and its one parser (`parse_compression`), file suffixes, the
-compressing writer (ISA-L when importable, else zlib) and the streaming `Inflater` (bounded
-memory, every stream error reported as a `StreamError`).
+"""The whole-stream compression of TFRecord files, exactly the three ways TensorFlow reads them:
+the `Compression` enum and its one parser, file suffixes, the compressing writer (ISA-L when
+importable, else zlib) and the streaming `Inflater` (bounded memory, errors as `StreamError`).
 
 * ``NONE`` (TensorFlow ``""``): the framed records as they are.
 * ``GZIP``: one RFC 1952 gzip stream (the reader also accepts concatenated gzip members,
@@ -61,16 +60,10 @@ _GZIP_MAGIC = b"\x1f\x8b"
 
 
 def parse_compression(value: str | Compression | None) -> Compression:
-    """Returns the `Compression` named by `value`.
-
-    Accepts a `Compression`, None (NONE), or a case-insensitive name: "none", "gzip",
-    "zlib", TensorFlow's spellings "" (NONE), "GZIP", "ZLIB", and Beam's
-    `CompressionTypes.UNCOMPRESSED` ("uncompressed", NONE).
-
-    Raises:
-      ValueError: for any other codec (bzip2, zstd, lzma, snappy, "auto", "deflate", ...),
-        because TensorFlow cannot read it.
-    """
+    """The `Compression` named by `value`: a `Compression`, None (NONE), or a case-insensitive
+    name: "none", "gzip", "zlib", TensorFlow's "" (NONE), Beam's "uncompressed" (NONE).
+    Raises ValueError for any other codec ("deflate", "auto", bzip2, ...): TensorFlow cannot
+    read it."""
     if value is None:
         return Compression.NONE
     if isinstance(value, Compression):
@@ -109,8 +102,7 @@ def shard_suffix(compression: str | Compression | None) -> str:
 
 
 def check_level(level: int | None) -> int | None:
-    """`level` when it is a compression level (None: the codec's default, or 0-9), else
-    raises ValueError."""
+    """`level` when it is None (the codec's default) or 0-9, else raises ValueError."""
     if level is not None and (isinstance(level, bool) or not isinstance(level, int) or not 0 <= level <= 9):
         raise ValueError(f"compression level must be an integer 0-9, got {level!r}")
     return level
@@ -152,7 +144,6 @@ class _CompressingWriter:
         self._raw.flush()
 
     def close(self) -> None:
-        """Writes the end of the compressed stream; `raw` stays open."""
         if self.closed:
             return
         self.closed = True
@@ -168,18 +159,11 @@ class _CompressingWriter:
         self.close()
 
 
-def open_compressor(
-    raw_binary_file: BinaryIO,
-    compression: str | Compression | None,
-    level: int | None = None,
-):
-    """A writable file object that compresses into `raw_binary_file`.
-
-    See the module docstring for the level/backend rules. The returned object has
-    ``write``, ``flush``, ``close`` (ends the compressed stream but does NOT close
-    `raw_binary_file`), is a context manager, and exposes ``backend`` ("isal", "zlib" or
-    None for NONE) and the effective ``level``.
-    """
+def open_compressor(raw_binary_file: BinaryIO, compression: str | Compression | None,
+                    level: int | None = None):
+    """A writable file object (and context manager) that compresses into `raw_binary_file`;
+    `close()` ends the stream, not the file. It tells its `backend` ("isal", "zlib", None for
+    NONE) and effective `level` (the rules: the module docstring)."""
     return _CompressingWriter(raw_binary_file, parse_compression(compression), level)
 
 

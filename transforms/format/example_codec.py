@@ -1,19 +1,31 @@
-"""tf.train.Example one record at a time: the decoder (`decode_example`, on our generated
-protobuf classes) and the fast per-record encoder (`encode_example_parts`), which writes the
-wire format directly. The tests hold it byte for byte to a protobuf reference encoder
-(tests/format/reference_codec.py) and to TensorFlow. Beam-free.
+"""tf.train.Example and SequenceExample one record at a time: the decoders (on our generated
+protobuf classes) and the fast per-record Example encoder (`encode_example_parts`), which writes
+the wire format directly. The tests hold the encoders byte for byte to a protobuf reference
+(tests/format/reference_codec.py) and that to TensorFlow. Beam-free.
 
-Feature order: features are written sorted by the UTF-8 bytes of their names (the order
-of Python's `sorted` on the names), so the bytes of an Example do not depend on insertion
-order, process or protobuf backend. We do not delegate this to
-`SerializeToString(deterministic=True)` on the whole map: the upb backend (the default
-Python runtime) sorts string map keys with a comparator that puts a longer key before a
-key that is its prefix ("aa" before "a"), unlike the C++ and pure-Python runtimes, and
+Feature order: features are written sorted by the UTF-8 bytes of their names (Python's `sorted`
+on the names), so the bytes do not depend on insertion order, process or protobuf backend. Not
+`SerializeToString(deterministic=True)`: the upb backend (the default Python runtime) sorts a
+longer key before its prefix ("aa" before "a"), unlike the C++ and pure-Python runtimes, and
 protocolbuffers/protobuf#26621 proposes changing that comparator.
 
-An Example always carries its `features` field, even when it has no feature: it
-serializes as b"\\n\\x00", the same as TensorFlow's
-`tf.train.Example(features=tf.train.Features(feature={}))`.
+An Example always carries its `features` field, even with no feature: b"\\n\\x00", the same as
+TensorFlow's `tf.train.Example(features=tf.train.Features(feature={}))`.
+
+A SequenceExample (written by `transforms.format.sequence_encoder`) is laid out as:
+
+    0a len(Features) ...                        context (always present: exactly the bytes of
+                                                 an Example of the context features)
+    12 len(FeatureLists)                        feature_lists (always present)
+      per feature list, sorted by UTF-8 name:
+      0a len(entry) 0a len(name) name           FeatureLists.feature_list map entry
+        12 len(FeatureList)
+          per step: 0a len(Feature) Feature     FeatureList.feature
+
+Every feature list holds one Feature per step, of the list's kind; a step without a value is a
+Feature with an empty list of that kind (never one with no kind, which TensorFlow's parser
+refuses). Because both fields are always written, `is_sequence_example` tells an Example
+payload (field 1 only) from a SequenceExample.
 """
 
 from __future__ import annotations
@@ -26,8 +38,8 @@ from google.protobuf.message import DecodeError
 
 from protos import example_pb2
 
-__all__ = ["FLOAT32_MAX", "INT64_MAX", "INT64_MIN", "KINDS", "decode_example", "encode_example_parts",
-           "encode_varint", "feature_sort_key", "feature_values", "parse_message"]
+__all__ = ["FLOAT32_MAX", "INT64_MAX", "INT64_MIN", "KINDS", "decode_example", "decode_sequence_example",
+           "encode_example_parts", "encode_varint", "feature_sort_key", "is_sequence_example"]
 
 #: Feature kinds, named after the tf.train.Feature list they fill.
 KINDS = ("int64", "float", "bytes")
@@ -70,13 +82,9 @@ def encode_varint(value: int) -> bytes:
     return bytes(out)
 
 
-def parse_message(payload: bytes | bytearray | memoryview, message):
-    """`message`, an empty tf.train.Example or SequenceExample, filled from `payload`.
-
-    Raises:
-      TypeError: `payload` is not bytes-like.
-      ValueError: it is not a serialized message of that type (the error names it).
-    """
+def _parse(payload: bytes | bytearray | memoryview, message):
+    """`message`, an empty tf.train.Example or SequenceExample, filled from `payload`. Raises
+    TypeError when `payload` is not bytes-like, ValueError when it is not such a message."""
     if not isinstance(payload, _BYTES_LIKE):
         raise TypeError(f"payload must be bytes, got {type(payload).__name__}")
     try:
@@ -88,7 +96,7 @@ def parse_message(payload: bytes | bytearray | memoryview, message):
     return message
 
 
-def feature_values(feature) -> tuple[str | None, list]:
+def _feature_values(feature) -> tuple[str | None, list]:
     """(kind, values) of a tf.train.Feature message; (None, []) when no list is set."""
     field = feature.WhichOneof("kind")
     return (None, []) if field is None else (_KIND_OF_FIELD[field], list(getattr(feature, field).value))
@@ -98,17 +106,40 @@ def decode_example(payload: bytes) -> dict[str, tuple[str | None, list]]:
     """Parse a serialized tf.train.Example into {name: (kind, values)}, sorted by name.
 
     Values are Python ints, floats (the float32 value, widened) or bytes. A Feature with
-    no list set decodes as (None, []).
-
-    Raises:
-      ValueError: when the payload does not parse as an Example.
+    no list set decodes as (None, []). Raises ValueError when the payload is not an Example.
     """
-    example = parse_message(payload, example_pb2.Example())
-    decoded: dict[str, tuple[str | None, list]] = {}
-    feature_map = example.features.feature
-    for name in sorted(feature_map, key=feature_sort_key):
-        decoded[name] = feature_values(feature_map[name])
-    return decoded
+    feature_map = _parse(payload, example_pb2.Example()).features.feature
+    return {name: _feature_values(feature_map[name]) for name in sorted(feature_map, key=feature_sort_key)}
+
+
+def is_sequence_example(payload: bytes) -> bool:
+    """Whether a payload holds the `feature_lists` field (an Example does not). Raises
+    ValueError when it parses neither as an Example nor a SequenceExample."""
+    return _parse(payload, example_pb2.SequenceExample()).HasField("feature_lists")
+
+
+def decode_sequence_example(payload: bytes) -> tuple[dict, dict]:
+    """Parse a serialized SequenceExample into (context, feature_lists).
+
+    `context` is what `decode_example` gives for the context features; `feature_lists` is
+    {name: (kind, [values of each step])}, sorted by name, kind None when no step has one.
+    Raises ValueError when the payload does not parse, or a feature list mixes kinds.
+    """
+    message = _parse(payload, example_pb2.SequenceExample())
+    context = decode_example(example_pb2.Example(features=message.context).SerializeToString())
+    lists: dict[str, tuple[str | None, list]] = {}
+    feature_list_map = message.feature_lists.feature_list
+    for name in sorted(feature_list_map, key=feature_sort_key):
+        kinds, steps = set(), []
+        for feature in feature_list_map[name].feature:
+            kind, values = _feature_values(feature)
+            if kind:
+                kinds.add(kind)
+            steps.append(values)
+        if len(kinds) > 1:
+            raise ValueError(f"feature list {name!r} mixes kinds {sorted(kinds)}")
+        lists[name] = (kinds.pop() if kinds else None, steps)
+    return context, lists
 
 
 # ---------------------------------------------------------------------------------------
@@ -122,20 +153,14 @@ _SMALL_VALUE_BYTES = 16  # longer strings (file names, hashes) rarely repeat
 
 
 def encode_example_parts(features: Mapping[str, tuple[str, Sequence[Any]]]) -> list:
-    """The serialized Example of `features` as a list of byte parts, values not copied.
+    """The serialized Example of `features` ({name: (kind, sequence of values)}) as a list of
+    byte parts, values not copied; int64 values must lie in the int64 range (larger ones wrap
+    to 64 bits), floats are stored as float32.
 
-    `b"".join(parts)` is exactly `encode_example(features)` (features sorted by name; sorting
-    str names sorts their UTF-8 bytes too), built without protobuf messages: several times
-    faster, which matters next to the ~100 us an image costs in total. Large values (image
-    bytes) are parts of their own, so `tfrecord_format.frame_parts` copies them only once.
-
-    Args:
-      features: feature name -> (kind, values), kind one of KINDS and `values` a sequence
-        (not a single value). Values are taken as they are: int64 values must lie in the
-        int64 range (larger ones wrap to 64 bits), floats are stored as float32.
-
-    Raises:
-      ValueError: naming the feature, for an unknown kind or values of the wrong type.
+    Built without protobuf messages (sorting str names sorts their UTF-8 bytes too): several
+    times faster, which matters next to the ~100 us an image costs in total. Large values
+    (image bytes) are parts of their own, so `tfrecord_format.frame_parts` copies them only
+    once. Raises ValueError, naming the feature, for an unknown kind or values of the wrong type.
     """
     parts: list = []
     total = 0

@@ -1,10 +1,6 @@
 """The input side of the vectorised Example encoder: a batch's values per feature as a `Column`
-(from Python rows or from Arrow arrays), checked and normalised into flat numpy arrays with
-row offsets (`NormalisedColumn`), ready for `transforms.format.example_encoder` to render.
-
-A column is one feature over every row of a batch: its kind (int64/float/bytes), flat values
-and, for lists or absent values, row offsets and a presence mask. Null elements inside a list
-are refused (`NullElementError`): TensorFlow's lists cannot hold them. Beam-free."""
+(built by callers or from Arrow arrays), checked and normalised into flat numpy arrays from
+offset 0 (`NormalisedColumn`) for `transforms.format.example_encoder` to render. Beam-free."""
 
 from __future__ import annotations
 
@@ -50,20 +46,14 @@ class Column:
 
 
 class NullElementError(ValueError):
-    """An Arrow list column holds null elements, which an Example list cannot hold.
-
-    Attributes:
-      feature: the feature name.
-      rows: indices of the rows that hold a null element.
-    """
+    """An Arrow list column holds null elements, which an Example list cannot hold: the
+    `feature`, and the indices of the `rows` that hold one."""
 
     def __init__(self, feature: str, rows: np.ndarray):
         self.feature = feature
         self.rows = rows
-        super().__init__(
-            f"feature {feature!r}: {len(rows)} row(s) hold null list elements (first: row "
-            f"{int(rows[0])}); tf.train.Example lists cannot hold nulls"
-        )
+        super().__init__(f"feature {feature!r}: {len(rows)} row(s) hold null list elements (first: row "
+                         f"{int(rows[0])}); tf.train.Example lists cannot hold nulls")
 
 
 @dataclasses.dataclass
@@ -128,15 +118,8 @@ def _select(starts: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, slice |
     return new_offsets, index
 
 
-def _take(
-    name: bytes,
-    kind: str,
-    starts: np.ndarray,
-    counts: np.ndarray,
-    present: np.ndarray,
-    values: np.ndarray,
-    value_offsets: np.ndarray | None,
-) -> NormalisedColumn:
+def _take(name: bytes, kind: str, starts: np.ndarray, counts: np.ndarray, present: np.ndarray,
+          values: np.ndarray, value_offsets: np.ndarray | None) -> NormalisedColumn:
     counts = np.where(present, counts, 0)
     row_offsets, index = _select(starts, counts)
     n = counts.size
@@ -166,10 +149,8 @@ def normalise(column: Column, num_rows: int) -> NormalisedColumn:
         raise ValueError(f"feature {name!r}: unknown kind {column.kind!r}; expected one of {KINDS}")
     row_offsets = _int_array(name, "row_offsets", column.row_offsets)
     if row_offsets.size != num_rows + 1:
-        raise ValueError(
-            f"feature {name!r}: row_offsets has {row_offsets.size} entries, "
-            f"expected num_rows + 1 = {num_rows + 1}"
-        )
+        raise ValueError(f"feature {name!r}: row_offsets has {row_offsets.size} entries, "
+                         f"expected num_rows + 1 = {num_rows + 1}")
     if column.present is None:
         present = np.ones(num_rows, bool)
     else:
@@ -239,11 +220,8 @@ def column_from_arrow(name: str, kind: str, array: pa.Array | pa.ChunkedArray) -
     TensorFlow) and integer arrays for "float"; binary/string (also large, view and
     fixed-size variants) for "bytes"; list, large_list and fixed_size_list of those;
     dictionary-encoded arrays; and the null type (absent everywhere). Values are not
-    copied where Arrow's layout allows.
-
-    Raises:
-      NullElementError: a present list row holds a null element.
-      ValueError: naming the feature, for an unsupported type or kind.
+    copied where Arrow's layout allows. Raises NullElementError when a present list row
+    holds a null element, ValueError (naming the feature) for an unsupported type or kind.
     """
     if kind not in KINDS:
         raise ValueError(f"feature {name!r}: unknown kind {kind!r}; expected one of {KINDS}")

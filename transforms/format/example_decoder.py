@@ -1,27 +1,19 @@
-"""Batch tf.train.Example decoder: a list of serialized Examples in, one column per feature
-out (numpy values with row offsets and presence, or Arrow arrays), without one protobuf
-object per record. Beam-free.
-
-Wire layout read (see `example_encoder` for the writing side; tags in hex):
-
-    0a len(Features)                     Example.features
-      0a len(entry)                      one map entry per feature
-        0a len(name) name                key
-        12 len(Feature) Feature          value: 0a|12|1a len(list) list (or nothing)
+"""Batch tf.train.Example decoder: a list of serialized Examples in, one column per feature out
+(numpy values with row offsets and presence, or Arrow arrays), without one protobuf object per
+record. Beam-free. The wire layout read is the one `example_encoder` writes.
 
 How: the payloads are joined into one buffer and walked in lockstep, all records at once: one
-numpy pass reads the first map entry of every record, the next pass the second, and so on,
-so the number of passes is the number of features per record, not of records. Names are
-matched by a 64-bit hash of their bytes (collisions are checked, and resolved by a dict).
-Packed int64 and float lists are then decoded per feature in one pass over all their bytes;
-bytes lists are walked in lockstep like the entries.
+numpy pass reads the first map entry of every record, the next pass the second, and so on, so
+the number of passes is the number of features per record, not of records. Names are matched
+by a 64-bit hash of their bytes (collisions are checked, and resolved by a dict). Packed int64
+and float lists are then decoded per feature in one pass over all their bytes; bytes lists are
+walked in lockstep like the entries.
 
 Only the canonical layout is read that way: one `features` field, each entry key then value,
 packed numeric lists in one chunk, no unknown fields, no duplicate names. Any record laid out
-otherwise (legal protobuf that other writers may produce, e.g. unpacked int64s) or malformed
-is parsed by the reference decoder `example_codec.decode_example` (which raises `ValueError`
-for a payload that is not an Example), re-encoded canonically and decoded with the rest, so
-the result is always the reference decoder's.
+otherwise (legal protobuf other writers may produce, e.g. unpacked int64s) or malformed is
+parsed by the reference decoder `example_codec.decode_example`, re-encoded canonically and
+decoded with the rest, so the result is always the reference decoder's.
 """
 
 from __future__ import annotations
@@ -57,11 +49,7 @@ _ENTRY_FIELDS = ("entry_record", "name_start", "name_size", "tag", "list_start",
 
 
 class ExampleDecodeError(ValueError):
-    """A payload of the batch is not a serialized tf.train.Example.
-
-    Attributes:
-      index: the payload's index in the batch.
-    """
+    """The payload of `index` in the batch is not a serialized tf.train.Example."""
 
     def __init__(self, index: int, message: str):
         super().__init__(message)
@@ -72,11 +60,8 @@ class ExampleDecodeError(ValueError):
 
 
 class MixedKindError(ValueError):
-    """One feature holds values of different kinds in the batch (int64 here, float there).
-
-    Attributes:
-      name: the feature; kinds: the kinds seen; index: a payload index holding the second kind.
-    """
+    """Feature `name` holds values of different `kinds` in the batch (int64 here, float there);
+    `index`: a payload holding the second kind."""
 
     def __init__(self, name: str, kinds: tuple[str, ...], index: int):
         super().__init__(f"feature {name!r} holds {' and '.join(kinds)} values in different "
@@ -92,7 +77,6 @@ class DecodedColumn:
     """One feature over a batch of records.
 
     Attributes:
-      name: the feature name.
       kind: "int64", "float" or "bytes"; None when every record holding it has no list set.
       present: bool per record: the record has the feature (possibly with no values).
       row_offsets: int64, len = records + 1: record r's values are values[row_offsets[r]:
@@ -142,13 +126,8 @@ class DecodedBatch:
 
 
 def decode_examples(payloads: Sequence[bytes]) -> DecodedBatch:
-    """Decodes a batch of serialized tf.train.Examples into one column per feature.
-
-    Raises:
-      ExampleDecodeError: a payload is not an Example (its index and the reference parser's
-        message).
-      MixedKindError: a feature has values of two kinds in the batch.
-    """
+    """Decodes a batch of serialized tf.train.Examples into one column per feature. Raises
+    ExampleDecodeError (with the reference parser's message) or MixedKindError."""
     payloads = list(payloads)
     scan = _Scan(payloads)
     batch = scan.result()

@@ -1,16 +1,9 @@
-"""Vectorised tf.train.Example encoder: a whole batch of rows per call, numpy only.
+"""Vectorised tf.train.Example encoder: a whole batch of rows (one `example_columns.Column` per
+feature) per call, numpy only, byte-identical to `example_codec.encode_example_parts` and the
+protobuf reference, feature order included (the tests compare them on random schemas). Beam-free.
 
-Its input is one `transforms.format.example_columns.Column` per feature (e.g. from
-`column_from_arrow`); varints come from `transforms.format.wire_scan`.
-
-Building one protobuf message per row costs tens of microseconds; this module writes
-the wire bytes of every Example of a batch with array operations over the batch, so
-the cost per row is a few hundred nanoseconds. The output is byte-identical to
-`example_codec.encode_example_parts` and the protobuf reference for the same logical rows,
-including the feature order (sorted by UTF-8 name); the tests compare both on random
-schemas.
-
-Wire layout of one Example (all lengths are varints; tags in hex):
+A protobuf message per row costs tens of microseconds; array operations over the batch cost a
+few hundred nanoseconds per row. Wire layout of one Example (lengths are varints, tags hex):
 
     0a len(Features)                               Example.features
       per feature, sorted by name:
@@ -22,24 +15,18 @@ Wire layout of one Example (all lengths are varints; tags in hex):
             float: 0a 4*n float32-LE...            FloatList.value (packed; omitted if n == 0)
             int64: 0a len varint...                Int64List.value (packed; omitted if n == 0)
 
-How: first the length of every feature's values ("body") is computed for every row at
-once (varint sizes, segment sums with cumsum). Everything of a feature before its values
-("head": tags, name and three or four length varints) depends only on that body length,
-so heads are built once per distinct length and looked up per row. The rows are then
-rendered as a padded matrix, one row per Example and one fixed slot per head and body:
-constant bytes (and heads that are equal in every row) come from a template row
-broadcast over the matrix, heads are written as one 2-D block per feature, and values
-are written as matrix columns (scalars, fixed-size lists) or scattered to computed flat
-offsets (ragged lists, bytes). Narrow matrix columns (a 4-byte float, a head of a dozen
-bytes) are copied as one void element per row, which numpy moves in single loads and
-stores instead of looping over each row's few bytes. A validity mask drops the padding
-(e.g. a 1-byte varint in a 3-byte slot, an absent feature) in one boolean compaction,
-which yields all Examples back to back; the buffer is finally split into one bytes
-object per row (by pyarrow, in C++). When one row would make the padded matrix much
-larger than the output (a large value in a batch of small ones), rows are encoded in
-groups of similar size instead.
-
-Beam-free.
+How: the length of every feature's values ("body") is computed for all rows at once (varint
+sizes, cumsum segment sums). A feature's "head" (tags, name, three or four length varints)
+depends only on its body length, so heads are built once per distinct length and looked up per
+row. Rows are rendered as a padded matrix, one fixed slot per head and body: constants (and
+heads equal in every row) come from a template row broadcast over the matrix, heads are written
+as one 2-D block per feature, values as matrix columns (scalars, fixed-size lists) or scattered
+to computed offsets (ragged lists, bytes). Narrow columns (a 4-byte float, a dozen-byte head)
+are copied as one void element per row, which numpy moves in single loads and stores instead of
+looping over each row's few bytes. One boolean compaction drops the padding (a 1-byte varint in
+a 3-byte slot, an absent feature), leaving the Examples back to back; pyarrow splits them into
+bytes objects in C++. When one row would make the matrix much larger than the output (a large
+value among small ones), rows are encoded in groups of similar size.
 """
 
 from __future__ import annotations
@@ -57,9 +44,10 @@ from transforms.format.example_columns import Column, NormalisedColumn, exclusiv
 from transforms.format.tfrecord_format import CrcFn, FramedRecords, framing_headers
 from transforms.format.wire_scan import put_varints, segment_counts, varint_bytes, varint_sizes
 
-__all__ = ["Body", "encode_columns", "encode_framed", "feature_body", "list_and_feature_lengths"]
+__all__ = ["KIND_TAG", "Body", "encode_columns", "encode_framed", "feature_body", "list_and_feature_lengths",
+           "put_bytes_values", "split_records", "within_row"]
 
-_KIND_TAG = {"bytes": 0x0A, "float": 0x12, "int64": 0x1A}
+KIND_TAG = {"bytes": 0x0A, "float": 0x12, "int64": 0x1A}
 # A padded matrix may be this many times larger than the output it holds (plus a fixed
 # allowance) before rows are split into groups of similar size.
 _MAX_PADDING_FACTOR = 3
@@ -67,9 +55,6 @@ _PADDING_ALLOWANCE = 1 << 20
 _FOOTER_SLOT = 4  # a TFRecord footer: the masked CRC of the payload
 # Spans up to this wide get their validity masks from a table of every possible mask.
 _MASK_TABLE_MAX_WIDTH = 64
-
-
-# --------------------------------------------------------------------------- varints
 
 
 def _gather_rows(table: np.ndarray, index: np.ndarray | slice) -> np.ndarray:
@@ -223,15 +208,9 @@ def list_and_feature_lengths(kind: str, body: np.ndarray) -> tuple[np.ndarray, n
 
 
 def _head_table(name: bytes, kind: str, body: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The head of a feature for each given body length, right-aligned, and head lengths.
-
-    The head is all of a feature's map entry before its values,
-
-        0a len(entry) 0a len(name) name 12 len(Feature) tag len(list) [0a len(packed)]
-
-    (the bracketed part for int64/float features with values), so it depends only on the
-    body length: a batch needs one head per distinct length, not one per row.
-    """
+    """The head of a feature for each given body length, right-aligned, and head lengths: all of
+    its map entry before its values, `0a len(entry) 0a len(name) name 12 len(Feature) tag
+    len(list) [0a len(packed)]` (the bracket for int64/float features with values)."""
     count = body.size
     list_len, feature_len = list_and_feature_lengths(kind, body)
     key = b"\n" + encode_varint(len(name)) + name + b"\x12"
@@ -261,7 +240,7 @@ def _head_table(name: bytes, kind: str, body: np.ndarray) -> tuple[np.ndarray, n
     put_varint(entry_len)
     put_const(key)
     put_varint(feature_len)
-    put_const(bytes([_KIND_TAG[kind]]))
+    put_const(bytes([KIND_TAG[kind]]))
     put_varint(list_len)
     has_values = body > 0
     if kind != "bytes" and has_values.any():
@@ -272,12 +251,8 @@ def _head_table(name: bytes, kind: str, body: np.ndarray) -> tuple[np.ndarray, n
 
 def _plan(norms: Sequence[NormalisedColumn], num_rows: int, framed: bool = False,
           crc_args: tuple = ()) -> tuple[_RowMatrix, np.ndarray]:
-    """The padded layout of the Examples and each Example's length.
-
-    `framed`: lay each row out as a TFRecord: the 12-byte header (written, with the CRC
-    function in `crc_args` if any) before the Example and a zero 4-byte footer slot after
-    it (see `encode_framed`).
-    """
+    """The padded layout of the Examples and each Example's length; `framed`: each row laid out
+    as a TFRecord, header written (CRC function in `crc_args`, if any), footer slot zero."""
     features = np.zeros(num_rows, np.int64)
     heads = []
     for norm in norms:
@@ -347,11 +322,31 @@ def _use_padded(norm: NormalisedColumn, max_count: int, unit: int, body: np.ndar
     return norm.counts.size * max_count * unit <= 2 * int(body.sum()) + 4 * norm.counts.size
 
 
-def _value_positions(norm: NormalisedColumn, width: int, start: int, sizes: np.ndarray) -> np.ndarray:
-    """Flat offset in the (rows, width) matrix where each value's bytes start."""
+def within_row(norm: NormalisedColumn, sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each value's row and its byte offset within its row's values (`sizes`: bytes per value)."""
+    if norm.one_each:
+        return np.arange(sizes.size), np.zeros(sizes.size, np.int64)
     rows = np.repeat(np.arange(norm.counts.size), norm.counts)
     before = exclusive_cumsum(sizes)
-    return rows * width + start + (before[:-1] - before[norm.row_offsets[:-1]][rows])
+    return rows, before[:-1] - before[norm.row_offsets[:-1]][rows]
+
+
+def _value_positions(norm: NormalisedColumn, width: int, start: int, sizes: np.ndarray) -> np.ndarray:
+    """Flat offset in the (rows, width) matrix where each value's bytes start."""
+    rows, offsets = within_row(norm, sizes)
+    return rows * width + start + offsets
+
+
+def put_bytes_values(flat: np.ndarray, positions: np.ndarray, norm: NormalisedColumn,
+                     len_sizes: np.ndarray) -> None:
+    """Writes each value of a bytes column as a BytesList item, `0a len value`, at its position."""
+    flat[positions] = 0x0A  # BytesList.value tag
+    put_varints(flat, positions + 1, norm.value_lengths, len_sizes)
+    if norm.values.size:
+        # Every data byte moves by the gap between its value's source and target.
+        target = np.repeat(positions + 1 + len_sizes - norm.value_offsets[:-1], norm.value_lengths)
+        target += np.arange(norm.values.size)
+        flat[target] = norm.values
 
 
 def _plan_floats(layout: _RowMatrix, norm: NormalisedColumn) -> None:
@@ -414,26 +409,16 @@ def _plan_bytes(layout: _RowMatrix, norm: NormalisedColumn, length: Body) -> Non
     body_width = int(length.lengths.max())
     start = layout.reserve(body_width)
     len_sizes = length.value_sizes
-    lengths = norm.value_lengths
 
     def write(matrix):
-        items = 1 + len_sizes + lengths
-        positions = _value_positions(norm, matrix.shape[1], start, items)
-        flat = matrix.reshape(-1)
-        flat[positions] = 0x0A  # BytesList.value tag
-        put_varints(flat, positions + 1, lengths, len_sizes)
-        if norm.values.size:
-            # Every data byte moves by the gap its value has to its destination.
-            shift = positions + 1 + len_sizes - norm.value_offsets[:-1]
-            target = np.repeat(shift, lengths)
-            target += np.arange(norm.values.size)
-            flat[target] = norm.values
+        positions = _value_positions(norm, matrix.shape[1], start, 1 + len_sizes + norm.value_lengths)
+        put_bytes_values(matrix.reshape(-1), positions, norm, len_sizes)
 
     layout.writes.append(write)
     layout.prefix_mask(start, body_width, length.lengths, norm.present)
 
 
-def _split(buffer: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+def split_records(buffer: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     """Object array of one bytes object per row (pyarrow copies them out in C++)."""
     offsets = exclusive_cumsum(lengths)
     if buffer.size != offsets[-1]:
@@ -461,7 +446,7 @@ def _encode_group(norms: Sequence[NormalisedColumn], num_rows: int, may_split: b
                 subset = [take_rows(norm, rows) for norm in norms]
                 out[rows] = _encode_group(subset, rows.size, may_split=False)
             return out
-    return _split(layout.render(), example_lengths)
+    return split_records(layout.render(), example_lengths)
 
 
 def _normalised(num_rows: int, columns: Sequence[Column]) -> list[NormalisedColumn]:
@@ -476,15 +461,10 @@ def _normalised(num_rows: int, columns: Sequence[Column]) -> list[NormalisedColu
 
 def encode_framed(num_rows: int, columns: Sequence[Column],
                   crc_fn: CrcFn | None = None) -> FramedRecords:
-    """`encode_columns`, framed as TFRecords: equal to
-    `FramedRecords.frame(encode_columns(num_rows, columns))`, but cheaper.
-
-    The rows are rendered with their TFRecord headers and footer slots in place and the
-    footers filled in one pass over the buffer (`FramedRecords.complete`), so no bytes
-    object or join part is made per record. A batch whose rows differ so much in size
-    that the padded matrix would be mostly padding is encoded in groups and framed by
-    `FramedRecords.frame` instead. Raises what `encode_columns` raises.
-    """
+    """`FramedRecords.frame(encode_columns(num_rows, columns))`, cheaper: rows are rendered with
+    their framing in place and the footers filled in one pass (`FramedRecords.complete`), no
+    bytes object per record; a batch that would be mostly padding is encoded in groups and
+    framed by `FramedRecords.frame` instead. Raises what `encode_columns` raises."""
     crc_args = () if crc_fn is None else (crc_fn,)
     norms = _normalised(num_rows, columns)
     if num_rows == 0:
@@ -498,12 +478,9 @@ def encode_framed(num_rows: int, columns: Sequence[Column],
 def encode_columns(num_rows: int, columns: Sequence[Column]) -> list[bytes]:
     """Serialize `num_rows` tf.train.Examples from columns, byte-identical to encode_example_parts.
 
-    Row r's Example holds, sorted by name, every column present in row r with that row's
-    values. Columns may come in any order.
-
-    Raises:
-      ValueError: naming the feature, for an empty, non-str or duplicated name, an unknown
-        kind, arrays of the wrong shape or dtype, or offsets out of range.
+    Row r's Example holds every column present in row r, with that row's values. Raises
+    ValueError, naming the feature, for an empty, non-str or duplicated name, an unknown kind,
+    arrays of the wrong shape or dtype, or offsets out of range.
     """
     norms = _normalised(num_rows, columns)
     if num_rows == 0:

@@ -1,14 +1,11 @@
-"""Decoded Example batches as Arrow tables of a fixed schema: one column per feature, its
-type from the feature's kind (int64 -> int64, float -> float32, bytes -> binary), a list
-column where the feature may hold several values, null where a record lacks the feature.
-Also the schema itself: read from `feature_spec.json` entries or learnt from the records
-(`SchemaLearner`). Beam-free.
+"""Decoded Example batches as Arrow tables of a fixed schema, and the schema itself: read from
+`feature_spec.json` entries or learnt from the records (`SchemaLearner`). Beam-free.
 
-Conversions (documented in the README, "Export back to Parquet"): TFRecord has no text type,
-so a bytes feature is binary unless the column is known to be text (a spec `string`: `text`),
-which is UTF-8 `string`; a scalar column is null where the record lacks the feature or
-holds it with no value; a list column is null where the record lacks it and an empty list
-where it holds none.
+Conversions (the README's "Export back to Parquet"): int64 -> int64, float -> float32, bytes ->
+binary, or UTF-8 `string` where the column is known to be text (a spec `string`: `text`;
+TFRecord has no text type); a list column where the feature may hold several values. A scalar
+column is null where the record lacks the feature or holds no value; a list column is null
+where the record lacks it and an empty list where it holds none.
 """
 
 from __future__ import annotations
@@ -122,12 +119,9 @@ def _first_with_values(column: DecodedColumn) -> int:
 
 
 def batch_to_table(batch: DecodedBatch, columns: list[ColumnSchema]) -> pa.Table:
-    """The batch as a table of `columns` (each with a known `is_list`), in their order.
-
-    Raises:
-      SchemaMismatch: a record holds a feature `columns` lack, values of another kind, or
-        several values of a scalar column.
-    """
+    """The batch as a table of `columns` (each with a known `is_list`), in their order. Raises
+    SchemaMismatch when a record holds a feature `columns` lack, values of another kind, or
+    several values of a scalar column."""
     wanted = {c.name for c in columns}
     for name, column in batch.columns.items():
         if name not in wanted:

@@ -15,22 +15,9 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = [
-    "Counts",
-    "FEATURE_SPEC_NAME",
-    "FORMAT_VERSION",
-    "FileEntry",
-    "MANIFEST_NAME",
-    "MAX_MANIFEST_BYTES",
-    "Manifest",
-    "ShardEntry",
-    "SplitCounts",
-    "is_plain_relative",
-    "manifest_problems",
-    "SHARD_GLOB",
-    "SHARD_NAME",
-    "shard_name",
-]
+__all__ = ["Counts", "FEATURE_SPEC_NAME", "FORMAT_VERSION", "FileEntry", "MANIFEST_NAME",
+           "MAX_MANIFEST_BYTES", "Manifest", "ShardEntry", "SplitCounts", "is_plain_relative",
+           "manifest_problems", "SHARD_GLOB", "SHARD_NAME", "shard_name"]
 
 MANIFEST_NAME = "manifest.json"
 #: The side file describing the features (dtypes, kinds, defaults, presence) for readers.
@@ -132,10 +119,7 @@ class Manifest:
     """A committed output's manifest, typed where readers walk it.
 
     Attributes:
-      shards: the TFRecord shards, in the manifest's order.
-      counts: the run's counts.
       compression: the codec of every shard ("none", "gzip", ...).
-      dead_letter_files: the dead-letter files (of no split).
       files: the side files (feature_spec.json, stats.json, ...).
       generation: 0 for an output written once; each later generation of the same folder
         counts one up. Absent from the JSON when 0.

@@ -1,19 +1,15 @@
-"""Vectorised tf.train.SequenceExample encoder: many sequences per call, numpy only.
-
-`encode_sequence_batch` (payloads) and `encode_sequence_framed` (TFRecord-framed, for the
-sink) write the bytes of every SequenceExample of a batch with array operations over all
-steps of all sequences at once, in the layout of `sequence_codec` (byte-identical to the
-protobuf reference, tests/format/reference_codec.py, on random schemas). Beam-free.
+"""Vectorised tf.train.SequenceExample encoder: many sequences per call, numpy only, in the
+layout of `example_codec` (byte-identical to the protobuf reference, tests/format/reference_codec.py,
+on random schemas). Beam-free.
 
 How: a step's FeatureList element `0a len(Feature) tag len(list) [0a len(packed)] values`
-depends only on its values, and a sequence's lengths are sums over its steps, so every
-length of every record is known before a byte is written (varint sizes and segment sums).
-Records are then laid out back to back in one buffer and each part is written where it
-goes: the context (an Example of the context features, from the vectorised Example
-encoder), the FeatureLists header, and per feature list (sorted by name) its entry head
-and its steps' elements, each field as one array write over all sequences or all steps.
-Encoding each step as a whole Example and stripping its head (as before) cost ~10x more,
-and a Python loop per sequence dominates when sequences are short.
+depends only on its values, and a sequence's lengths are sums over its steps, so every length
+of every record is known before a byte is written. Records are then laid out back to back in
+one buffer and each part written where it goes (the context from the vectorised Example
+encoder, the FeatureLists header, per feature list its entry head and its steps' elements),
+each field as one array write over all sequences or all steps. Encoding each step as an
+Example and stripping its head cost ~10x more, and a Python loop per sequence dominates when
+sequences are short.
 """
 
 from __future__ import annotations
@@ -21,11 +17,18 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
-import pyarrow as pa
 
 from transforms.format.example_codec import encode_varint, feature_sort_key
 from transforms.format.example_columns import Column, NormalisedColumn, exclusive_cumsum, normalise
-from transforms.format.example_encoder import encode_columns, feature_body, list_and_feature_lengths
+from transforms.format.example_encoder import (
+    KIND_TAG,
+    encode_columns,
+    feature_body,
+    list_and_feature_lengths,
+    put_bytes_values,
+    split_records,
+    within_row,
+)
 from transforms.format.tfrecord_format import (
     DEFAULT_CRC,
     FOOTER_SIZE,
@@ -37,26 +40,6 @@ from transforms.format.tfrecord_format import (
 from transforms.format.wire_scan import put_varints, segment_counts, varint_sizes
 
 __all__ = ["encode_sequence_batch", "encode_sequence_framed"]
-
-_KIND_TAG = {"bytes": 0x0A, "float": 0x12, "int64": 0x1A}
-
-
-def _put_const(out: np.ndarray, positions: np.ndarray, data: bytes) -> None:
-    """Writes the same bytes at every position."""
-    if len(data) == 1:
-        out[positions] = data[0]
-    else:
-        out[positions[:, None] + np.arange(len(data))] = np.frombuffer(data, np.uint8)
-
-
-def _within_row(sizes: np.ndarray, norm: NormalisedColumn) -> tuple[np.ndarray, np.ndarray]:
-    """Each value's row and its byte offset within its row's values (sizes per value)."""
-    if norm.one_each:
-        return np.arange(sizes.size), np.zeros(sizes.size, np.int64)
-    rows = np.repeat(np.arange(norm.counts.size), norm.counts)
-    before = exclusive_cumsum(sizes)
-    return rows, before[:-1] - before[norm.row_offsets[:-1]][rows]
-
 
 class _FeatureList:
     """One feature list's step elements: their lengths, and how to write them."""
@@ -83,7 +66,7 @@ class _FeatureList:
         out[starts] = 0x0A
         at = starts + 1
         at += put_varints(out, at, self.feature_len)
-        out[at] = _KIND_TAG[norm.kind]
+        out[at] = KIND_TAG[norm.kind]
         at += 1
         at += put_varints(out, at, self.list_len)
         if norm.kind != "bytes":
@@ -97,21 +80,14 @@ class _FeatureList:
                 at += 1 + put_varints(out, at + 1, self.body)
         if norm.num_values == 0:
             return
-        rows, offsets = _within_row(self.value_sizes, norm)
+        rows, offsets = within_row(norm, self.value_sizes)
         positions = at[rows] + offsets
         if norm.kind == "float":
             out[positions[:, None] + np.arange(4)] = norm.values.view(np.uint8).reshape(-1, 4)
         elif norm.kind == "int64":
             put_varints(out, positions, norm.values, self.value_sizes)
         else:
-            out[positions] = 0x0A  # BytesList.value tag
-            put_varints(out, positions + 1, norm.value_lengths, self.len_sizes)
-            lengths = norm.value_lengths
-            if norm.values.size:
-                # Every data byte moves by the gap between its value's source and target.
-                target = np.repeat(positions + 1 + self.len_sizes - norm.value_offsets[:-1], lengths)
-                target += np.arange(norm.values.size)
-                out[target] = norm.values
+            put_bytes_values(out, positions, norm, self.len_sizes)
 
 
 def _check(num_sequences: int, step_offsets, feature_lists: Sequence[Column]) -> np.ndarray:
@@ -170,7 +146,8 @@ def _render(num_sequences: int, context: Sequence[Column], step_offsets, feature
         out[at] = 0x0A  # FeatureLists.feature_list map entry
         at += 1
         at += put_varints(out, at, entry_len)
-        _put_const(out, at, feature_list.key)
+        key = feature_list.key  # never one byte: a tag, a length, a name and a tag
+        out[at[:, None] + np.arange(len(key))] = np.frombuffer(key, np.uint8)
         at += len(feature_list.key)
         at += put_varints(out, at, body)
         if num_steps:
@@ -183,10 +160,9 @@ def _render(num_sequences: int, context: Sequence[Column], step_offsets, feature
 
 def encode_sequence_batch(num_sequences: int, context: Sequence[Column],
                           step_offsets: np.ndarray, feature_lists: Sequence[Column]) -> list[bytes]:
-    """Serialize `num_sequences` SequenceExamples from columns (layout: `sequence_codec`).
+    """Serialize `num_sequences` SequenceExamples from columns (layout: `example_codec`).
 
     Args:
-      num_sequences: how many sequences.
       context: one Column per context feature, one row per sequence (an absent row leaves
         the feature out of that sequence's context).
       step_offsets: int64, num_sequences + 1 entries: sequence s has the steps
@@ -194,22 +170,17 @@ def encode_sequence_batch(num_sequences: int, context: Sequence[Column],
       feature_lists: one Column per feature list, one row per step (an absent row is a
         step without a value: an empty list).
 
-    Raises:
-      ValueError: naming the feature, for what `example_encoder.encode_columns` refuses,
-        duplicated names, or offsets that do not fit.
+    Raises ValueError, naming the feature, for what `example_encoder.encode_columns` refuses,
+    duplicated names, or offsets that do not fit.
     """
     buffer, lengths = _render(num_sequences, context, step_offsets, feature_lists, framed=False)
-    offsets = exclusive_cumsum(lengths)
-    binary = pa.LargeBinaryArray.from_buffers(
-        pa.large_binary(), num_sequences, [None, pa.py_buffer(offsets), pa.py_buffer(buffer)])
-    return binary.to_pylist()
+    return split_records(buffer, lengths).tolist()
 
 
 def encode_sequence_framed(num_sequences: int, context: Sequence[Column],
                            step_offsets: np.ndarray, feature_lists: Sequence[Column],
                            crc_fn: CrcFn = DEFAULT_CRC) -> FramedRecords:
-    """`encode_sequence_batch`, framed as TFRecords in one buffer (what the sink writes):
-    equal to `FramedRecords.frame(encode_sequence_batch(...))`, without a bytes object per
-    record. Raises what `encode_sequence_batch` raises."""
+    """`FramedRecords.frame(encode_sequence_batch(...))` (what the sink writes), without a bytes
+    object per record. Raises what `encode_sequence_batch` raises."""
     buffer, lengths = _render(num_sequences, context, step_offsets, feature_lists, framed=True)
     return FramedRecords.complete(buffer, lengths, crc_fn)

@@ -8,13 +8,10 @@ A TFRecord file is a sequence of records, each framed as::
     uint32  masked_crc32c(payload)
 
 where ``masked_crc32c(x) = ((crc >> 15) | (crc << 17)) + 0xa282ead8 (mod 2**32)`` and
-``crc`` is the CRC-32C (Castagnoli) of ``x``, computed with the ``crc32c`` package. Every
-function that computes a CRC takes a ``crc_fn`` argument so that the CRC implementation
-can be swapped (tests, or a platform without the ``crc32c`` wheel).
-
-Compression of the whole record stream (NONE, GZIP, ZLIB) lives in
-`transforms.format.compression`; reading, every CRC checked, in `transforms.format.tfrecord_reader`.
-Beam-free: files on Beam's filesystems are opened by `transforms.tfrecord_io`.
+``crc`` is the CRC-32C (Castagnoli) of ``x``, from the ``crc32c`` package; every function that
+computes one takes a ``crc_fn`` so the implementation can be swapped (tests, or a platform
+without the ``crc32c`` wheel). Compression lives in `transforms.format.compression`, reading
+in `transforms.format.tfrecord_reader`. Beam-free (`transforms.tfrecord_io` opens files).
 """
 
 from __future__ import annotations
@@ -29,10 +26,7 @@ from typing import BinaryIO
 import crc32c
 import numpy as np
 
-from transforms.format.compression import (
-    Compression,
-    open_compressor,
-)
+from transforms.format.compression import Compression, open_compressor
 
 __all__ = ["DEFAULT_CRC", "FOOTER_SIZE", "HEADER", "HEADER_SIZE", "LENGTH_CRC_CACHE_MAX", "MASK_DELTA", "U32",
            "CrcFn", "FramedRecords", "TFRecordWriter", "frame_parts", "frame_record", "frame_records",
@@ -179,12 +173,9 @@ def frame_parts(parts: Sequence[bytes], crc_fn: CrcFn = DEFAULT_CRC) -> bytes:
 
 
 def frame_records(payloads: Sequence[bytes], crc_fn: CrcFn = DEFAULT_CRC) -> bytes:
-    """Frames many payloads; the result is the concatenation of `frame_record` of each.
-
-    This is the writer's hot path. Per record, only the payload CRC and a `len` are computed
-    in Python; the length CRCs come from a per-length cache, and for larger batches the
-    masking and packing of headers/footers is vectorised with numpy.
-    """
+    """The concatenation of `frame_record` of each payload: the writer's hot path. Per record only
+    the payload CRC and a `len` run in Python; length CRCs come from a per-length cache, and for
+    larger batches headers and footers are masked and packed with numpy."""
     return _frame(payloads, list(map(len, payloads)), crc_fn)
 
 
@@ -244,19 +235,15 @@ class FramedRecords(Sequence[bytes]):
     """Payloads already framed as TFRecords, back to back in one buffer.
 
     Converters frame their records where they are produced (on a converter thread, see
-    `transforms.ordered_pool`), so the sink only compresses and writes; and one buffer
-    moves between Beam workers far cheaper than thousands of small bytes objects. As a
-    sequence it reads as the payloads (framing stripped), so code that just iterates
-    records does not care which form it got.
-
-    Pickled with protocol 5, `data` and `ends` are out-of-band buffers: a pickler given a
-    `buffer_callback` (as `transforms.forked_pool` does) moves them without copying them
-    into the pickle.
+    `transforms.ordered_pool`), so the sink only compresses and writes; and one buffer moves
+    between Beam workers far cheaper than thousands of small bytes objects. As a sequence it
+    reads as the payloads (framing stripped). Pickled with protocol 5, `data` and `ends` are
+    out-of-band buffers, moved without a copy by a pickler given a `buffer_callback` (as
+    `transforms.forked_pool` does).
 
     Attributes:
-      data: the framed records, concatenated (what `frame_records` returns): bytes, or
-        another read-only bytes-like object (a `memoryview` over the encoder's buffer, or
-        over a received buffer after out-of-band unpickling).
+      data: what `frame_records` returns: bytes, or another read-only bytes-like object (a
+        memoryview over the encoder's buffer, or over a buffer received out of band).
       ends: int64 array, the end offset in `data` of each framed record.
     """
 
@@ -278,17 +265,14 @@ class FramedRecords(Sequence[bytes]):
     @classmethod
     def complete(cls, buffer: np.ndarray, payload_lengths: np.ndarray,
                  crc_fn: CrcFn = DEFAULT_CRC) -> FramedRecords:
-        """Framed records from a buffer already laid out as framed records, headers
-        written (`framing_headers`) and every 4-byte footer zero: the payload CRCs are
-        computed and the footers written into `buffer` (uint8, modified in place).
+        """Framed records from a buffer (uint8) laid out as framed records, headers written
+        (`framing_headers`) and footers zero: the footers are computed and written in place.
 
-        This is how the vectorised Example encoder frames a batch it renders with the
-        framing slots in place, without one bytes object and one join part per record.
-        The payload CRCs come from CRCs of the spans between payload ends (each is the
-        previous record's zero footer, a header and a payload; `crc_fn` gets each as a
-        bytes-like object, see `_span_crcs`) and a per-length correction
-        (`_prefix_correction`), so `crc_fn` must be a CRC-32C implementation: exactly what
-        `frame_records` needs too.
+        This is how the vectorised encoders frame a batch without a bytes object per record.
+        Payload CRCs come from CRCs of the spans between payload ends (the previous record's
+        zero footer, a header and a payload; `crc_fn` gets each as a bytes-like object, see
+        `_span_crcs`) and a per-length correction (`_prefix_correction`), so `crc_fn` must be
+        a CRC-32C implementation, as `frame_records` needs too.
         """
         lengths = np.asarray(payload_lengths, np.int64)
         n = lengths.size
@@ -363,14 +347,9 @@ class FramedRecords(Sequence[bytes]):
 
 
 class TFRecordWriter:
-    """Writes TFRecord records, optionally compressed, to a raw binary file object.
-
-    `close()` finishes the compressed stream but leaves `raw_binary_file` open (the caller
-    owns it, e.g. a Beam FileSystems handle that must be closed to commit).
-
-    Attributes:
-      records_written: number of records written.
-    """
+    """Writes TFRecord records, optionally compressed, to a raw binary file object, counting
+    them in `records_written`. `close()` finishes the compressed stream but leaves the file
+    open (the caller owns it, e.g. a Beam FileSystems handle that must be closed to commit)."""
 
     def __init__(
         self,
@@ -385,7 +364,6 @@ class TFRecordWriter:
         self.records_written = 0
 
     def write(self, payload: bytes) -> None:
-        """Frames and writes one payload."""
         self._out.write(frame_record(payload, self._crc_fn))
         self.records_written += 1
 
@@ -398,7 +376,6 @@ class TFRecordWriter:
         self._out.flush()
 
     def close(self) -> None:
-        """Finishes the compressed stream; the raw file stays open."""
         self._out.close()
 
     @property
@@ -410,4 +387,3 @@ class TFRecordWriter:
 
     def __exit__(self, *exc_info) -> None:
         self.close()
-

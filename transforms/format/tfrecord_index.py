@@ -6,9 +6,7 @@ An index holds one ASCII line per record, ``"OFFSET LENGTH\\n"`` in decimal: OFF
 byte offset of the record's 8-byte length field in the (uncompressed) file, LENGTH the whole
 framed record, ``8 + 4 + payload + 4`` bytes. Readers seek to OFFSET to start a slice of the
 file, so offsets only mean something in an uncompressed file: a gzip or zlib stream cannot
-be entered in the middle, and no index is ever written for one.
-
-Beam-free: the callers open files (Beam's filesystems, or plain `open`).
+be entered in the middle, and no index is ever written for one. Beam-free.
 """
 
 from __future__ import annotations
@@ -60,20 +58,15 @@ def index_line(offset: int, length: int) -> bytes:
 
 
 class IndexWriter:
-    """Writes the index of a TFRecord file while the file itself is written: the caller
-    hands over the framed size of every record it writes, in order, and the lines go to
-    `out` at once (no second pass over the shard, memory bounded by one batch).
-
-    Attributes:
-      offset: bytes of framed records indexed so far (the next record's offset).
-    """
+    """Writes the index of a TFRecord file while the file itself is written: the caller hands
+    over the framed size of every record it writes, in order, and the lines go to `out` at
+    once (no second pass over the shard). `offset`: bytes indexed so far."""
 
     def __init__(self, out: BinaryIO):
         self._out = out
         self.offset = 0
 
     def add(self, framed_sizes: Sequence[int] | np.ndarray) -> None:
-        """Indexes the next records, given their framed sizes (payload + 16)."""
         sizes = np.asarray(framed_sizes, dtype=np.int64)
         starts = (np.cumsum(sizes) - sizes + self.offset).tolist()
         lines = [f"{start} {size}\n" for start, size in zip(starts, sizes.tolist(), strict=True)]
@@ -114,17 +107,14 @@ def _skipper(binary_file: BinaryIO) -> tuple[int | None, Callable[[int], int]]:
 def iter_index_entries(
     binary_file: BinaryIO, path: str = "<stream>", crc_fn: CrcFn = DEFAULT_CRC
 ) -> Iterator[IndexEntry]:
-    """The index entries of an uncompressed TFRecord stream, by streaming over it.
-
-    Reads the file from its current position (offsets are relative to it) in bounded
-    chunks, checks every record's length CRC and that the whole record is there, and skips
-    payloads (seeking when the file allows): memory stays bounded whatever the file and
-    record sizes. Payload CRCs are not checked (`tfrecord_reader.iter_records` does that).
+    """The index entries of an uncompressed TFRecord stream, read from its current position
+    (offsets are relative to it) in bounded chunks: every record's length CRC is checked and
+    that the whole record is there, payloads are skipped (by seeking when the file allows),
+    their CRCs not checked (`tfrecord_reader.iter_records` does that).
 
     Raises:
-      TFRecordCorruptError: naming `path`, the record's offset and index, on a length CRC
-        mismatch (which is also what a compressed stream looks like) or a truncated
-        record. Entries before it have been yielded; the bad record's never is.
+      TFRecordCorruptError: on a length CRC mismatch (also what a compressed stream looks
+        like) or a truncated record. Entries before it have been yielded.
     """
     size, skip = _skipper(binary_file)
     cache = length_crc_cache(crc_fn)
@@ -170,14 +160,11 @@ def write_index(
     binary_file: BinaryIO, out: BinaryIO, path: str = "<stream>", crc_fn: CrcFn = DEFAULT_CRC,
     check_payloads: bool = False,
 ) -> int:
-    """Writes the index of the uncompressed TFRecord stream `binary_file` to `out`, line by
-    line as records are found (see `iter_index_entries`); returns the number of records.
-    With `check_payloads`, for an index that must only be written for an intact file, every
-    record is read with both CRCs checked (`tfrecord_reader.iter_records`, one record in
-    memory at a time) instead of skipped.
-
-    Raises TFRecordCorruptError as those do; `out` then holds the lines of the records
-    before the bad one, so callers write to a temporary name.
+    """Writes the index of the uncompressed stream `binary_file` to `out` as records are found
+    (`iter_index_entries`) and returns the number of records. With `check_payloads` (an index
+    only for an intact file) every record is read with both CRCs checked (`iter_records`).
+    Raises TFRecordCorruptError as those do; `out` then holds the lines before the bad record,
+    so callers write to a temporary name.
     """
     if check_payloads:
         entries = (IndexEntry(info.offset, framed_size(len(info.payload)))

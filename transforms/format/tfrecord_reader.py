@@ -1,31 +1,13 @@
-"""Reading TFRecord streams with every CRC checked and memory bounded: `iter_records`; and
-`sniff_compression`, which compression a file's first bytes show.
-
-Reading verifies both CRCs of every record and raises `TFRecordCorruptError` (naming the
-file, byte offset and record index) on any mismatch, truncation, bad compressed stream or a
-record longer than `MAX_RECORD_BYTES`; a corrupt payload is never returned. Decompression
-is streaming with bounded memory (`transforms.format.compression.Inflater`).
-
-Sniffing serves files whose name does not say (Beam's `WriteToTFRecord` writes
-`prefix-00000-of-00001` with no suffix, compressed or not). An uncompressed file starts with a
-record header whose length CRC checks; a gzip stream with the magic bytes 1f 8b; a zlib (Beam:
-DEFLATE) stream with a two-byte header whose method is deflate and whose value is a multiple
-of 31 (RFC 1950). The header test comes first: the odd TFRecord whose first length bytes happen
-to look like a gzip or zlib header still has a matching length CRC, while a compressed stream
-passes that check with probability 2**-32. Beam-free."""
+"""Reading TFRecord streams with every CRC checked and memory bounded (`iter_records`), and
+`sniff_compression`: which compression a file's first bytes show. Decompression streams
+through `transforms.format.compression.Inflater`. Beam-free."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from typing import BinaryIO, NamedTuple
 
-from transforms.format.compression import (
-    READ_CHUNK,
-    Compression,
-    Inflater,
-    StreamError,
-    parse_compression,
-)
+from transforms.format.compression import READ_CHUNK, Compression, Inflater, StreamError, parse_compression
 from transforms.format.tfrecord_format import (
     DEFAULT_CRC,
     FOOTER_SIZE,
@@ -63,22 +45,13 @@ def length_crc_problem(index: int, header: bytes, stored: int, computed: int) ->
 
 
 class TFRecordCorruptError(ValueError):
-    """A TFRecord stream is corrupt or truncated.
-
-    Attributes:
-      path: the file (or the `path` label given to `iter_records`).
-      offset: byte offset of the start of the failing record in the record stream, i.e.
-        in the file for NONE and in the decompressed stream for GZIP/ZLIB.
-      index: 0-based index of the failing record.
-      reason: what is wrong.
-    """
+    """A TFRecord stream is corrupt or truncated: at `path`, the record of 0-based `index`
+    starting at byte `offset` of the record stream (of the decompressed stream for GZIP/ZLIB)
+    is wrong for `reason`."""
 
     def __init__(self, path: str, offset: int, index: int, reason: str):
         super().__init__(f"{path}: corrupt TFRecord at byte offset {offset} (record index {index}): {reason}")
-        self.path = path
-        self.offset = offset
-        self.index = index
-        self.reason = reason
+        self.path, self.offset, self.index, self.reason = path, offset, index, reason
 
     def __reduce__(self):  # keep the attributes across pickling (Beam workers)
         return (type(self), (self.path, self.offset, self.index, self.reason))
@@ -131,24 +104,14 @@ def iter_records(
     path: str = "<stream>",
     crc_fn: CrcFn = DEFAULT_CRC,
 ) -> Iterator[RecordInfo]:
-    """Reads the records of a TFRecord stream from a binary file object.
-
-    Args:
-      binary_file: raw (not auto-decompressing) binary file object, read from its
-        current position.
-      compression: how the stream is compressed (see `parse_compression`).
-      path: name used in errors.
-      crc_fn: the CRC-32C function.
-
-    Yields:
-      `RecordInfo(index, offset, payload)`; `offset` is the byte offset of the record's
-      start in the record stream: the file offset for NONE, the offset in the
-      decompressed stream for GZIP/ZLIB.
+    """The records of a TFRecord stream, read from a raw (not auto-decompressing) binary file
+    at its current position, as `RecordInfo`s (`offset`: in the decompressed stream for
+    GZIP/ZLIB). `path` names the file in errors.
 
     Raises:
-      TFRecordCorruptError: on a length or payload CRC mismatch, a truncated header,
-        payload or footer, or a bad/truncated gzip or zlib stream. Records before the
-        corruption have been yielded; the corrupt one never is.
+      TFRecordCorruptError: on a length or payload CRC mismatch, a truncated header, payload
+        or footer, a bad or truncated gzip or zlib stream, or a record longer than
+        `MAX_RECORD_BYTES`. Records before it have been yielded; a corrupt one never is.
     """
     compression = parse_compression(compression)
     source = _Source(binary_file.read if compression is Compression.NONE
@@ -207,9 +170,16 @@ SNIFF_BYTES = HEADER_SIZE
 
 
 def sniff_compression(head: bytes) -> Compression:
-    """The compression the first `SNIFF_BYTES` bytes of a file show (see the module
-    docstring). An empty file, and bytes that are neither (which the reader then reports as
-    corrupt), count as NONE."""
+    """The compression the first `SNIFF_BYTES` bytes of a file show, for files whose name does
+    not say (Beam's `WriteToTFRecord` writes `prefix-00000-of-00001`, compressed or not).
+
+    An uncompressed file starts with a record header whose length CRC checks; gzip with the
+    magic bytes 1f 8b; zlib (Beam: DEFLATE) with a two-byte header whose method is deflate and
+    whose value is a multiple of 31 (RFC 1950). The header test comes first: a TFRecord whose
+    first length bytes look like a gzip or zlib header still has a matching length CRC, which
+    a compressed stream has with probability 2**-32. An empty file, and bytes that are neither
+    (which the reader then reports as corrupt), count as NONE.
+    """
     if not head or (len(head) >= HEADER_SIZE and HEADER.unpack_from(head)[1] == masked_crc32c(head[:8])):
         return Compression.NONE
     if head[:2] == b"\x1f\x8b":

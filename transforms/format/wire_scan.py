@@ -38,11 +38,8 @@ def _as_u64(values: np.ndarray) -> np.ndarray:
 
 
 def varint_sizes(values: np.ndarray) -> np.ndarray:
-    """Bytes in the varint encoding of each value, int64 (a read-only view when all are 1).
-
-    int64 on purpose: with numpy's promotion rules `python_int + uint8_array` stays uint8
-    and would wrap for long names.
-    """
+    """Bytes in the varint encoding of each value (a read-only view when all are 1). int64 on
+    purpose: with numpy's promotion rules `python_int + uint8_array` stays uint8 and would wrap."""
     u = _as_u64(values)
     if u.size == 0 or u.max() < _VARINT_LIMITS[0]:
         # Lengths are nearly always < 128: skip allocating (and page-faulting) an array.
@@ -125,20 +122,15 @@ def bytes_at(data: np.ndarray, positions: np.ndarray) -> np.ndarray:
 
 def read_varints(data: np.ndarray, positions: np.ndarray, limits: np.ndarray
                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The varint starting at each position, read without passing `limits` (exclusive).
-
-    Returns (values as uint64, sizes in bytes as int64, ok). `ok` is False where the varint
-    runs into its limit or is longer than `MAX_VARINT_BYTES`; the value there is garbage.
-    A 10th byte's bits beyond bit 63 are not representable: such varints are not ok, so a
-    caller never has to decide what they mean.
+    """(values as uint64, sizes as int64, ok) of the varint at each position, read without
+    passing `limits` (exclusive). Not ok (value garbage): running into the limit, longer than
+    `MAX_VARINT_BYTES`, or bits beyond bit 63 (so a caller never has to decide what they mean).
 
     Bytes are read one position of the varint at a time, only for the varints not finished
     yet: lengths and small ints are nearly always one byte, so this is one pass.
     """
     positions = positions.astype(np.int64, copy=False)
     ok = positions < limits
-    # The first byte of every varint in one gather (positions past the data, possible in a
-    # malformed record, read its last byte and are not ok anyway).
     first = bytes_at(data, positions)
     values = (first & 0x7F).astype(np.uint64)
     sizes = np.ones(positions.size, np.int64)
@@ -193,16 +185,11 @@ def segment_counts(flags: np.ndarray, offsets: np.ndarray) -> np.ndarray:
 
 def packed_varints(chunks: np.ndarray, chunk_offsets: np.ndarray
                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Decodes the packed varints of several chunks of back-to-back varints.
+    """Decodes chunks of back-to-back varints; chunk i is chunks[chunk_offsets[i]:chunk_offsets[i+1]].
 
-    Args:
-      chunks: the chunks' bytes, back to back (uint8).
-      chunk_offsets: chunk i is chunks[chunk_offsets[i]:chunk_offsets[i + 1]] (int64).
-
-    Returns:
-      (values as uint64 of all chunks in order, number of values per chunk, ok per chunk);
-      a chunk is not ok when it ends inside a varint or holds a varint longer than
-      `MAX_VARINT_BYTES` or above 64 bits (as `read_varints`).
+    Returns (values as uint64 of all chunks in order, number of values per chunk, ok per
+    chunk); a chunk is not ok when it ends inside a varint or holds one that `read_varints`
+    would refuse.
     """
     ends = chunks < 0x80  # the last byte of each varint
     counts = segment_counts(ends, chunk_offsets)

@@ -15,8 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from transforms.format.example_codec import decode_example
-from transforms.format.sequence_codec import decode_sequence_example
+from transforms.format.example_codec import decode_example, decode_sequence_example
 from transforms.reading.features import DTYPES, KIND_OF_DTYPE, MASK_SUFFIX, FeatureLayout, RecordLayout
 
 __all__ = ["decode_record"]

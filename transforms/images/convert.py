@@ -3,13 +3,10 @@ tf.train.Examples, framed, in one `RecordBatch` per split, or a dead letter per 
 
 Images are read through Beam's FileSystems (gs:// like a local path). Every planned item,
 including one the planner already knows is bad, ends up as a record or as a dead letter
-with a reason code (`transforms.records.REASONS`), so input == written + dead-lettered.
-
-Default mode keeps the original bytes and reads height/width/channels from the header
-(`transforms.images.headers`), never decoding pixels. Formats TensorFlow cannot decode
-(TIFF, ...) are converted losslessly to PNG; optional transforms go through Pillow
-(`transforms.images.processing`). Features: `IMAGE_FEATURES` (the TF object-detection /
-TFDS convention), plus the manifest's extra columns.
+with a reason code (`transforms.records.REASONS`), so input == written + dead-lettered. By
+default the original bytes are kept and height/width/channels read from the header, never
+decoding pixels; formats TensorFlow cannot decode (TIFF, ...) become PNG losslessly;
+optional transforms go through Pillow (`transforms.images.processing`).
 """
 
 from __future__ import annotations
@@ -104,8 +101,7 @@ class ConvertImages(beam.DoFn):
     """Reads and converts the images of a `WorkUnit`; yields one RecordBatch per split."""
 
     def __init__(self, config: ImageConfig | None = None, source: Any = None):
-        """`source`: what reads the items of work units planned as data (the plan's
-        `ImagePlan.source`, e.g. `transforms.images.manifest_rows.ManifestRows`)."""
+        """`source`: `ImagePlan.source`, what reads the items of work units planned as data."""
         super().__init__()
         self._config = config or ImageConfig()
         self._source = source
@@ -164,8 +160,7 @@ class ConvertImages(beam.DoFn):
 
     def _outcome(self, item: Mapping[str, Any], roots: tuple[str, ...]
                  ) -> tuple[Mapping[str, Any], _Converted | DeadLetterError]:
-        """The item with its framed record, or with why it was refused (runs on a pool
-        thread: Beam metrics are counted by the caller)."""
+        """The item with its record or why it was refused (on a pool thread: no metrics)."""
         try:
             return item, self._convert(item, roots)
         except DeadLetterError as reject:
@@ -254,8 +249,7 @@ class ConvertImages(beam.DoFn):
         return cache[scheme]
 
     def _store(self, data: bytes) -> tuple[bytes, ImageInfo, bool]:
-        """(bytes to store, what TF decodes them to, re-encoded?), or raises DeadLetterError
-        (HeaderError and ImageError are ones)."""
+        """(bytes to store, what TF decodes them to, re-encoded?), or raises DeadLetterError."""
         config = self._config
         options = config.render
         try:
@@ -287,11 +281,9 @@ class ConvertImages(beam.DoFn):
 
 
 def _read_bounded(handle, size: int, limit: int) -> bytes:
-    """Reads a file expected to hold `size` bytes, never more than `limit` + 1 bytes.
-
-    Asking for exactly the expected size (plus one byte, to notice growth) avoids
-    allocating a `limit`-sized buffer per image.
-    """
+    """Reads a file expected to hold `size` bytes, never more than `limit` + 1 bytes: asking
+    for exactly the expected size (plus one, to notice growth) avoids a `limit`-sized buffer
+    per image."""
     first = handle.read(min(size, limit) + 1)
     if len(first) <= size or len(first) > limit:
         return first

@@ -7,12 +7,11 @@
   one per folder) and the launcher holds no listing: a local tree is walked one folder at a
   time, a gs:// tree listed one page at a time (`transforms.object_listing`).
 * In the workers, `FolderSlices.items(unit)` lists the unit's range of that folder (a gs://
-  slice just its range) and applies the tree's rules (`entry_rules`) to each file. A worker
-  keeps a folder's sorted listing for its next slice of the same folder: a local folder
-  while its modification time stays the same, another object store's for the same plan. A
-  file that appears between planning and reading falls in exactly one slice, or in none
-  where a worker kept an object store's older listing; never in two. One that disappears is
-  a `missing_file` dead letter or simply not read.
+  slice just its range; others keep a folder's sorted listing for the next slice) and
+  applies the tree's rules (`entry_rules`) to each file. A file that appears between
+  planning and reading falls in exactly one slice, or in none where a worker kept an object
+  store's older listing; never in two. One that disappears is a `missing_file` dead letter
+  or simply not read.
 
 The rules: ROOT/<label>/**/<file>, or ROOT/<split>/<label>/**/<file> when a top-level folder
 is named train, validation or test; hidden files and folders, files without an image
@@ -63,12 +62,10 @@ def _image_extension(name: str) -> bool:
 
 def entry_rules(parts: Sequence[str], split_mode: bool, labels: dict[str, int] | None
                 ) -> tuple[str, str | None, tuple[str, str, None] | None]:
-    """(split, label folder, reject) of the file at ROOT/<parts...>.
-
-    `labels`: the label map; None while it is being found (no `unknown_label` then). In a
-    tree of split folders a file outside them (always a dead letter: the plan refuses other
-    top-level folders) has no split, rather than the "data" split the tree does not have.
-    """
+    """(split, label folder, reject) of the file at ROOT/<parts...>; `labels` is None while
+    the label map is being found (no `unknown_label` then). In a tree of split folders a file
+    outside them (always a dead letter: the plan refuses other top-level folders) has no
+    split, rather than the "data" split the tree does not have."""
     split, rest = (DEAD_LETTER_SPLIT if split_mode else DEFAULT_SPLIT), list(parts)
     if split_mode and len(parts) > 1 and parts[0] in SPLIT_DIRECTORIES:
         split, rest = parts[0], rest[1:]
@@ -105,13 +102,11 @@ def _objects(pattern: str) -> list[tuple[str, int, float | None]]:
 class _SortedListing:
     """The sorted names in one local folder, kept for the next slice of the same folder
     while the folder's modification time stays the same (adding or removing a file changes
-    it): a worker given many slices of a large folder lists and sorts it once, not once
-    per slice (measured: 160 slices of two 10,000-file folders cost 1.3 s of listing).
-
-    As git does with racily clean files, a listing is kept only when the folder was last
-    changed `_SETTLED_NS` before it was taken: the clock a filesystem stamps with ticks
-    coarsely, so a change right after a listing may keep the same time, but never the time
-    of a folder that had already settled."""
+    it): a worker lists and sorts a large folder once, not once per slice (measured: 160
+    slices of two 10,000-file folders cost 1.3 s of listing). As git does with racily clean
+    files, a listing is kept only when the folder was last changed `_SETTLED_NS` before it
+    was taken: a filesystem's clock ticks coarsely, so a change right after a listing may
+    keep the same time, but never the time of a folder that had already settled."""
 
     _SETTLED_NS = 2_000_000_000
     _kept: tuple[str, int, list[str]] | None = None  # (folder, mtime_ns, names): one object,
@@ -158,9 +153,8 @@ def _list_folder(folder: str, first: str | None = None, stop: str | None = None,
                  token: str = "") -> list[tuple[str, int | None, float | None]]:
     """(name, size or None, mtime or None) of the files directly in `folder` whose names
     are in [first, stop) (None: open), sorted. Only those are stat'ed: a slice of a large
-    folder costs a listing of names (kept for its next slice), not a stat of every file.
-    `token`: the plan's, under which a remote folder's listing is kept (empty: not kept).
-    A symlink to a folder is listed as an entry of size `_FOLDER_LINK` (its dead letter)."""
+    folder costs a listing of names, not a stat of every file. `token`: the plan's, under
+    which a remote folder's listing is kept. A symlink to a folder has size `_FOLDER_LINK`."""
     if object_listing.streams(folder):
         return list(object_listing.list_objects(folder, recursive=False, first=first, stop=stop))
     if "://" in folder:
@@ -184,16 +178,15 @@ def _list_folder(folder: str, first: str | None = None, stop: str | None = None,
 
 def _refuse_unreadable(error: OSError) -> None:
     """`os.walk`'s handler of a folder it cannot list: refused, where the walk would pass
-    over it (a class folder without read permission would silently be left out). A folder
-    removed since its parent was listed is passed over, as before."""
+    over it (a class folder without read permission would silently be left out); one removed
+    since its parent was listed is passed over."""
     if not isinstance(error, FileNotFoundError):
         raise ValueError(fs.unreadable_folder(error.filename, error)) from error
 
 
 def _files(root: str) -> Iterator[tuple[str, str, int | None, float | None]]:
-    """(folder, name, size, mtime) of every file under `root`, a folder's names in sorted
-    order: a gs:// tree as its listing streams, its folders interleaved
-    (`transforms.object_listing`); a local tree folder by folder, folders in sorted order."""
+    """(folder, name, size, mtime) of every file under `root`, a folder's names sorted: a
+    gs:// tree as its listing streams (folders interleaved), a local one folder by folder."""
     if object_listing.streams(root):
         for relative, size, mtime in object_listing.list_objects(root, recursive=True):
             folder, _, name = relative.rpartition("/")
@@ -230,15 +223,13 @@ class _Folder:
 
 @dataclasses.dataclass(frozen=True)
 class FolderSurvey:
-    """What the launcher learns from walking a tree once (module docstring). `listing_digest`:
-    SHA-256 of every file's relative path, size and mtime, in the order listed (a local
-    walk's; a gs:// listing's, by whole name)."""
+    """What the launcher learns from walking a tree once (module docstring)."""
 
     files: int  # every file under the root (each becomes a record or a dead letter)
     split_mode: bool  # the tree has split folders (train, validation, test) at its top
     label_folders: tuple[str, ...]  # those holding a visible image, in label order (`sorted_labels`)
     splits: tuple[str, ...]  # of every folder holding files (files beside split folders have none)
-    listing_digest: str
+    listing_digest: str  # SHA-256 of every file's relative path, size and mtime, in listing order
     folders: tuple[_Folder, ...]  # per folder with files, its candidate cuts (for `slices`)
 
     def slices(self, step: int, max_slices: int) -> tuple[WorkUnit, ...]:
@@ -257,12 +248,8 @@ class FolderSurvey:
 
 
 def survey_folder(root: str, step: int) -> FolderSurvey:
-    """Walks the tree at `root` once (module docstring).
-
-    Raises:
-      FileNotFoundError: `root` is not a folder or holds no file.
-      ValueError: `root` mixes split folders with other folders.
-    """
+    """Walks the tree at `root` once (module docstring). Raises FileNotFoundError when `root`
+    is not a folder or holds no file, ValueError when it mixes split folders with others."""
     digest = hashlib.sha256()
     found: dict[str, _Folder] = {}
     for path, name, size, mtime in _files(root):

@@ -18,13 +18,7 @@ import numpy as np
 from PIL import Image, ImageOps, ImageSequence, UnidentifiedImageError
 
 from transforms.images.config import RenderOptions
-from transforms.images.headers import (
-    HeaderError,
-    ImageInfo,
-    parse_header,
-    png_idat_run,
-    sniff_format,
-)
+from transforms.images.headers import HeaderError, ImageInfo, parse_header, png_idat_run, sniff_format
 from transforms.records import DeadLetterError
 
 __all__ = ["ImageError", "decode_fully", "exif_orientation", "needs_render", "render"]
@@ -65,12 +59,9 @@ def _orientation(image: Image.Image) -> int:
 
 
 def needs_render(info: ImageInfo | None, options: RenderOptions, orientation: int = 1) -> bool:
-    """Whether the stored bytes must differ from the original ones.
-
-    `info` is None for formats TensorFlow cannot decode (always converted). Images that
-    already satisfy every option keep their original bytes, so no generation loss is
-    added by, say, `--encode jpeg` on a JPEG that needs no resize.
-    """
+    """Whether the stored bytes must differ from the original ones (`info` is None for formats
+    TensorFlow cannot decode). Images that already satisfy every option keep their original
+    bytes, so no generation loss is added by, say, `--encode jpeg` on a JPEG that needs no resize."""
     return bool(
         info is None or not info.tf_native
         or (options.encode is not None and options.encode != info.format)
@@ -81,14 +72,9 @@ def needs_render(info: ImageInfo | None, options: RenderOptions, orientation: in
 
 
 def decode_fully(data: bytes, max_pixels: int) -> int:
-    """Decodes every frame of an image with Pillow (full validation); returns the frame count.
-
-    A PNG's zlib stream is also read to its end as libpng reads it (`_check_png_stream`).
-
-    Raises:
-      ImageError: with reason truncated_image, corrupt_image, decompression_bomb,
-        not_an_image or unsupported_format.
-    """
+    """Decodes every frame of an image with Pillow (full validation), and a PNG's zlib stream
+    to its end as libpng reads it; returns the frame count. Raises ImageError (reason
+    truncated_image, corrupt_image, decompression_bomb, not_an_image or unsupported_format)."""
     frames = 0
     with _guard(data), Image.open(io.BytesIO(data)) as image:
         _check_pixels(image, max_pixels)
@@ -129,11 +115,7 @@ def render(data: bytes, options: RenderOptions, source_format: str | None,
     changed, else PNG (lossless). JPEG output is RGB unless `convert_mode` is "L" (alpha
     is dropped); PNG output keeps the source's mode when PNG can store it. Animated
     sources keep their first frame, as `tf.io.decode_image(expand_animations=False)`.
-    Re-encoded images carry no EXIF block.
-
-    Raises:
-      ImageError: as `decode_fully`; images of more than `max_pixels` pixels are
-        decompression_bomb.
+    Re-encoded images carry no EXIF block. Raises ImageError as `decode_fully`.
     """
     with _guard(data), Image.open(io.BytesIO(data)) as image:
         _check_pixels(image, max_pixels)

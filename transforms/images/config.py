@@ -165,11 +165,9 @@ class ImagePlan:
 
     def feature_spec(self) -> dict[str, Any]:
         """A `feature_spec.json` document for the records (see transforms.tabular.spec)."""
-        features: dict[str, Any] = {}
-        for name, dtype in IMAGE_FEATURES.items():
-            if name.startswith("image/class/") and not self.labels:
-                continue
-            features[name] = {"dtype": dtype, "kind": "fixed", "shape": [], "default": None}
+        features = {name: {"dtype": dtype, "kind": "fixed", "shape": [], "default": None}
+                    for name, dtype in IMAGE_FEATURES.items()
+                    if self.labels or not name.startswith("image/class/")}
         features.update(self.extra_features)
         return {"version": FEATURE_SPEC_VERSION, "features": features}
 

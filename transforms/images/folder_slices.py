@@ -52,10 +52,6 @@ def _relative_parts(root: str, folder: str) -> tuple[str, ...]:
     return tuple(folder[len(root) + 1:].split(_separator(root))) if folder != root else ()
 
 
-def _hidden(name: str) -> bool:
-    return name.startswith(".")
-
-
 def _image_extension(name: str) -> bool:
     return os.path.splitext(name)[1].lower() in IMAGE_EXTENSIONS
 
@@ -70,7 +66,7 @@ def entry_rules(parts: Sequence[str], split_mode: bool, labels: dict[str, int] |
     if split_mode and len(parts) > 1 and parts[0] in SPLIT_DIRECTORIES:
         split, rest = parts[0], rest[1:]
     label = rest[0] if len(rest) > 1 else None
-    if any(_hidden(part) for part in parts):
+    if any(part.startswith(".") for part in parts):
         reject = ("hidden_file", "hidden file or folder", None)
     elif label is None:
         reject = ("no_label", "file is not inside a label folder", None)
@@ -99,50 +95,41 @@ def _objects(pattern: str) -> list[tuple[str, int, float | None]]:
             for m in fs.match([pattern])[0].metadata_list if not m.path.endswith("/")]
 
 
-class _SortedListing:
-    """The sorted names in one local folder, kept for the next slice of the same folder
-    while the folder's modification time stays the same (adding or removing a file changes
-    it): a worker lists and sorts a large folder once, not once per slice (measured: 160
-    slices of two 10,000-file folders cost 1.3 s of listing). As git does with racily clean
-    files, a listing is kept only when the folder was last changed `_SETTLED_NS` before it
-    was taken: a filesystem's clock ticks coarsely, so a change right after a listing may
-    keep the same time, but never the time of a folder that had already settled."""
+class _KeptListing:
+    """The listing of one folder, kept for the next slice of the same folder: a worker lists
+    a large folder once, not once per slice (measured: 160 slices of two 10,000-file folders
+    cost 1.3 s of listing; a 100,000-object folder, about 256 slices, would cost 100 list
+    requests per slice). One (key, listing) object, replaced whole, so threads of one worker
+    never see a folder with another's listing."""
 
-    _SETTLED_NS = 2_000_000_000
-    _kept: tuple[str, int, list[str]] | None = None  # (folder, mtime_ns, names): one object,
-    # replaced whole, so threads of one worker never see a folder with another's names
+    def __init__(self):
+        self._kept = None
 
-    @classmethod
-    def names(cls, folder: str, first: str | None, stop: str | None) -> list[str]:
-        listed_at = time.time_ns()
-        mtime_ns = os.stat(folder).st_mtime_ns
-        kept = cls._kept
-        if kept is None or kept[:2] != (folder, mtime_ns):
-            kept = (folder, mtime_ns, sorted(os.listdir(folder)))
-            cls._kept = kept if mtime_ns <= listed_at - cls._SETTLED_NS else None
-        return kept[2][_name_range(kept[2], first, stop)]
+    def get(self, key: tuple, listing, keep: bool):
+        """The listing kept under `key`, else `listing()`, kept from now on if `keep`."""
+        kept = self._kept
+        if kept is None or kept[0] != key:
+            kept = (key, listing())
+            self._kept = kept if keep else None
+        return kept[1]
 
 
-class _RemoteListing:
-    """The sorted (name, size, mtime) of one folder of an object store that Beam's
-    FileSystems list (not gs://, see `_list_folder`), kept for the next slice of the same
-    folder in the same plan. An object store has no folder modification time to check, so
-    a listing is kept only under the plan's token (its listing digest): slices of one run
-    share it, a later run (another plan) lists again. Listing a 100,000-object folder once
-    per slice (about 256 slices) would be 100 list requests per slice."""
+# A local folder's sorted names, kept while its modification time stays the same (adding or
+# removing a file changes it). As git does with racily clean files, only when the folder was
+# last changed `_SETTLED_NS` before the listing: a filesystem's clock ticks coarsely, so a
+# change right after a listing may keep the same time, but never a settled folder's time.
+_LOCAL_NAMES = _KeptListing()
+_SETTLED_NS = 2_000_000_000
+# A folder of an object store that Beam's FileSystems list (not gs://) has no modification
+# time to check: its sorted names and (name, size, mtime) are kept under the plan's token
+# (its listing digest), so slices of one run share them and a later run lists again.
+_REMOTE_ENTRIES = _KeptListing()
 
-    _kept: tuple[str, str, list[str], list[tuple]] | None = None  # (folder, token, names,
-    # entries): one object, replaced whole
 
-    @classmethod
-    def entries(cls, folder: str, token: str, first: str | None, stop: str | None) -> list[tuple]:
-        kept = cls._kept
-        if not token or kept is None or kept[:2] != (folder, token):
-            entries = sorted((path.rsplit("/", 1)[1], size, mtime)
-                             for path, size, mtime in _objects(fs.literal(folder.rstrip("/")) + "/*"))
-            kept = (folder, token, [entry[0] for entry in entries], entries)
-            cls._kept = kept if token else None
-        return kept[3][_name_range(kept[2], first, stop)]
+def _remote_entries(folder: str) -> tuple[list[str], list[tuple]]:
+    entries = sorted((path.rsplit("/", 1)[1], size, mtime)
+                     for path, size, mtime in _objects(fs.literal(folder.rstrip("/")) + "/*"))
+    return [entry[0] for entry in entries], entries
 
 
 #: The size `_list_folder` gives a symlink to a folder.
@@ -158,9 +145,14 @@ def _list_folder(folder: str, first: str | None = None, stop: str | None = None,
     if object_listing.streams(folder):
         return list(object_listing.list_objects(folder, recursive=False, first=first, stop=stop))
     if "://" in folder:
-        return _RemoteListing.entries(folder, token, first, stop)
+        names, entries = _REMOTE_ENTRIES.get((folder, token), lambda: _remote_entries(folder), bool(token))
+        return entries[_name_range(names, first, stop)]
+    listed_at = time.time_ns()
+    mtime_ns = os.stat(folder).st_mtime_ns
+    names = _LOCAL_NAMES.get((folder, mtime_ns), lambda: sorted(os.listdir(folder)),
+                             mtime_ns <= listed_at - _SETTLED_NS)
     found = []
-    for name in _SortedListing.names(folder, first, stop):
+    for name in names[_name_range(names, first, stop)]:
         try:
             status = os.stat(os.path.join(folder, name))
         except OSError:
@@ -218,7 +210,7 @@ class _Folder:
         if self.files % step == 0:
             self.cuts.append(name)
         self.files += 1
-        self.has_image = self.has_image or (not _hidden(name) and _image_extension(name))
+        self.has_image = self.has_image or (not name.startswith(".") and _image_extension(name))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -282,14 +274,13 @@ def survey_folder(root: str, step: int) -> FolderSurvey:
 
 @dataclasses.dataclass(frozen=True)
 class FolderSlices:
-    """How the workers read the slices of one tree (module docstring). `plan_token` identifies
-    the plan (its listing digest): a worker keeps a remote folder's listing for its slices."""
+    """How the workers read the slices of one tree (module docstring)."""
 
     root: str
     roots: tuple[str, ...]  # the allowed roots every image must lie in
     split_mode: bool
     labels: tuple[str, ...]  # the label map; a label's index is its position
-    plan_token: str = ""
+    plan_token: str = ""  # the plan's listing digest, under which a remote folder's listing is kept
 
     def items(self, unit: WorkUnit) -> Iterator[dict]:
         """The planned item of every file of the slice `unit`, in name order."""

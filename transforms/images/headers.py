@@ -26,9 +26,7 @@ WebP whose entropy-coded data is damaged but complete passes; so does a PNG whos
 stream is cut short or continues in an IDAT after another chunk (libpng refuses both), a
 JPEG cut inside a scan and closed by an EOI (TF decodes it too, filling in the rest), and
 a JPEG cut inside a marker segment before its first scan whose segment length jumps over
-the SOI that follows. Full validation (a real decode) catches those.
-
-Beam-free and Pillow-free.
+the SOI that follows. Full validation (a real decode) catches those. Beam- and Pillow-free.
 """
 
 from __future__ import annotations
@@ -366,8 +364,7 @@ def _bmp(data) -> ImageInfo:
     n = len(data)
     if n < 18:
         raise HeaderError("truncated_image", "BMP ends inside its file header")
-    (offset,) = struct.unpack_from("<I", data, 10)
-    (dib,) = struct.unpack_from("<I", data, 14)
+    offset, dib = struct.unpack_from("<II", data, 10)
     if dib == 12:  # OS/2 BITMAPCOREHEADER: TF reads the fields at the wrong offsets
         if n < 26:
             raise HeaderError("truncated_image", "BMP ends inside its info header")
@@ -429,9 +426,8 @@ def _webp(data) -> ImageInfo:
     if end > n:
         raise HeaderError("truncated_image", f"WebP is {end - n} bytes shorter than its RIFF size")
     pos = 12
-    vp8x = None
+    vp8x = bitstream = None
     has_alph = False
-    bitstream = None
     frames = 0
     while pos + 8 <= end:
         fourcc = bytes(data[pos : pos + 4])

@@ -34,8 +34,7 @@ from transforms.tabular.values import RowConverter, has_escapes
 
 __all__ = ["ManifestRows", "ManifestSurvey", "text_cell"]
 
-# Rows per chunk read from a manifest.
-_BATCH_ROWS = 1 << 16
+_BATCH_ROWS = 1 << 16  # rows per chunk read from a manifest
 # Feature names under which the read spec reads the image, label, split and split-key
 # columns (as text); no real feature is named like this.
 _READ_PREFIX = "\x00manifest column "
@@ -70,7 +69,7 @@ class ManifestSurvey:
 
     @classmethod
     def of(cls, surveys: Iterable[ManifestSurvey]) -> ManifestSurvey:
-        """The survey of several manifests, from theirs (in manifest order)."""
+        """The survey of several manifests, from theirs."""
         surveys = list(surveys)
         return cls(sum(s.rows for s in surveys), frozenset().union(*(s.label_texts for s in surveys)),
                    tuple(dict.fromkeys(split for s in surveys for split in s.splits)))
@@ -101,9 +100,8 @@ class ManifestRows:
     @property
     def unknown_split(self) -> str:
         """The split of a row rejected before its split is known (unparsable, an invalid or
-        undeclared split, no image path): the one split "data" when there is no other, else
-        none (`DEAD_LETTER_SPLIT`): such a row is counted in the run's totals only, rather
-        than under a split the run never declared."""
+        undeclared split, no image path): "data" when there is no other, else none (counted in
+        the run's totals only, rather than under a split the run never declared)."""
         return DEFAULT_SPLIT if self.split_column is None and not self.splits else DEAD_LETTER_SPLIT
 
     def rows(self, unit: WorkUnit, *, columns_only: bool = False) -> Iterator[_Row]:

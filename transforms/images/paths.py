@@ -42,8 +42,6 @@ def normalize_uri(uri: str) -> str:
         bucket, _, key = rest.partition("/")
         trailing = key.endswith("/")
         key = posixpath.normpath("/" + key).lstrip("/") if key else ""
-        if key == ".":
-            key = ""
         return f"{scheme.lower()}://{bucket}/{key}" + ("/" if trailing and key else "")
     return os.path.abspath(os.path.normpath(fs.without_file_scheme(uri)))
 
@@ -106,8 +104,7 @@ def opened_real_path(handle, path: str) -> str:
     Linux the kernel says which file the descriptor refers to (one readlink, and no race
     between checking a path and opening it); elsewhere `path` is resolved."""
     try:
-        fd = handle.fileno()
-        real = os.readlink(f"/proc/self/fd/{fd}")
+        real = os.readlink(f"/proc/self/fd/{handle.fileno()}")
         if real.startswith("/"):
             return real
     except (AttributeError, OSError, ValueError, io.UnsupportedOperation):
@@ -116,12 +113,10 @@ def opened_real_path(handle, path: str) -> str:
 
 
 def is_within_roots(uri: str, roots: Sequence[str], *, resolve_symlinks: bool = True) -> bool:
-    """Whether `uri` lies inside one of `roots` (already normalised by `normalize_root`).
-
-    Local paths must be inside a root both as written (after `..` normalisation) and
-    after resolving symlinks (against the roots' own resolved forms), so a symlink
-    escaping the tree is refused while a root that is itself a symlink still works.
-    """
+    """Whether `uri` lies inside one of `roots` (already normalised by `normalize_root`). Local
+    paths must be inside a root both as written (after `..` normalisation) and after resolving
+    symlinks (against the roots' own resolved forms), so a symlink escaping the tree is
+    refused while a root that is itself a symlink still works."""
     try:
         path = normalize_uri(uri)
     except ValueError:

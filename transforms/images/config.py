@@ -1,9 +1,7 @@
 """What an image conversion is told and what it promises: the converter's `ImageConfig` with
-its pixel transforms `RenderOptions` (and every option's choices and defaults, which the
-command line uses too), the planner's `ImagePlan` (with the side files it commits) and the
-output features `IMAGE_FEATURES` (reason codes: `transforms.records.IMAGE_REASONS`).
-
-Beam-free.
+its pixel transforms `RenderOptions` (every option's choices and defaults, which the command
+line uses too), the planner's `ImagePlan` (with the side files it commits) and the output
+features `IMAGE_FEATURES` (reason codes: `transforms.records.IMAGE_REASONS`). Beam-free.
 """
 
 from __future__ import annotations
@@ -19,9 +17,9 @@ from transforms.ordered_pool import check_threads
 from transforms.records import WorkUnit
 from transforms.tabular.spec import FEATURE_SPEC_VERSION, ConversionSpec
 
-__all__ = ["CONVERT_MODES", "DEFAULT_QUALITY", "ENCODINGS", "RESIZE_MODES", "RenderOptions",
-           "DEFAULT_MAX_IMAGE_BYTES", "DEFAULT_MAX_PIXELS", "IMAGE_FEATURES", "VALIDATE_MODES", "ImageConfig",
-           "ImagePlan", "SPLIT_DIRECTORIES", "planned_item"]
+__all__ = ["CONVERT_MODES", "DEFAULT_QUALITY", "ENCODINGS", "RESIZE_MODES", "RenderOptions", "ImageConfig",
+           "DEFAULT_MAX_IMAGE_BYTES", "DEFAULT_MAX_PIXELS", "IMAGE_FEATURES", "VALIDATE_MODES", "ImagePlan",
+           "SPLIT_DIRECTORIES", "planned_item"]
 
 #: The choices of `ImageConfig.validate`, the default first.
 VALIDATE_MODES = ("header", "full")
@@ -33,7 +31,8 @@ DEFAULT_MAX_PIXELS = 89_478_485
 #: manifest's split column may use when the spec declares none.
 SPLIT_DIRECTORIES = ("train", "validation", "test")
 
-#: The image features every record carries (the class features only with labels).
+#: The image features every record carries (the class features only with labels): the TF
+#: object-detection / TFDS convention.
 IMAGE_FEATURES = {
     "image/encoded": "string", "image/format": "string", "image/height": "int64", "image/width": "int64",
     "image/channels": "int64", "image/filename": "string", "image/key/sha256": "string",
@@ -51,30 +50,21 @@ DEFAULT_QUALITY = 90
 
 @dataclasses.dataclass(frozen=True)
 class RenderOptions:
-    """The pixel transforms asked for (all off by default); part of an `ImageConfig`.
+    """The pixel transforms asked for (all off by default); part of an `ImageConfig`. Raises
+    ValueError for a value outside its choices or range.
 
-    Attributes:
-      apply_exif_orientation: rotate/flip pixels as the EXIF orientation says (only
-        images whose orientation is not 1 are re-encoded).
-      convert_mode: None, "RGB" or "L".
-      resize: (width, height) or None; `resize_mode` says how the aspect ratio is kept:
-        "fit" scales into the box and pads (black / transparent), "fill" scales to cover
-        and centre-crops, "stretch" ignores the aspect ratio. All give exactly w x h.
-      max_side: shrink (never enlarge) so the longer side is at most this; excludes `resize`.
-      encode: None (keep the format; TF-undecodable formats become PNG), "jpeg" or "png".
-      quality: JPEG quality (1-100) of re-encoded JPEGs.
-
-    Raises:
-      ValueError: for a value outside its choices or range.
+    `resize_mode` says how `resize` keeps the aspect ratio: "fit" scales into the box and
+    pads (black / transparent), "fill" scales to cover and centre-crops, "stretch" ignores
+    it. All give exactly width x height.
     """
 
-    apply_exif_orientation: bool = False
+    apply_exif_orientation: bool = False  # only images whose orientation is not 1 change
     convert_mode: str | None = None
-    resize: tuple[int, int] | None = None
+    resize: tuple[int, int] | None = None  # (width, height)
     resize_mode: str = "fit"
-    max_side: int | None = None
-    encode: str | None = None
-    quality: int = DEFAULT_QUALITY
+    max_side: int | None = None  # shrink (never enlarge) to this longer side; excludes `resize`
+    encode: str | None = None  # None: keep the format (TF-undecodable formats become PNG)
+    quality: int = DEFAULT_QUALITY  # of re-encoded JPEGs
 
     def __post_init__(self):
         if self.convert_mode is not None and self.convert_mode not in CONVERT_MODES:
@@ -105,33 +95,23 @@ class RenderOptions:
 @dataclasses.dataclass(frozen=True)
 class ImageConfig:
     """How `ConvertImages` validates and transforms images (all transforms off by default).
+    Raises ValueError for a value outside its choices or range.
 
-    Attributes:
-      render: the pixel transforms (`RenderOptions`).
-      validate: "header" (default) parses headers and checks the container structure
-        without decoding pixels; "full" also decodes every frame with Pillow (and
-        inflates a PNG's compressed stream as libpng reads it).
-      max_image_bytes: larger files are dead letters (`image_too_large`), never read whole.
-      max_pixels: images with more pixels, summed over frames, are `decompression_bomb`.
-      allowed_roots: if given, URIs must also lie inside one of these roots (besides the
-        planner's).
-      threads: images of one work unit converted at once; 0 means one per CPU the worker
-        may use (`transforms.ordered_pool.default_threads`). Default 1 (Beam's thread):
-        per-image work is mostly Python holding the GIL, and a second thread measured
-        slower on 2 cores (5,200 JPEGs: 2.75 s vs 3.0 s); it pays off with resizing.
-      chunk_bytes: a work unit's records leave in several RecordBatches beyond this many bytes.
-
-    Raises:
-      ValueError: for a value outside its choices or range.
+    `validate`: "header" parses headers and checks the container structure without decoding
+    pixels; "full" also decodes every frame with Pillow (and inflates a PNG's compressed
+    stream as libpng reads it). `threads`: images of one work unit converted at once; 0 is
+    one per CPU the worker may use (`transforms.ordered_pool.default_threads`). Default 1
+    (Beam's thread): per-image work is mostly Python holding the GIL, and a second thread
+    measured slower on 2 cores (5,200 JPEGs: 2.75 s vs 3.0 s); it pays off with resizing.
     """
 
     render: RenderOptions = RenderOptions()
     validate: str = VALIDATE_MODES[0]
-    max_image_bytes: int = DEFAULT_MAX_IMAGE_BYTES
-    max_pixels: int = DEFAULT_MAX_PIXELS
-    allowed_roots: tuple[str, ...] | None = None
+    max_image_bytes: int = DEFAULT_MAX_IMAGE_BYTES  # larger files: image_too_large, never read whole
+    max_pixels: int = DEFAULT_MAX_PIXELS  # more pixels, summed over frames: decompression_bomb
+    allowed_roots: tuple[str, ...] | None = None  # URIs must also lie inside one (besides the planner's)
     threads: int = 1
-    chunk_bytes: int = 64 * 1024 * 1024
+    chunk_bytes: int = 64 * 1024 * 1024  # a work unit's records leave in several RecordBatches beyond
 
     def __post_init__(self):
         if not isinstance(self.render, RenderOptions):
@@ -161,34 +141,22 @@ def planned_item(uri: str, split: str, *, filename: str, label: int | None = Non
 
 @dataclasses.dataclass(frozen=True)
 class ImagePlan:
-    """The result of planning, for the launcher.
-
-    Attributes:
-      work_units: feed to `beam.Create`; each holds its images in `extra["items"]` (planned
-        on the launcher), or names a part of the input that `source` reads in the worker.
-      source: what turns a work unit without items into items, in the worker (it has an
-        `items(unit)` method; `ConvertImages` takes it); None when every unit has items.
-      planning: how the input was planned, for the plan summary.
-      listing_digest: a folder tree's listing (paths, sizes, mtimes) as a SHA-256, for the
-        run fingerprint; empty for a manifest.
-      labels: the label map; a label's index is its position.
-      splits: split names the work units use, in a stable order.
-      allowed_roots: the roots every image URI is confined to.
-      input_count: number of planned inputs (images and dead-lettered entries).
-      extra_features: {name: feature_spec entry} of the manifest's extra columns.
-      extra_spec: the conversion spec of those columns (given or inferred), or None.
-    """
+    """The result of planning, for the launcher. `work_units` (for `beam.Create`) each hold
+    their images in `extra["items"]` (planned on the launcher), or name a part of the input
+    that `source` (its `items(unit)`; `ConvertImages` takes it) reads in the worker."""
 
     work_units: tuple[WorkUnit, ...]
-    labels: tuple[str, ...]
-    splits: tuple[str, ...]
-    allowed_roots: tuple[str, ...]
-    input_count: int
+    labels: tuple[str, ...]  # the label map; a label's index is its position
+    splits: tuple[str, ...]  # split names the work units use, in a stable order
+    allowed_roots: tuple[str, ...]  # the roots every image URI is confined to
+    input_count: int  # planned inputs (images and dead-lettered entries)
+    # The manifest's extra columns as {name: feature_spec entry}, and their spec (given or inferred).
     extra_features: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     extra_spec: ConversionSpec | None = None
-    source: Any = None
-    planning: str = ""
-    listing_digest: str = ""
+    source: Any = None  # None when every unit has items
+    planning: str = ""  # how the input was planned, for the plan summary
+    listing_digest: str = ""  # run fingerprint: SHA-256 of a tree's listing (paths, sizes,
+    # mtimes); "" for a manifest
 
     @property
     def labels_txt(self) -> bytes:
@@ -197,11 +165,9 @@ class ImagePlan:
 
     def feature_spec(self) -> dict[str, Any]:
         """A `feature_spec.json` document for the records (see transforms.tabular.spec)."""
-        features: dict[str, Any] = {}
-        for name, dtype in IMAGE_FEATURES.items():
-            if name.startswith("image/class/") and not self.labels:
-                continue
-            features[name] = {"dtype": dtype, "kind": "fixed", "shape": [], "default": None}
+        features = {name: {"dtype": dtype, "kind": "fixed", "shape": [], "default": None}
+                    for name, dtype in IMAGE_FEATURES.items()
+                    if self.labels or not name.startswith("image/class/")}
         features.update(self.extra_features)
         return {"version": FEATURE_SPEC_VERSION, "features": features}
 

@@ -3,13 +3,10 @@ tf.train.Examples, framed, in one `RecordBatch` per split, or a dead letter per 
 
 Images are read through Beam's FileSystems (gs:// like a local path). Every planned item,
 including one the planner already knows is bad, ends up as a record or as a dead letter
-with a reason code (`transforms.records.REASONS`), so input == written + dead-lettered.
-
-Default mode keeps the original bytes and reads height/width/channels from the header
-(`transforms.images.headers`), never decoding pixels. Formats TensorFlow cannot decode
-(TIFF, ...) are converted losslessly to PNG; optional transforms go through Pillow
-(`transforms.images.processing`). Features: `IMAGE_FEATURES` (the TF object-detection /
-TFDS convention), plus the manifest's extra columns.
+with a reason code (`transforms.records.REASONS`), so input == written + dead-lettered. By
+default the original bytes are kept and height/width/channels read from the header, never
+decoding pixels; formats TensorFlow cannot decode (TIFF, ...) become PNG losslessly;
+optional transforms go through Pillow (`transforms.images.processing`).
 """
 
 from __future__ import annotations
@@ -47,29 +44,22 @@ _COUNTERS = "tfrecord_pipeline"
 
 
 class _Chunk:
-    """Records, dead letters and input counts of one chunk of a work unit, per split (in the
-    order the splits are met)."""
+    """Records, dead letters and input counts of one chunk of a work unit, per split (in order met)."""
 
     def __init__(self):
         self.counts = collections.Counter()
-        self.records = collections.defaultdict(list)
+        self.records: dict[str, list[_Converted]] = collections.defaultdict(list)
         self.dead = collections.defaultdict(list)
         self.size = 0
         self.reencoded = 0
         self.reasons: collections.Counter = collections.Counter()  # dead letters by reason
-        # Per split: each record's features but its image bytes, and those bytes' lengths
-        # (for the batch's statistics, see `transforms.stats.images`).
-        self.features = collections.defaultdict(list)
-        self.encoded_lengths = collections.defaultdict(list)
 
     def add(self, item: Mapping[str, Any], outcome: _Converted | DeadLetterError) -> None:
         split = item["split"]
         self.counts[split] += 1
         if isinstance(outcome, _Converted):
-            self.records[split].append(outcome.framed)
+            self.records[split].append(outcome)
             self.size += len(outcome.framed)
-            self.features[split].append(outcome.features)
-            self.encoded_lengths[split].append(outcome.encoded_length)
             self.reencoded += outcome.reencoded
             return
         document = dead_letter(
@@ -84,10 +74,11 @@ class _Chunk:
 
     def batches(self, key: str) -> Iterator[RecordBatch]:
         for split, count in self.counts.items():
-            framed = self.records[split]
+            records = self.records[split]
+            framed = [record.framed for record in records]
             sizes = np.fromiter(map(len, framed), dtype=np.int64, count=len(framed))
-            stats = (image_batch_stats(self.features[split], self.encoded_lengths[split])
-                     if framed and stats_enabled() else None)
+            stats = (image_batch_stats([r.features for r in records], [r.encoded_length for r in records])
+                     if records and stats_enabled() else None)
             yield RecordBatch(key=key, split=split, records=FramedRecords(b"".join(framed), np.cumsum(sizes)),
                               dead_letters=self.dead[split], input_count=count, feature_stats=stats)
 
@@ -104,8 +95,7 @@ class ConvertImages(beam.DoFn):
     """Reads and converts the images of a `WorkUnit`; yields one RecordBatch per split."""
 
     def __init__(self, config: ImageConfig | None = None, source: Any = None):
-        """`source`: what reads the items of work units planned as data (the plan's
-        `ImagePlan.source`, e.g. `transforms.images.manifest_rows.ManifestRows`)."""
+        """`source`: `ImagePlan.source`, what reads the items of work units planned as data."""
         super().__init__()
         self._config = config or ImageConfig()
         self._source = source
@@ -164,19 +154,14 @@ class ConvertImages(beam.DoFn):
 
     def _outcome(self, item: Mapping[str, Any], roots: tuple[str, ...]
                  ) -> tuple[Mapping[str, Any], _Converted | DeadLetterError]:
-        """The item with its framed record, or with why it was refused (runs on a pool
-        thread: Beam metrics are counted by the caller)."""
+        """The item with its record or why it was refused (on a pool thread: no metrics)."""
+        uri = item["uri"]
         try:
-            return item, self._convert(item, roots)
+            if item.get("reject"):
+                raise DeadLetterError(*item["reject"])
+            stored, info, reencoded = self._store(self._read(uri, item.get("size"), roots))
         except DeadLetterError as reject:
             return item, reject
-
-    def _convert(self, item: Mapping[str, Any], roots: tuple[str, ...]) -> _Converted:
-        if item.get("reject"):
-            raise DeadLetterError(*item["reject"])
-        uri = item["uri"]
-        data = self._read(uri, item.get("size"), roots)
-        stored, info, reencoded = self._store(data)
         features = {
             "image/encoded": ("bytes", [stored]),
             "image/format": ("bytes", [info.format]),
@@ -194,8 +179,8 @@ class ConvertImages(beam.DoFn):
             features["image/class/text"] = ("bytes", [item["text"]])
         features.update(item.get("features") or {})
         described = {name: value for name, value in features.items() if name != ENCODED}
-        return _Converted(frame_parts(encode_example_parts(features)), reencoded, described,
-                          len(stored))
+        return item, _Converted(frame_parts(encode_example_parts(features)), reencoded, described,
+                                len(stored))
 
     def _read(self, uri: str, size: int | None, roots: tuple[str, ...]) -> bytes:
         """The bytes of the image at `uri`, or raises DeadLetterError saying why not."""
@@ -254,8 +239,7 @@ class ConvertImages(beam.DoFn):
         return cache[scheme]
 
     def _store(self, data: bytes) -> tuple[bytes, ImageInfo, bool]:
-        """(bytes to store, what TF decodes them to, re-encoded?), or raises DeadLetterError
-        (HeaderError and ImageError are ones)."""
+        """(bytes to store, what TF decodes them to, re-encoded?), or raises DeadLetterError."""
         config = self._config
         options = config.render
         try:
@@ -273,25 +257,20 @@ class ConvertImages(beam.DoFn):
         orientation = exif_orientation(data) if options.apply_exif_orientation else 1
         if not needs_render(info, options, orientation):
             return data, info, False
-        if info is not None and not info.tf_native and info.frames > 1 \
-                and not options.transforms_requested:
-            raise DeadLetterError("unsupported_format",
-                                  f"{info.note}: TensorFlow cannot decode it and converting would "
-                                  f"drop frames; pass --encode png to keep the first frame")
-        if info is None and not options.transforms_requested and _frame_count(data) > 1:
-            raise DeadLetterError("unsupported_format",
-                                  f"multi-frame {sniff_format(data)}: converting would drop frames; "
-                                  f"pass --encode png to keep the first frame")
         source_format = info.format if info is not None else sniff_format(data)
+        # Without a transform asked for, only what TF cannot decode is rendered (`needs_render`).
+        if not options.transforms_requested and (info.frames if info else _frame_count(data)) > 1:
+            what = (f"{info.note}: TensorFlow cannot decode it and" if info
+                    else f"multi-frame {source_format}:")
+            raise DeadLetterError("unsupported_format", f"{what} converting would drop frames; "
+                                                        f"pass --encode png to keep the first frame")
         return *render(data, options, source_format, config.max_pixels), True
 
 
 def _read_bounded(handle, size: int, limit: int) -> bytes:
-    """Reads a file expected to hold `size` bytes, never more than `limit` + 1 bytes.
-
-    Asking for exactly the expected size (plus one byte, to notice growth) avoids
-    allocating a `limit`-sized buffer per image.
-    """
+    """Reads a file expected to hold `size` bytes, never more than `limit` + 1 bytes: asking
+    for exactly the expected size (plus one, to notice growth) avoids a `limit`-sized buffer
+    per image."""
     first = handle.read(min(size, limit) + 1)
     if len(first) <= size or len(first) > limit:
         return first

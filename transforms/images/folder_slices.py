@@ -7,12 +7,11 @@
   one per folder) and the launcher holds no listing: a local tree is walked one folder at a
   time, a gs:// tree listed one page at a time (`transforms.object_listing`).
 * In the workers, `FolderSlices.items(unit)` lists the unit's range of that folder (a gs://
-  slice just its range) and applies the tree's rules (`entry_rules`) to each file. A worker
-  keeps a folder's sorted listing for its next slice of the same folder: a local folder
-  while its modification time stays the same, another object store's for the same plan. A
-  file that appears between planning and reading falls in exactly one slice, or in none
-  where a worker kept an object store's older listing; never in two. One that disappears is
-  a `missing_file` dead letter or simply not read.
+  slice just its range; others keep a folder's sorted listing for the next slice) and
+  applies the tree's rules (`entry_rules`) to each file. A file that appears between
+  planning and reading falls in exactly one slice, or in none where a worker kept an object
+  store's older listing; never in two. One that disappears is a `missing_file` dead letter
+  or simply not read.
 
 The rules: ROOT/<label>/**/<file>, or ROOT/<split>/<label>/**/<file> when a top-level folder
 is named train, validation or test; hidden files and folders, files without an image
@@ -53,27 +52,21 @@ def _relative_parts(root: str, folder: str) -> tuple[str, ...]:
     return tuple(folder[len(root) + 1:].split(_separator(root))) if folder != root else ()
 
 
-def _hidden(name: str) -> bool:
-    return name.startswith(".")
-
-
 def _image_extension(name: str) -> bool:
     return os.path.splitext(name)[1].lower() in IMAGE_EXTENSIONS
 
 
 def entry_rules(parts: Sequence[str], split_mode: bool, labels: dict[str, int] | None
                 ) -> tuple[str, str | None, tuple[str, str, None] | None]:
-    """(split, label folder, reject) of the file at ROOT/<parts...>.
-
-    `labels`: the label map; None while it is being found (no `unknown_label` then). In a
-    tree of split folders a file outside them (always a dead letter: the plan refuses other
-    top-level folders) has no split, rather than the "data" split the tree does not have.
-    """
+    """(split, label folder, reject) of the file at ROOT/<parts...>; `labels` is None while
+    the label map is being found (no `unknown_label` then). In a tree of split folders a file
+    outside them (always a dead letter: the plan refuses other top-level folders) has no
+    split, rather than the "data" split the tree does not have."""
     split, rest = (DEAD_LETTER_SPLIT if split_mode else DEFAULT_SPLIT), list(parts)
     if split_mode and len(parts) > 1 and parts[0] in SPLIT_DIRECTORIES:
         split, rest = parts[0], rest[1:]
     label = rest[0] if len(rest) > 1 else None
-    if any(_hidden(part) for part in parts):
+    if any(part.startswith(".") for part in parts):
         reject = ("hidden_file", "hidden file or folder", None)
     elif label is None:
         reject = ("no_label", "file is not inside a label folder", None)
@@ -102,52 +95,41 @@ def _objects(pattern: str) -> list[tuple[str, int, float | None]]:
             for m in fs.match([pattern])[0].metadata_list if not m.path.endswith("/")]
 
 
-class _SortedListing:
-    """The sorted names in one local folder, kept for the next slice of the same folder
-    while the folder's modification time stays the same (adding or removing a file changes
-    it): a worker given many slices of a large folder lists and sorts it once, not once
-    per slice (measured: 160 slices of two 10,000-file folders cost 1.3 s of listing).
+class _KeptListing:
+    """The listing of one folder, kept for the next slice of the same folder: a worker lists
+    a large folder once, not once per slice (measured: 160 slices of two 10,000-file folders
+    cost 1.3 s of listing; a 100,000-object folder, about 256 slices, would cost 100 list
+    requests per slice). One (key, listing) object, replaced whole, so threads of one worker
+    never see a folder with another's listing."""
 
-    As git does with racily clean files, a listing is kept only when the folder was last
-    changed `_SETTLED_NS` before it was taken: the clock a filesystem stamps with ticks
-    coarsely, so a change right after a listing may keep the same time, but never the time
-    of a folder that had already settled."""
+    def __init__(self):
+        self._kept = None
 
-    _SETTLED_NS = 2_000_000_000
-    _kept: tuple[str, int, list[str]] | None = None  # (folder, mtime_ns, names): one object,
-    # replaced whole, so threads of one worker never see a folder with another's names
-
-    @classmethod
-    def names(cls, folder: str, first: str | None, stop: str | None) -> list[str]:
-        listed_at = time.time_ns()
-        mtime_ns = os.stat(folder).st_mtime_ns
-        kept = cls._kept
-        if kept is None or kept[:2] != (folder, mtime_ns):
-            kept = (folder, mtime_ns, sorted(os.listdir(folder)))
-            cls._kept = kept if mtime_ns <= listed_at - cls._SETTLED_NS else None
-        return kept[2][_name_range(kept[2], first, stop)]
+    def get(self, key: tuple, listing, keep: bool):
+        """The listing kept under `key`, else `listing()`, kept from now on if `keep`."""
+        kept = self._kept
+        if kept is None or kept[0] != key:
+            kept = (key, listing())
+            self._kept = kept if keep else None
+        return kept[1]
 
 
-class _RemoteListing:
-    """The sorted (name, size, mtime) of one folder of an object store that Beam's
-    FileSystems list (not gs://, see `_list_folder`), kept for the next slice of the same
-    folder in the same plan. An object store has no folder modification time to check, so
-    a listing is kept only under the plan's token (its listing digest): slices of one run
-    share it, a later run (another plan) lists again. Listing a 100,000-object folder once
-    per slice (about 256 slices) would be 100 list requests per slice."""
+# A local folder's sorted names, kept while its modification time stays the same (adding or
+# removing a file changes it). As git does with racily clean files, only when the folder was
+# last changed `_SETTLED_NS` before the listing: a filesystem's clock ticks coarsely, so a
+# change right after a listing may keep the same time, but never a settled folder's time.
+_LOCAL_NAMES = _KeptListing()
+_SETTLED_NS = 2_000_000_000
+# A folder of an object store that Beam's FileSystems list (not gs://) has no modification
+# time to check: its sorted names and (name, size, mtime) are kept under the plan's token
+# (its listing digest), so slices of one run share them and a later run lists again.
+_REMOTE_ENTRIES = _KeptListing()
 
-    _kept: tuple[str, str, list[str], list[tuple]] | None = None  # (folder, token, names,
-    # entries): one object, replaced whole
 
-    @classmethod
-    def entries(cls, folder: str, token: str, first: str | None, stop: str | None) -> list[tuple]:
-        kept = cls._kept
-        if not token or kept is None or kept[:2] != (folder, token):
-            entries = sorted((path.rsplit("/", 1)[1], size, mtime)
-                             for path, size, mtime in _objects(fs.literal(folder.rstrip("/")) + "/*"))
-            kept = (folder, token, [entry[0] for entry in entries], entries)
-            cls._kept = kept if token else None
-        return kept[3][_name_range(kept[2], first, stop)]
+def _remote_entries(folder: str) -> tuple[list[str], list[tuple]]:
+    entries = sorted((path.rsplit("/", 1)[1], size, mtime)
+                     for path, size, mtime in _objects(fs.literal(folder.rstrip("/")) + "/*"))
+    return [entry[0] for entry in entries], entries
 
 
 #: The size `_list_folder` gives a symlink to a folder.
@@ -158,15 +140,19 @@ def _list_folder(folder: str, first: str | None = None, stop: str | None = None,
                  token: str = "") -> list[tuple[str, int | None, float | None]]:
     """(name, size or None, mtime or None) of the files directly in `folder` whose names
     are in [first, stop) (None: open), sorted. Only those are stat'ed: a slice of a large
-    folder costs a listing of names (kept for its next slice), not a stat of every file.
-    `token`: the plan's, under which a remote folder's listing is kept (empty: not kept).
-    A symlink to a folder is listed as an entry of size `_FOLDER_LINK` (its dead letter)."""
+    folder costs a listing of names, not a stat of every file. `token`: the plan's, under
+    which a remote folder's listing is kept. A symlink to a folder has size `_FOLDER_LINK`."""
     if object_listing.streams(folder):
         return list(object_listing.list_objects(folder, recursive=False, first=first, stop=stop))
     if "://" in folder:
-        return _RemoteListing.entries(folder, token, first, stop)
+        names, entries = _REMOTE_ENTRIES.get((folder, token), lambda: _remote_entries(folder), bool(token))
+        return entries[_name_range(names, first, stop)]
+    listed_at = time.time_ns()
+    mtime_ns = os.stat(folder).st_mtime_ns
+    names = _LOCAL_NAMES.get((folder, mtime_ns), lambda: sorted(os.listdir(folder)),
+                             mtime_ns <= listed_at - _SETTLED_NS)
     found = []
-    for name in _SortedListing.names(folder, first, stop):
+    for name in names[_name_range(names, first, stop)]:
         try:
             status = os.stat(os.path.join(folder, name))
         except OSError:
@@ -184,16 +170,15 @@ def _list_folder(folder: str, first: str | None = None, stop: str | None = None,
 
 def _refuse_unreadable(error: OSError) -> None:
     """`os.walk`'s handler of a folder it cannot list: refused, where the walk would pass
-    over it (a class folder without read permission would silently be left out). A folder
-    removed since its parent was listed is passed over, as before."""
+    over it (a class folder without read permission would silently be left out); one removed
+    since its parent was listed is passed over."""
     if not isinstance(error, FileNotFoundError):
         raise ValueError(fs.unreadable_folder(error.filename, error)) from error
 
 
 def _files(root: str) -> Iterator[tuple[str, str, int | None, float | None]]:
-    """(folder, name, size, mtime) of every file under `root`, a folder's names in sorted
-    order: a gs:// tree as its listing streams, its folders interleaved
-    (`transforms.object_listing`); a local tree folder by folder, folders in sorted order."""
+    """(folder, name, size, mtime) of every file under `root`, a folder's names sorted: a
+    gs:// tree as its listing streams (folders interleaved), a local one folder by folder."""
     if object_listing.streams(root):
         for relative, size, mtime in object_listing.list_objects(root, recursive=True):
             folder, _, name = relative.rpartition("/")
@@ -225,20 +210,18 @@ class _Folder:
         if self.files % step == 0:
             self.cuts.append(name)
         self.files += 1
-        self.has_image = self.has_image or (not _hidden(name) and _image_extension(name))
+        self.has_image = self.has_image or (not name.startswith(".") and _image_extension(name))
 
 
 @dataclasses.dataclass(frozen=True)
 class FolderSurvey:
-    """What the launcher learns from walking a tree once (module docstring). `listing_digest`:
-    SHA-256 of every file's relative path, size and mtime, in the order listed (a local
-    walk's; a gs:// listing's, by whole name)."""
+    """What the launcher learns from walking a tree once (module docstring)."""
 
     files: int  # every file under the root (each becomes a record or a dead letter)
     split_mode: bool  # the tree has split folders (train, validation, test) at its top
     label_folders: tuple[str, ...]  # those holding a visible image, in label order (`sorted_labels`)
     splits: tuple[str, ...]  # of every folder holding files (files beside split folders have none)
-    listing_digest: str
+    listing_digest: str  # SHA-256 of every file's relative path, size and mtime, in listing order
     folders: tuple[_Folder, ...]  # per folder with files, its candidate cuts (for `slices`)
 
     def slices(self, step: int, max_slices: int) -> tuple[WorkUnit, ...]:
@@ -257,12 +240,8 @@ class FolderSurvey:
 
 
 def survey_folder(root: str, step: int) -> FolderSurvey:
-    """Walks the tree at `root` once (module docstring).
-
-    Raises:
-      FileNotFoundError: `root` is not a folder or holds no file.
-      ValueError: `root` mixes split folders with other folders.
-    """
+    """Walks the tree at `root` once (module docstring). Raises FileNotFoundError when `root`
+    is not a folder or holds no file, ValueError when it mixes split folders with others."""
     digest = hashlib.sha256()
     found: dict[str, _Folder] = {}
     for path, name, size, mtime in _files(root):
@@ -295,14 +274,13 @@ def survey_folder(root: str, step: int) -> FolderSurvey:
 
 @dataclasses.dataclass(frozen=True)
 class FolderSlices:
-    """How the workers read the slices of one tree (module docstring). `plan_token` identifies
-    the plan (its listing digest): a worker keeps a remote folder's listing for its slices."""
+    """How the workers read the slices of one tree (module docstring)."""
 
     root: str
     roots: tuple[str, ...]  # the allowed roots every image must lie in
     split_mode: bool
     labels: tuple[str, ...]  # the label map; a label's index is its position
-    plan_token: str = ""
+    plan_token: str = ""  # the plan's listing digest, under which a remote folder's listing is kept
 
     def items(self, unit: WorkUnit) -> Iterator[dict]:
         """The planned item of every file of the slice `unit`, in name order."""

@@ -1,56 +1,32 @@
 """Image header parsing without decoding pixels: size, channels and structural integrity.
 
 `parse_header(data)` walks the container structure of the five formats TensorFlow's
-`tf.io.decode_image` reads (JPEG, PNG, GIF, BMP, WebP) and reports what TensorFlow will
-produce for those exact bytes: height, width and channels (and frames for animations).
-It never decompresses pixel data, so it costs microseconds per image, yet it detects
-truncated and structurally corrupt files (see "What a header check promises" below).
-
-The channel counts follow TensorFlow's decoders, verified against TF 2.21 in the tests:
-
-* JPEG: 1 component -> 1, 3 -> 3, 4 (CMYK/YCCK) -> 3.
-* PNG: gray -> 1, gray+alpha -> 2, RGB -> 3, RGBA -> 4, palette -> 3, or 4 with a tRNS
-  chunk libpng accepts: between PLTE and the first IDAT, with 1 to (palette entries)
-  values (any other tRNS libpng ignores, and so does TF). A tRNS chunk on gray or RGB
-  images, valid or not, does not add a channel. Any bit depth.
-* GIF: always 3; TF's height/width are the largest frame's, not the logical screen's
-  (a GIF without any image TF refuses, so the header check refuses it too).
-* BMP: 24 bpp -> 3, 32 bpp -> 4, 8 bpp -> 1 (TF ignores the palette, so only an
-  identity gray palette is decoded faithfully).
-* WebP: 4 when the bitstream has alpha, else 3; animations are RGBA in TF.
-
-`ImageInfo.tf_native` is False when TensorFlow cannot decode the bytes or would decode
-them wrongly although the format is one of the five (for example a palette BMP, an RLE
-BMP, a BMP with trailing bytes, a 12-bit or lossless JPEG, an animated WebP without
-alpha, which crashes TF 2.21's decoder). Those images must be converted before storing.
+`tf.io.decode_image` reads (JPEG, PNG, GIF, BMP, WebP), never decompressing pixel data
+(microseconds per image), and reports what TensorFlow produces for those exact bytes:
+height, width, frames and channels, as TF's decoders give them (verified against TF 2.21
+in the tests): JPEG 1 or 3 (CMYK/YCCK -> 3); PNG 1, 2, 3 or 4 (palette -> 3, or 4 with a
+tRNS chunk libpng accepts; a tRNS on gray or RGB adds none); GIF 3, sized as its largest
+frame; BMP 1, 3 or 4 by bit depth (8-bit: the palette ignored); WebP 4 with alpha, else 3.
+`ImageInfo.tf_native` is False when TF cannot decode the bytes or would decode them
+wrongly although the format is one of the five (a palette or RLE BMP, a 12-bit or
+lossless JPEG, an animated WebP without alpha, which crashes TF 2.21's decoder, ...):
+those must be converted before storing.
 
 What a header check promises: the file is one of the five formats, its structure is
 complete and correctly sized up to the end of the image, and height/width/channels are
-what TF yields. JPEG: SOI, every marker segment and every scan up to the first EOI (bytes
-after it are ignored, as decoders do). Scans are searched for markers, not decoded: in
-entropy-coded data 0xFF is always stuffed, so only restart markers may occur there, and
-a file cut inside a scan and continued by other bytes (a complete JPEG appended to a
-truncated one, say) is refused where the scan meets the SOI or SOF that follows. PNG:
-IHDR first, every chunk complete with the CRC of every critical chunk checked (which
-covers the compressed pixel data), IEND; and what else libpng refuses in the chunk list:
-a chunk type of other bytes than letters, a critical chunk other than IHDR, PLTE, IDAT
-and IEND, two PLTE chunks, an empty PLTE in a color image, and in a palette image a PLTE
-after IDAT or of a length that is not 1 to 256 entries (misplaced chunks libpng ignores
-pass). GIF: every block and sub-block through the last frame, at least one image. BMP:
-the exact pixel array size TF requires. WebP: the RIFF size, every chunk, canvas size =
-bitstream size.
+what TF yields. Structure means: JPEG, every marker segment and every scan up to the
+first EOI (scans searched for markers, not decoded); PNG, every chunk through IEND, the
+CRC of every critical chunk (which covers the compressed pixels) and what else libpng
+refuses in the chunk list (misplaced chunks libpng ignores pass); GIF, every block
+through the last frame, at least one image; BMP, the exact pixel array size TF requires;
+WebP, the RIFF size, every chunk, canvas size = bitstream size.
 
 What it does not promise: that the compressed pixel stream itself decodes. A JPEG or
 WebP whose entropy-coded data is damaged but complete passes; so does a PNG whose zlib
-stream is cut short or continues in an IDAT after another chunk (libpng refuses both;
-telling needs inflating the stream, which full validation does). For JPEG, nor that a
-scan holds every block of the image (a file cut inside a scan and closed by an EOI
-passes; TF decodes it too, filling in the rest), nor that table contents are valid (a
-file cut inside a marker segment before the first scan and continued by other bytes
-passes when the segment length jumps over the SOI that follows). Use full validation
-(a real decode) for those.
-
-Beam-free and Pillow-free.
+stream is cut short or continues in an IDAT after another chunk (libpng refuses both), a
+JPEG cut inside a scan and closed by an EOI (TF decodes it too, filling in the rest), and
+a JPEG cut inside a marker segment before its first scan whose segment length jumps over
+the SOI that follows. Full validation (a real decode) catches those. Beam- and Pillow-free.
 """
 
 from __future__ import annotations
@@ -108,24 +84,15 @@ class HeaderError(DeadLetterError):
 
 @dataclasses.dataclass(frozen=True)
 class ImageInfo:
-    """What TensorFlow's `decode_image` yields for the parsed bytes.
+    """What TensorFlow's `decode_image` yields for the parsed bytes."""
 
-    Attributes:
-      format: "jpeg", "png", "gif", "bmp" or "webp".
-      width, height: pixel size of the decoded tensor.
-      channels: the last dimension of the decoded tensor.
-      frames: frame count (GIF and WebP decode to 4-D tensors in TF; 1 for stills).
-      tf_native: False when TF cannot decode these bytes faithfully; `note` says why.
-      note: explanation when not `tf_native`, else "".
-    """
-
-    format: str
+    format: str  # "jpeg", "png", "gif", "bmp" or "webp"
     width: int
     height: int
-    channels: int
-    frames: int = 1
-    tf_native: bool = True
-    note: str = ""
+    channels: int  # the last dimension of the decoded tensor
+    frames: int = 1  # GIF and WebP decode to 4-D tensors in TF; 1 for stills
+    tf_native: bool = True  # False when TF cannot decode these bytes faithfully
+    note: str = ""  # why not `tf_native`
 
     @property
     def pixels(self) -> int:
@@ -134,24 +101,16 @@ class ImageInfo:
 
 
 def sniff_format(data: bytes) -> str | None:
-    """Names the image format from the leading bytes, or None when unrecognised.
-
-    Besides the five TF-native formats this recognises common image formats TF cannot
-    read (tiff, jpeg2000, heif, avif, jxl, psd, ico, ...) so that callers can tell an
-    unsupported image from a file that is not an image at all.
-    """
+    """Names the image format from the leading bytes, or None when unrecognised: also
+    formats TF cannot read (tiff, heif, ...), so that callers can tell an unsupported image
+    from a file that is not an image at all."""
     match = _SIGNATURES.match(bytes(data[:32]))
     return match.lastgroup if match else None
 
 
 def parse_header(data: bytes) -> ImageInfo:
-    """Parses a JPEG, PNG, GIF, BMP or WebP file's structure.
-
-    Raises:
-      HeaderError: reason "empty_file", "not_an_image" (no image signature),
-        "unsupported_format" (an image format other than the five), "truncated_image"
-        or "corrupt_image".
-    """
+    """Parses a JPEG, PNG, GIF, BMP or WebP file's structure; raises HeaderError with reason
+    empty_file, not_an_image, unsupported_format, truncated_image or corrupt_image."""
     if not data:
         raise HeaderError("empty_file", "the file is empty")
     kind = sniff_format(data)
@@ -311,10 +270,7 @@ def _png_chunks(data):
 def png_idat_run(data: bytes) -> list:
     """The bodies of a PNG's first run of consecutive IDAT chunks: libpng reads the
     compressed pixels from these only ("Not enough image data" if the stream goes on).
-
-    Raises:
-      HeaderError: as `parse_header`, for a PNG whose chunks are incomplete.
-    """
+    Raises HeaderError for a PNG whose chunks are incomplete."""
     run = []
     for _, ctype, body in _png_chunks(memoryview(data)):
         if ctype == b"IDAT":
@@ -408,8 +364,7 @@ def _bmp(data) -> ImageInfo:
     n = len(data)
     if n < 18:
         raise HeaderError("truncated_image", "BMP ends inside its file header")
-    (offset,) = struct.unpack_from("<I", data, 10)
-    (dib,) = struct.unpack_from("<I", data, 14)
+    offset, dib = struct.unpack_from("<II", data, 10)
     if dib == 12:  # OS/2 BITMAPCOREHEADER: TF reads the fields at the wrong offsets
         if n < 26:
             raise HeaderError("truncated_image", "BMP ends inside its info header")
@@ -471,9 +426,8 @@ def _webp(data) -> ImageInfo:
     if end > n:
         raise HeaderError("truncated_image", f"WebP is {end - n} bytes shorter than its RIFF size")
     pos = 12
-    vp8x = None
+    vp8x = bitstream = None
     has_alph = False
-    bitstream = None
     frames = 0
     while pos + 8 <= end:
         fourcc = bytes(data[pos : pos + 4])

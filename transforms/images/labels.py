@@ -6,9 +6,7 @@ back by TFDS (`ClassLabel(names_file=...)`, which strips each line) and by `--la
 So a label holding a line break, or beginning or ending with white space, or that is not
 text (a folder name of bytes invalid in UTF-8) cannot round-trip: every index after it
 would shift. Such a label is refused (`label_problem`): its images are dead letters
-(`invalid_label`), never part of the map.
-
-Beam-free.
+(`invalid_label`), never part of the map. Beam-free.
 """
 
 from __future__ import annotations
@@ -50,11 +48,7 @@ def sorted_labels(labels: Iterable[str]) -> tuple[str, ...]:
 
 def parse_labels_text(text: str) -> tuple[str, ...]:
     """The labels of a labels.txt, in order: one per non-blank line, stripped as TFDS reads
-    them, a leading byte-order mark dropped.
-
-    Raises:
-      ValueError: no label, or a label listed twice.
-    """
+    them, a leading byte-order mark dropped; checked as `check_label_list` checks them."""
     labels = tuple(line.strip() for line in text.removeprefix("\ufeff").splitlines())
     return check_label_list([label for label in labels if label])
 

@@ -34,8 +34,7 @@ from transforms.tabular.values import RowConverter, has_escapes
 
 __all__ = ["ManifestRows", "ManifestSurvey", "text_cell"]
 
-# Rows per chunk read from a manifest.
-_BATCH_ROWS = 1 << 16
+_BATCH_ROWS = 1 << 16  # rows per chunk read from a manifest
 # Feature names under which the read spec reads the image, label, split and split-key
 # columns (as text); no real feature is named like this.
 _READ_PREFIX = "\x00manifest column "
@@ -70,7 +69,7 @@ class ManifestSurvey:
 
     @classmethod
     def of(cls, surveys: Iterable[ManifestSurvey]) -> ManifestSurvey:
-        """The survey of several manifests, from theirs (in manifest order)."""
+        """The survey of several manifests, from theirs."""
         surveys = list(surveys)
         return cls(sum(s.rows for s in surveys), frozenset().union(*(s.label_texts for s in surveys)),
                    tuple(dict.fromkeys(split for s in surveys for split in s.splits)))
@@ -101,30 +100,24 @@ class ManifestRows:
     @property
     def unknown_split(self) -> str:
         """The split of a row rejected before its split is known (unparsable, an invalid or
-        undeclared split, no image path): the one split "data" when there is no other, else
-        none (`DEAD_LETTER_SPLIT`): such a row is counted in the run's totals only, rather
-        than under a split the run never declared."""
+        undeclared split, no image path): "data" when there is no other, else none (counted in
+        the run's totals only, rather than under a split the run never declared)."""
         return DEFAULT_SPLIT if self.split_column is None and not self.splits else DEAD_LETTER_SPLIT
 
-    def _read_spec(self, columns_only: bool) -> ConversionSpec:
-        """The spec the tabular reader reads the manifest with: the extra features (unless
-        `columns_only`), plus the named columns read as text (a JSON value of another type
-        makes the reader take its line-by-line path, so every value arrives as the JSON
-        line holds it)."""
-        features = list(self.extra_spec.features) if self.extra_spec and not columns_only else []
-        features += [FeatureSpec(name=_READ_PREFIX + column, column=column, type="string")
-                     for column in dict.fromkeys([*self.named_columns, *self.split_key])]
-        return ConversionSpec(features=tuple(features), csv=self.csv)
-
     def rows(self, unit: WorkUnit, *, columns_only: bool = False) -> Iterator[_Row]:
-        """The data rows of `unit` (the manifest or a byte range of it), in file order.
+        """The data rows of `unit` (the manifest or a byte range of it), in file order, with
+        the extra features' cells unless `columns_only`.
 
         CSV/TSV cells follow the tabular rules: text, None for an empty unquoted cell, ""
         for a quoted empty one; ragged rows, invalid JSON lines and bytes invalid in the
-        encoding become failed rows with the tabular reason codes. `columns_only`: read
-        the named columns only (the extra features are left out).
+        encoding become failed rows with the tabular reason codes. The named columns are read
+        as text (a JSON value of another type makes the reader take its line-by-line path,
+        so every value arrives as the JSON line holds it).
         """
-        spec = self._read_spec(columns_only)
+        features = list(self.extra_spec.features) if self.extra_spec and not columns_only else []
+        features += [FeatureSpec(name=_READ_PREFIX + column, column=column, type="string")
+                     for column in dict.fromkeys([*self.named_columns, *self.split_key])]
+        spec = ConversionSpec(features=tuple(features), csv=self.csv)
         for chunk in read_chunks(unit, self.fmt, spec, _BATCH_ROWS):
             rows = [_Row(int(f.row), None, f.raw, (f.reason, f.message)) for f in chunk.failures]
             rows += _parsed_rows(chunk, self.csv.encoding)
@@ -135,11 +128,8 @@ class ManifestRows:
             yield from rows
 
     def survey(self, unit: WorkUnit) -> ManifestSurvey:
-        """Reads the manifest once, one chunk at a time (module docstring).
-
-        Raises:
-          ValueError: a named column is in no row of a manifest whose rows parse.
-        """
+        """Reads the manifest once, one chunk at a time (module docstring). Raises ValueError
+        when a named column is in no row of a manifest whose rows parse."""
         count, labels, splits = 0, set(), {}
         unseen = list(self.named_columns)
         keys: dict[str, None] = {}
@@ -177,8 +167,7 @@ class ManifestRows:
 
     def _item(self, row: _Row, converter: RowConverter | None, assigner: SplitAssigner | None,
               index: Mapping[str, int], manifest: str) -> dict:
-        """The planned item of one row of `manifest` (a rejected one when the row cannot be
-        used)."""
+        """The planned item of one row of `manifest` (a rejected one if the row is unusable)."""
         number, cells, raw = row.number, row.values, row.raw
 
         def rejected(reason, message, column=None, split=self.unknown_split, uri=manifest,

@@ -20,9 +20,8 @@ from collections.abc import Iterable, Sequence
 
 from transforms import fs
 
-__all__ = ["default_allowed_roots", "is_remote", "is_real_path_within_roots",
-           "is_within_roots", "normalize_root", "normalize_uri", "opened_real_path", "resolve_reference",
-           "uri_dirname"]
+__all__ = ["default_allowed_roots", "is_remote", "is_real_path_within_roots", "is_within_roots",
+           "normalize_root", "normalize_uri", "opened_real_path", "resolve_reference", "uri_dirname"]
 
 _SCHEME = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.-]*)://(.*)$", re.DOTALL)
 
@@ -34,12 +33,8 @@ def is_remote(uri: str) -> bool:
 
 
 def normalize_uri(uri: str) -> str:
-    """An absolute, `..`-free form of a path or URI (symlinks are not resolved here).
-
-    Raises:
-      ValueError: for an empty URI, one containing a NUL byte, or a file:// URI of another
-        host.
-    """
+    """An absolute, `..`-free form of a path or URI (symlinks are not resolved here); raises
+    ValueError for an empty URI, one containing a NUL byte, or a file:// URI of another host."""
     if not uri or "\x00" in uri:
         raise ValueError(f"invalid path {uri!r}")
     if is_remote(uri):
@@ -47,8 +42,6 @@ def normalize_uri(uri: str) -> str:
         bucket, _, key = rest.partition("/")
         trailing = key.endswith("/")
         key = posixpath.normpath("/" + key).lstrip("/") if key else ""
-        if key == ".":
-            key = ""
         return f"{scheme.lower()}://{bucket}/{key}" + ("/" if trailing and key else "")
     return os.path.abspath(os.path.normpath(fs.without_file_scheme(uri)))
 
@@ -70,11 +63,8 @@ def uri_dirname(uri: str) -> str:
 
 
 def default_allowed_roots(manifest_path: str, command_line_uris: Iterable[str] = ()) -> tuple[str, ...]:
-    """The manifest's own folder tree plus every gs:// bucket named on the command line.
-
-    `command_line_uris` are the other paths the user typed (e.g. --output); the
-    manifest's own bucket is always included for a gs:// manifest.
-    """
+    """The manifest's own folder tree plus every gs:// bucket named on the command line (the
+    manifest's and `command_line_uris`, the other paths the user typed, e.g. --output)."""
     roots = [uri_dirname(manifest_path)]
     for uri in (manifest_path, *command_line_uris):
         match = _SCHEME.match(uri or "")
@@ -85,12 +75,9 @@ def default_allowed_roots(manifest_path: str, command_line_uris: Iterable[str] =
 
 
 def resolve_reference(value: str, base_dir: str) -> str:
-    """The URI a manifest cell names: absolute paths and URIs as they are, relative
-    paths against the manifest's folder; always normalised.
-
-    Raises:
-      ValueError: for an empty value or one containing a NUL byte.
-    """
+    """The URI a manifest cell names: absolute paths and URIs as they are, relative paths
+    against the manifest's folder; always normalised. Raises ValueError for an empty value
+    or one containing a NUL byte."""
     value = value.strip()
     if not value or "\x00" in value:
         raise ValueError(f"invalid image path {value!r}")
@@ -113,14 +100,11 @@ def _real_root(root: str) -> str:
 
 
 def opened_real_path(handle, path: str) -> str:
-    """The real path of an open local file: what was actually opened, symlinks resolved.
-
-    On Linux this asks the kernel which file the descriptor refers to (one readlink, and
-    no race between checking a path and opening it); elsewhere it resolves `path`.
-    """
+    """The real path of an open local file: what was actually opened, symlinks resolved. On
+    Linux the kernel says which file the descriptor refers to (one readlink, and no race
+    between checking a path and opening it); elsewhere `path` is resolved."""
     try:
-        fd = handle.fileno()
-        real = os.readlink(f"/proc/self/fd/{fd}")
+        real = os.readlink(f"/proc/self/fd/{handle.fileno()}")
         if real.startswith("/"):
             return real
     except (AttributeError, OSError, ValueError, io.UnsupportedOperation):
@@ -129,12 +113,10 @@ def opened_real_path(handle, path: str) -> str:
 
 
 def is_within_roots(uri: str, roots: Sequence[str], *, resolve_symlinks: bool = True) -> bool:
-    """Whether `uri` lies inside one of `roots` (already normalised by `normalize_root`).
-
-    Local paths must be inside a root both as written (after `..` normalisation) and
-    after resolving symlinks (against the roots' own resolved forms), so a symlink
-    escaping the tree is refused while a root that is itself a symlink still works.
-    """
+    """Whether `uri` lies inside one of `roots` (already normalised by `normalize_root`). Local
+    paths must be inside a root both as written (after `..` normalisation) and after resolving
+    symlinks (against the roots' own resolved forms), so a symlink escaping the tree is
+    refused while a root that is itself a symlink still works."""
     try:
         path = normalize_uri(uri)
     except ValueError:

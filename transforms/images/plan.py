@@ -16,7 +16,7 @@ from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
 from transforms.images.config import IMAGE_FEATURES, SPLIT_DIRECTORIES, ImagePlan
-from transforms.images.folder_slices import IMAGE_EXTENSIONS, FolderSlices, survey_folder
+from transforms.images.folder_slices import FolderSlices, survey_folder
 from transforms.images.labels import check_label_list, label_problem, parse_labels_text, sorted_labels
 from transforms.images.manifest_rows import ManifestRows, ManifestSurvey
 from transforms.images.paths import default_allowed_roots, normalize_root, normalize_uri
@@ -27,8 +27,8 @@ from transforms.tabular.plan import plan_tabular
 from transforms.tabular.spec import ConversionSpec, CsvOptions
 from transforms.tabular.split_units import split_text_units
 
-__all__ = ["DEFAULT_IMAGES_PER_UNIT", "IMAGE_EXTENSIONS", "MANIFEST_FORMATS", "SPLIT_DIRECTORIES",
-           "manifest_format", "plan_image_folder", "plan_image_manifest"]
+__all__ = ["DEFAULT_IMAGES_PER_UNIT", "MANIFEST_FORMATS", "manifest_format", "plan_image_folder",
+           "plan_image_manifest"]
 
 DEFAULT_IMAGES_PER_UNIT = 64
 #: The tabular formats a manifest may have.
@@ -46,14 +46,10 @@ def _units(source: str, items: Sequence[dict], roots: tuple[str, ...],
            images_per_unit: int, first_index: int = 0) -> list[WorkUnit]:
     if images_per_unit < 1:
         raise ValueError(f"images_per_unit must be positive, got {images_per_unit}")
-    units = []
-    for index, start in enumerate(range(0, len(items), images_per_unit), first_index):
-        chunk = items[start:start + images_per_unit]
-        units.append(WorkUnit(
-            path=source, index=index, paths=tuple(item["uri"] for item in chunk),
-            extra={"items": list(chunk), "allowed_roots": list(roots)},
-        ))
-    return units
+    chunks = [items[start:start + images_per_unit] for start in range(0, len(items), images_per_unit)]
+    return [WorkUnit(path=source, index=index, paths=tuple(item["uri"] for item in chunk),
+                     extra={"items": list(chunk), "allowed_roots": list(roots)})
+            for index, chunk in enumerate(chunks, first_index)]
 
 
 def _split_order(names: Iterable[str]) -> tuple[str, ...]:
@@ -70,16 +66,15 @@ def plan_image_folder(
     labels: Sequence[str] | str | None = None,
 ) -> ImagePlan:
     """Plans ROOT/<label>/**/<file>, or ROOT/<split>/<label>/**/<file> when a top-level
-    folder is named train, validation or test; work units are about `_FOLDER_SLICES` slices
-    of whole multiples of `images_per_unit` files (`transforms.images.folder_slices`).
+    folder is named train, validation or test, as about `_FOLDER_SLICES` slices of whole
+    multiples of `images_per_unit` files (the tree's rules and dead letters:
+    `transforms.images.folder_slices`). Symlinks leading outside `allowed_roots` (default:
+    ROOT) are refused when read.
 
     Labels are the sorted names of the label folders holding at least one image; a
     label's index is its position. `labels` (a list, or the path of a labels.txt) fixes
     the map instead, so indices stay the same when a class has no images in a run; images
-    in a folder it does not list are dead letters (`unknown_label`). Hidden files, files
-    without an image extension and files directly in ROOT (or a split folder) are planned
-    as dead letters. Symlinks leading outside `allowed_roots` (default: ROOT) are refused
-    when read.
+    in a folder it does not list are dead letters (`unknown_label`).
 
     Raises:
       FileNotFoundError: ROOT holds no file.
@@ -140,8 +135,7 @@ def plan_image_manifest(
         `TABULAR_EXTENSIONS`), optionally compressed (.gz is read transparently); or a glob
         of manifests of one format, planned together (one label map, one row count).
       image_column: column holding a local path, a path relative to the manifest's
-        folder, or a URI (gs://...).
-      label_column: optional column holding the label text.
+        folder, or a URI (gs://...); `label_column`: the label text.
       split_column: optional column naming each row's split. Its values must be declared:
         the spec's `splits` names when the spec has them, else `SPLIT_DIRECTORIES`; any
         other value (a typo, another case) is a dead letter (`unknown_split`). Without it,
@@ -156,8 +150,8 @@ def plan_image_manifest(
       labels: the label map (a list, or the path of a labels.txt); default: the sorted
         distinct labels of the manifest (numeric order when all are integers). Labels not
         in a given map are dead letters (`unknown_label`).
-      images_per_unit: images per work unit of a manifest read on the launcher.
-      range_bytes: the size of the manifest's byte ranges; default: up to `_MANIFEST_RANGES`.
+      images_per_unit, range_bytes: images per work unit of a manifest read on the launcher;
+        the size of its byte ranges otherwise (default: up to `_MANIFEST_RANGES` ranges).
 
     Raises:
       ValueError: unknown manifest type, a named column the manifest lacks, spec
@@ -226,11 +220,8 @@ def plan_image_manifest(
 
 
 def manifest_format(path: str) -> str:
-    """The tabular format ("csv", "tsv" or "jsonl") of a manifest, from its name.
-
-    Raises:
-      ValueError: the name does not end like one of `MANIFEST_FORMATS`.
-    """
+    """The tabular format ("csv", "tsv" or "jsonl") of a manifest, from its name; raises
+    ValueError when the name does not end like one of `MANIFEST_FORMATS`."""
     name = path.lower()
     for suffix in _COMPRESSION_SUFFIXES:
         if name.endswith(suffix):

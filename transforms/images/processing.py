@@ -2,9 +2,7 @@
 
 Only images that must change go through here. Every function checks the pixel count from
 the header before anything is decoded, and maps Pillow's many exception types onto the
-dead-letter reason codes through `ImageError`.
-
-Beam-free.
+dead-letter reason codes through `ImageError`. Beam-free.
 """
 
 from __future__ import annotations
@@ -18,13 +16,7 @@ import numpy as np
 from PIL import Image, ImageOps, ImageSequence, UnidentifiedImageError
 
 from transforms.images.config import RenderOptions
-from transforms.images.headers import (
-    HeaderError,
-    ImageInfo,
-    parse_header,
-    png_idat_run,
-    sniff_format,
-)
+from transforms.images.headers import HeaderError, ImageInfo, parse_header, png_idat_run, sniff_format
 from transforms.records import DeadLetterError
 
 __all__ = ["ImageError", "decode_fully", "exif_orientation", "needs_render", "render"]
@@ -65,12 +57,9 @@ def _orientation(image: Image.Image) -> int:
 
 
 def needs_render(info: ImageInfo | None, options: RenderOptions, orientation: int = 1) -> bool:
-    """Whether the stored bytes must differ from the original ones.
-
-    `info` is None for formats TensorFlow cannot decode (always converted). Images that
-    already satisfy every option keep their original bytes, so no generation loss is
-    added by, say, `--encode jpeg` on a JPEG that needs no resize.
-    """
+    """Whether the stored bytes must differ from the original ones (`info` is None for formats
+    TensorFlow cannot decode). Images that already satisfy every option keep their original
+    bytes, so no generation loss is added by, say, `--encode jpeg` on a JPEG that needs no resize."""
     return bool(
         info is None or not info.tf_native
         or (options.encode is not None and options.encode != info.format)
@@ -80,33 +69,23 @@ def needs_render(info: ImageInfo | None, options: RenderOptions, orientation: in
         or (options.max_side is not None and max(info.width, info.height) > options.max_side))
 
 
-def decode_fully(data: bytes, max_pixels: int) -> int:
-    """Decodes every frame of an image with Pillow (full validation); returns the frame count.
-
-    A PNG's zlib stream is also read to its end as libpng reads it (`_check_png_stream`).
-
-    Raises:
-      ImageError: with reason truncated_image, corrupt_image, decompression_bomb,
-        not_an_image or unsupported_format.
-    """
-    frames = 0
+def decode_fully(data: bytes, max_pixels: int) -> None:
+    """Decodes every frame of an image with Pillow (full validation), and a PNG's zlib stream
+    to its end as libpng reads it. Raises ImageError (reason truncated_image, corrupt_image,
+    decompression_bomb, not_an_image or unsupported_format)."""
     with _guard(data), Image.open(io.BytesIO(data)) as image:
         _check_pixels(image, max_pixels)
         for frame in ImageSequence.Iterator(image):
             frame.load()
-            frames += 1
         if image.format == "PNG":
             _check_png_stream(data)
-    return frames
 
 
 def _check_png_stream(data: bytes) -> None:
-    """Refuses a PNG whose zlib stream does not end within its first run of IDAT chunks.
-
+    """Refuses a PNG whose zlib stream does not end within its first run of IDAT chunks:
     libpng (so TF) reads that stream to its end, from consecutive IDATs only; Pillow stops
-    once it has the rows, so it decodes a stream missing its checksum, or whose last
-    bytes sit in an IDAT after another chunk, which TF refuses ("Not enough image data").
-    """
+    once it has the rows, so it decodes a stream missing its checksum, or whose last bytes
+    sit in an IDAT after another chunk, which TF refuses ("Not enough image data")."""
     inflater = zlib.decompressobj()
     for body in png_idat_run(data):
         for start in range(0, len(body), _INFLATE_STEP):
@@ -129,11 +108,7 @@ def render(data: bytes, options: RenderOptions, source_format: str | None,
     changed, else PNG (lossless). JPEG output is RGB unless `convert_mode` is "L" (alpha
     is dropped); PNG output keeps the source's mode when PNG can store it. Animated
     sources keep their first frame, as `tf.io.decode_image(expand_animations=False)`.
-    Re-encoded images carry no EXIF block.
-
-    Raises:
-      ImageError: as `decode_fully`; images of more than `max_pixels` pixels are
-        decompression_bomb.
+    Re-encoded images carry no EXIF block. Raises ImageError as `decode_fully`.
     """
     with _guard(data), Image.open(io.BytesIO(data)) as image:
         _check_pixels(image, max_pixels)
@@ -143,9 +118,7 @@ def render(data: bytes, options: RenderOptions, source_format: str | None,
         if geometry and image.format == "JPEG":
             _draft(image, options, orientation)
         image.load()
-        picture = image
-        if options.apply_exif_orientation and orientation != 1:
-            picture = ImageOps.exif_transpose(picture)
+        picture = ImageOps.exif_transpose(image) if orientation != 1 else image
         target = options.encode or ("jpeg" if source_format == "jpeg" else "png")
         if options.convert_mode is not None:
             picture = _convert(picture, options.convert_mode)
@@ -156,7 +129,7 @@ def render(data: bytes, options: RenderOptions, source_format: str | None,
             # Gray stays gray only when asked for (convert_mode "L"); otherwise JPEG output is
             # uniformly RGB, so every record of a run has 3 channels.
             if picture.mode == "F":
-                _to_8bit(picture)  # refuses floating-point pixels
+                raise ImageError("unsupported_format", "floating-point images cannot be stored losslessly")
             picture = _convert(picture, options.convert_mode or "RGB")
             picture.save(out, "JPEG", quality=options.quality, icc_profile=icc_profile)
         else:
@@ -172,13 +145,11 @@ def render(data: bytes, options: RenderOptions, source_format: str | None,
 
 @contextlib.contextmanager
 def _guard(data: bytes):
-    """Maps Pillow's exceptions onto `ImageError` (see `_classify`).
-
-    Pillow's DecompressionBombWarning is left a warning: our own pixel check runs before
-    any decode, and Pillow raises DecompressionBombError itself beyond twice its limit.
-    (Turning the warning into an error would need `warnings.catch_warnings`, which is not
-    thread-safe, and Beam runs DoFns in threads.)
-    """
+    """Maps Pillow's exceptions onto `ImageError` (see `_classify`). Pillow's
+    DecompressionBombWarning is left a warning: our own pixel check runs before any decode,
+    and Pillow raises DecompressionBombError itself beyond twice its limit (turning the
+    warning into an error would need `warnings.catch_warnings`, which is not thread-safe,
+    and Beam runs DoFns in threads)."""
     try:
         yield
     except ImageError:
@@ -208,10 +179,8 @@ def _classify(error: BaseException, data: bytes) -> ImageError:
 def _check_pixels(image: Image.Image, max_pixels: int) -> None:
     width, height = image.size
     if width * height > max_pixels:
-        raise ImageError(
-            "decompression_bomb",
-            f"{width}x{height} = {width * height} pixels exceeds the limit of {max_pixels}",
-        )
+        raise ImageError("decompression_bomb",
+                         f"{width}x{height} = {width * height} pixels exceeds the limit of {max_pixels}")
 
 
 def _oriented(size: tuple[int, int], orientation: int) -> tuple[int, int]:
@@ -279,10 +248,7 @@ def _resize(image: Image.Image, options: RenderOptions) -> Image.Image:
 
 def _to_8bit(image: Image.Image) -> Image.Image:
     """16/32-bit gray to 8-bit by scaling, not clipping (Pillow's convert clips)."""
-    array = np.asarray(image)
-    if image.mode == "F":
-        raise ImageError("unsupported_format", "floating-point images cannot be stored losslessly")
-    array = np.clip(array.astype(np.int64), 0, 65535) >> 8
+    array = np.clip(np.asarray(image).astype(np.int64), 0, 65535) >> 8
     return Image.fromarray(array.astype(np.uint8), "L")
 
 

@@ -19,12 +19,12 @@ from pipeline.cli import run
 _RUN_KEYS = ("run_id", "created_at", "options", "fingerprint")
 
 
-def _write_inputs(folder) -> None:
+def _write_inputs(folder, rows_per_file=(30000, 4000, 4000)) -> None:
     """Three CSV files, one large enough to be cut into byte ranges, with a few bad values,
     missing cells and quoted newlines."""
     folder.mkdir()
     rng = random.Random(7)
-    for part, rows in enumerate((30000, 4000, 4000)):
+    for part, rows in enumerate(rows_per_file):
         lines = ["id,x,name,note"]
         for i in range(rows):
             x = "" if rng.random() < 0.02 else f"{rng.random():.5f}"

@@ -31,9 +31,6 @@ from tests.e2e.test_same_bytes import _files, _write_inputs
 pytestmark = pytest.mark.slow
 
 SEED = 20261128
-# A quarter of test_same_bytes' rows with a quarter of its unit size: as many work units
-# (a dozen, the large file cut into byte ranges) for a quarter of the conversion.
-ROWS = (7500, 1000, 1000)
 
 
 def _argv(root: Path, output: Path, *extra: str) -> list[str]:
@@ -68,7 +65,7 @@ def converted(tmp_path_factory):
     """(folder holding `in/`, the uninterrupted run's files, how many kill points its units
     allow)."""
     root = tmp_path_factory.mktemp("kills")
-    _write_inputs(root / "in", ROWS)
+    _write_inputs(root / "in")
     reference = root / "reference" / "out"
     assert run(_argv(root, reference, "--quiet")) == 0
     shards = len(list(reference.glob("*.tfrecord")))  # at least one per unit
@@ -151,22 +148,18 @@ def test_a_run_killed_at_any_point_resumes_to_the_same_bytes(converted, launcher
     assert landed >= 12  # most seeded points were reached before the run ended
 
 
-def test_a_dask_run_killed_while_converting_resumes_on_dask(converted, launcher, tmp_path, capsys):
-    """Killed with the LocalCluster it started (its workers die mid-unit), resumed on a
-    LocalCluster started once for the three: the bytes of the local reference."""
-    from dask.distributed import LocalCluster
-
+def test_a_dask_run_killed_while_converting_resumes_on_dask(converted, launcher, tmp_path, capsys,
+                                                           dask_address):
+    """Killed with the LocalCluster it started (its workers die mid-unit), resumed on the
+    session's LocalCluster: the bytes of the local reference."""
     root, expected, _ = converted
     rng = random.Random(SEED + 1)
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
-                      dashboard_address=None) as cluster:
-        for number in range(3):
-            output = tmp_path / f"dask{number}" / "out"
-            argv = _argv(root, output, "--runner", "dask")
-            recorded = _kill_at(launcher, argv, output, "convert", rng.randint(1, 8))
-            assert recorded > 0
-            _resumed(capsys, output, [*argv, "--dask_client_address", cluster.scheduler_address],
-                     expected, recorded)
+    for number in range(3):
+        output = tmp_path / f"dask{number}" / "out"
+        argv = _argv(root, output, "--runner", "dask")
+        recorded = _kill_at(launcher, argv, output, "convert", rng.randint(1, 8))
+        assert recorded > 0
+        _resumed(capsys, output, [*argv, "--dask_client_address", dask_address], expected, recorded)
 
 
 def test_an_interrupted_run_of_other_options_or_no_resume_is_discarded_saying_why(

@@ -362,7 +362,7 @@ def _closed_temp_shards(output) -> int:
 
 def test_killed_run_then_rerun_leaves_one_complete_verified_output(tmp_path):
     inputs = tmp_path / "in"
-    rows = _write_inputs(inputs, files=4, rows=50000)
+    rows = _write_inputs(inputs, files=4, rows=5000)
     output = tmp_path / "out"
     # Two worker processes, as a large local run has; the kill takes the whole group.
     args = _convert_args(inputs, output, "--max-shard-bytes", "20KB", "--direct_num_workers=2",

@@ -22,6 +22,21 @@ def tf():
     return tensorflow
 
 
+@pytest.fixture(scope="session")
+def dask_address():
+    """The scheduler address of a Dask LocalCluster of two worker processes on 127.0.0.1,
+    started once per session (per pytest-xdist worker), for the tests that run on Dask without
+    testing the LocalCluster a `--runner dask` run starts for itself. Worker processes, as on
+    any cluster: Beam 2.77's DaskRunner shares one output list per step between the tasks that
+    a worker runs without unpickling them (threads in the launcher's own process), which the
+    commit refuses as batches reaching it twice."""
+    from dask.distributed import LocalCluster
+
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
+                      dashboard_address=None) as cluster:
+        yield cluster.scheduler_address
+
+
 @pytest.fixture
 def gcs_emulator(monkeypatch, tmp_path):
     """A GCS emulator on 127.0.0.1 with bucket `test-bucket`, configured as users configure

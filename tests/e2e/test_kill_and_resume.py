@@ -1,39 +1,75 @@
 """Kill a conversion (SIGKILL to its whole process group) at seeded moments of its conversion
 and of its commit, then run the same command again: the output is the bytes of an
 uninterrupted run, no record is lost or duplicated, and the work units written before the
-kill are reused, not converted again."""
+kill are reused, not converted again.
+
+The killed runs are the console entry point (`pipeline.__main__`) in children of a fork server
+that imported it once, so each starts in milliseconds rather than importing Beam again; each
+child opens a session of its own, whose SIGKILL takes its converter processes (or its Dask
+LocalCluster's workers) with it, as killing the command's process group does. A kill point is
+a progress marker on disk (units written, commit journal and shards), never a time. The
+re-runs are `pipeline.cli.run` in this process; the uninterrupted reference is converted once
+for the module."""
 
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
 import random
 import re
 import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
 
+from pipeline.cli import run
 from tests.e2e.test_same_bytes import _files, _write_inputs
 
-REPO = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.slow
+
 SEED = 20261128
 
 
-def _argv(tmp_path, output, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "pipeline", "convert", "--input", str(tmp_path / "in" / "*.csv"),
-            "--format", "csv", "--spec", str(tmp_path / "in" / "spec.yaml"), "--output", str(output),
-            "--work-unit-bytes", "64KB", "--max-shard-bytes", "100KB", "--max-error-rate", "1", *extra]
+def _argv(root: Path, output: Path, *extra: str) -> list[str]:
+    return ["convert", "--input", str(root / "in" / "*.csv"), "--format", "csv",
+            "--spec", str(root / "in" / "spec.yaml"), "--output", str(output),
+            "--work-unit-bytes", "16KB", "--max-shard-bytes", "25KB", "--max-error-rate", "1", *extra]
 
 
-def _run(argv) -> subprocess.CompletedProcess:
-    done = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=600,
-                          env={**os.environ, "PYTHONPATH": str(REPO)})
-    assert done.returncode == 0, done.stderr[-2000:]
-    return done
+def main_in_own_session(argv: list[str]) -> None:
+    """A fork-server child: `tfrecord-pipeline ARGV` as the console runs it, in a new session
+    (so that its process group is its own), its output discarded."""
+    from pipeline.__main__ import main
+
+    os.setsid()
+    discard = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(discard, 1)
+    os.dup2(discard, 2)
+    sys.argv = ["tfrecord-pipeline", *argv]
+    main()
+
+
+@pytest.fixture(scope="module")
+def launcher():
+    context = multiprocessing.get_context("forkserver")
+    # Imported once by the server (a fresh interpreter), not by every child.
+    context.set_forkserver_preload(["pipeline.__main__", __name__])
+    return context
+
+
+@pytest.fixture(scope="module")
+def converted(tmp_path_factory):
+    """(folder holding `in/`, the uninterrupted run's files, how many kill points its units
+    allow)."""
+    root = tmp_path_factory.mktemp("kills")
+    _write_inputs(root / "in")
+    reference = root / "reference" / "out"
+    assert run(_argv(root, reference, "--quiet")) == 0
+    shards = len(list(reference.glob("*.tfrecord")))  # at least one per unit
+    return root, _output(reference), min(shards, 12)
 
 
 def _temp_folder(output: Path) -> Path | None:
@@ -55,20 +91,21 @@ def _reached(output: Path, phase: str, count: int) -> bool:
     return sum(1 for path in output.glob("*.tfrecord")) >= count
 
 
-def _kill_at(argv, output: Path, phase: str, count: int) -> int:
+def _kill_at(launcher, argv, output: Path, phase: str, count: int) -> int:
     """Starts the run and SIGKILLs its process group at the kill point; returns the work
     units recorded at the kill (-1: the run ended before the point)."""
-    process = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                               start_new_session=True, env={**os.environ, "PYTHONPATH": str(REPO)})
+    process = launcher.Process(target=main_in_own_session, args=(argv,))
+    process.start()
     deadline = time.monotonic() + 300
-    while process.poll() is None and not _reached(output, phase, count):
+    while process.exitcode is None and not _reached(output, phase, count):
         assert time.monotonic() < deadline, "the run never reached its kill point"
         time.sleep(0.002)  # polling for the kill point, not waiting for an effect
-    if process.poll() is not None:
+    if process.exitcode is not None:
         return -1
     folder = _temp_folder(output)
-    os.killpg(process.pid, signal.SIGKILL)
-    process.wait()
+    os.killpg(process.pid, signal.SIGKILL)  # unreaped until join(), so the group still exists
+    process.join()
+    assert process.exitcode == -signal.SIGKILL
     return len(list((folder / "units").glob("*.unit"))) if (folder / "units").is_dir() else 0
 
 
@@ -84,63 +121,62 @@ def _output(output) -> dict[str, bytes]:
     return files
 
 
-def _resumed(output, argv, expected, recorded: int) -> None:
-    done = _run(argv)
+def _resumed(capsys, output, argv, expected, recorded: int) -> None:
+    capsys.readouterr()
+    assert run(argv) == 0
+    printed = capsys.readouterr().out
     assert _output(output) == expected
     assert _temp_folder(output) is None
-    reused = re.search(r"work units reused\s+([\d,]+)", done.stdout)
-    if recorded > 0 and "nothing to do" not in done.stdout:
-        assert reused is not None and int(reused.group(1)) > 0, done.stdout
+    reused = re.search(r"work units reused\s+([\d,]+)", printed)
+    if recorded > 0 and "nothing to do" not in printed:
+        assert reused is not None and int(reused.group(1)) > 0, printed
     manifest = json.loads((output / "manifest.json").read_text())
     counts = manifest["counts"]
     assert counts["input"] == counts["written"] + counts["dead_letter"]
 
 
-@pytest.mark.slow
-def test_a_run_killed_at_any_point_resumes_to_the_same_bytes(tmp_path):
-    _write_inputs(tmp_path / "in")
-    reference = tmp_path / "reference" / "out"
-    _run(_argv(tmp_path, reference))
-    expected = _output(reference)
-    units = len(list((tmp_path / "reference").rglob("*.tfrecord")))  # at least one per unit
+def test_a_run_killed_at_any_point_resumes_to_the_same_bytes(converted, launcher, tmp_path, capsys):
+    root, expected, units = converted
     rng = random.Random(SEED)
     landed = 0
-    for number, (phase, count) in enumerate(_kill_points(rng, min(units, 12), 17)):
+    for number, (phase, count) in enumerate(_kill_points(rng, units, 17)):
         output = tmp_path / f"kill{number}" / "out"
-        argv = _argv(tmp_path, output)
-        recorded = _kill_at(argv, output, phase, count)
+        argv = _argv(root, output)
+        recorded = _kill_at(launcher, argv, output, phase, count)
         landed += recorded >= 0
-        _resumed(output, argv, expected, recorded)
+        _resumed(capsys, output, argv, expected, recorded)
     assert landed >= 12  # most seeded points were reached before the run ended
 
 
-@pytest.mark.slow
-def test_a_dask_run_killed_while_converting_resumes_on_dask(tmp_path):
-    _write_inputs(tmp_path / "in")
-    reference = tmp_path / "reference" / "out"
-    _run(_argv(tmp_path, reference))
-    expected = _output(reference)
+def test_a_dask_run_killed_while_converting_resumes_on_dask(converted, launcher, tmp_path, capsys,
+                                                           dask_address):
+    """Killed with the LocalCluster it started (its workers die mid-unit), resumed on the
+    session's LocalCluster: the bytes of the local reference."""
+    root, expected, _ = converted
     rng = random.Random(SEED + 1)
     for number in range(3):
         output = tmp_path / f"dask{number}" / "out"
-        argv = _argv(tmp_path, output, "--runner", "dask")
-        recorded = _kill_at(argv, output, "convert", rng.randint(1, 8))
-        _resumed(output, argv, expected, recorded)
+        argv = _argv(root, output, "--runner", "dask")
+        recorded = _kill_at(launcher, argv, output, "convert", rng.randint(1, 8))
+        assert recorded > 0
+        _resumed(capsys, output, [*argv, "--dask_client_address", dask_address], expected, recorded)
 
 
-@pytest.mark.slow
-def test_an_interrupted_run_of_other_options_or_no_resume_is_discarded_saying_why(tmp_path):
-    _write_inputs(tmp_path / "in")
+def test_an_interrupted_run_of_other_options_or_no_resume_is_discarded_saying_why(
+        converted, launcher, tmp_path, capsys):
+    root, _, _ = converted
     output = tmp_path / "out"
-    assert _kill_at(_argv(tmp_path, output), output, "convert", 2) >= 2
-    changed = _run(_argv(tmp_path, output, "--batch-rows", "7777"))
-    first = changed.stdout.splitlines()[0]
-    assert first == (f"Discarded the work of an interrupted run in {output} "
-                     f"(--batch-rows 16384 then, 7777 now).")
-    assert "work units reused" not in changed.stdout and _temp_folder(output) is None
+    assert _kill_at(launcher, _argv(root, output), output, "convert", 2) >= 2
+    capsys.readouterr()
+    assert run(_argv(root, output, "--batch-rows", "7777")) == 0
+    changed = capsys.readouterr().out
+    assert changed.splitlines()[0] == (f"Discarded the work of an interrupted run in {output} "
+                                       f"(--batch-rows 16384 then, 7777 now).")
+    assert "work units reused" not in changed and _temp_folder(output) is None
     again = tmp_path / "again"
-    assert _kill_at(_argv(tmp_path, again), again, "convert", 2) >= 2
-    started_over = _run(_argv(tmp_path, again, "--no-resume"))
-    assert started_over.stdout.splitlines()[0] == (
+    assert _kill_at(launcher, _argv(root, again), again, "convert", 2) >= 2
+    assert run(_argv(root, again, "--no-resume")) == 0
+    started_over = capsys.readouterr().out
+    assert started_over.splitlines()[0] == (
         f"Discarded the work of an interrupted run in {again} (--no-resume).")
-    assert "work units reused" not in started_over.stdout
+    assert "work units reused" not in started_over

@@ -32,7 +32,7 @@ SETUP = "python3 -m venv .venv && .venv/bin/pip install -q -e . && "
 TORCH = "torch==2.13.0"
 TEST_COMMAND = (
     f"python3 -m venv .venv && .venv/bin/pip install -q '{TORCH}' && "
-    ".venv/bin/pip install -q -e '.[test]' && .venv/bin/python -m pytest -q"
+    ".venv/bin/pip install -q -e '.[test]' && .venv/bin/python -m pytest -q -n 2 --dist loadfile"
 )
 EXAMPLE_TIMEOUT_SECONDS = 300
 
@@ -85,7 +85,8 @@ def test_readme_shows_both_setup_commands_verbatim():
     assert TEST_COMMAND in bash_blocks
     assert _quick_start_command().startswith(SETUP)
     ci = (REPO / ".ci" / "run").read_text(encoding="utf-8")
-    steps = [f"pip install --quiet '{TORCH}'", "pip install --quiet -e '.[test]'", "-m pytest -q"]
+    steps = [f"pip install --quiet '{TORCH}'", "pip install --quiet -e '.[test]'",
+             "-m pytest -q -n 2 --dist loadfile"]
     assert sorted(steps, key=ci.find) == steps and all(step in ci for step in steps)
 
 

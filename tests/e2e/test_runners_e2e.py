@@ -111,16 +111,17 @@ def test_dask_local_cluster_output_is_identical(reference, tmp_path):
     assert ours.counts == theirs.counts
 
 
-def test_dask_images_match_the_local_runner(tmp_path):
+def test_dask_images_match_the_local_runner(tmp_path, dask_address):
     sample = os.path.join(os.path.dirname(__file__), "..", "..", "pipeline", "sample_data", "images")
     args = ["convert", "--input", sample, "--format", "image-folder", "--num-shards", "1"]
     assert run([*args, "--output", str(tmp_path / "local"), *in_memory_args()]) == 0
-    assert run([*args, "--output", str(tmp_path / "dask"), "--runner", "dask", "--quiet"]) == 0
+    assert run([*args, "--output", str(tmp_path / "dask"), "--runner", "dask",
+                "--dask_client_address", dask_address, "--quiet"]) == 0
     local = _records_by_split(str(tmp_path / "local"))
     assert local and local == _records_by_split(str(tmp_path / "dask"))
 
 
-def test_dask_manifest_planned_as_data_matches_the_local_runner(tmp_path):
+def test_dask_manifest_planned_as_data_matches_the_local_runner(tmp_path, dask_address):
     """A manifest's byte ranges spread over the Dask workers give the local run's records."""
     sample = os.path.join(os.path.dirname(__file__), "..", "..", "pipeline", "sample_data", "images")
     shutil.copytree(sample, tmp_path / "images")
@@ -131,7 +132,8 @@ def test_dask_manifest_planned_as_data_matches_the_local_runner(tmp_path):
     args = ["convert", "--input", str(tmp_path / "m.csv"), "--format", "image-manifest",
             "--image-column", "image", "--label-column", "label", "--num-shards", "1"]
     assert run([*args, "--output", str(tmp_path / "local"), *in_memory_args()]) == 0
-    assert run([*args, "--output", str(tmp_path / "dask"), "--runner", "dask", "--quiet"]) == 0
+    assert run([*args, "--output", str(tmp_path / "dask"), "--runner", "dask",
+                "--dask_client_address", dask_address, "--quiet"]) == 0
     local = _records_by_split(str(tmp_path / "local"))
     assert local and sum(map(len, local.values())) == 600
     assert local == _records_by_split(str(tmp_path / "dask"))
@@ -359,7 +361,7 @@ def _closed_temp_shards(output) -> int:
 
 def test_killed_run_then_rerun_leaves_one_complete_verified_output(tmp_path):
     inputs = tmp_path / "in"
-    rows = _write_inputs(inputs, files=4, rows=50000)
+    rows = _write_inputs(inputs, files=4, rows=5000)
     output = tmp_path / "out"
     # Two worker processes, as a large local run has; the kill takes the whole group.
     args = _convert_args(inputs, output, "--max-shard-bytes", "20KB", "--direct_num_workers=2",

@@ -94,12 +94,13 @@ def test_dask_converts_a_split_file_as_the_local_runner(tmp_path):
     assert _outcome(tmp_path / "dask") == whole
 
 
-def test_a_dask_cluster_cuts_a_split_file_in_its_workers_before_the_run(tmp_path, monkeypatch):
+def test_a_dask_cluster_cuts_a_split_file_in_its_workers_before_the_run(tmp_path, monkeypatch,
+                                                                        dask_address):
     """At --dask_client_address the launcher reads none of the file: the record starts are
     found by a task per raw range on the cluster, all done before the job starts. So no task
     of the job waits on a side input of the cut (Beam's DaskRunner computes one inside every
     task that reads it: they all start at once, each pinned to its worker, unbalanced)."""
-    from dask.distributed import Client, LocalCluster, get_task_stream
+    from dask.distributed import Client, get_task_stream
 
     from transforms.tabular import split_units
 
@@ -111,15 +112,9 @@ def test_a_dask_cluster_cuts_a_split_file_in_its_workers_before_the_run(tmp_path
         raise AssertionError("the launcher scanned a file the workers cut")
 
     monkeypatch.setattr(split_units, "cut_now", no_reading)
-    # Worker processes, as on any cluster: Beam 2.77's DaskRunner shares one output list per
-    # step between the tasks that a worker runs without unpickling them (threads in the
-    # launcher's own process), which the commit refuses as batches reaching it twice.
-    with LocalCluster(n_workers=1, threads_per_worker=1, processes=True, host="127.0.0.1",
-                      dashboard_address=None) as cluster, \
-            Client(cluster.scheduler_address, set_as_default=False) as client, \
-            get_task_stream(client) as tasks:
+    with Client(dask_address, set_as_default=False) as client, get_task_stream(client) as tasks:
         assert run([*base, "--output", str(tmp_path / "dask"), "--runner", "dask",
-                    "--dask_client_address", cluster.scheduler_address]) == 0
+                    "--dask_client_address", dask_address]) == 0
     assert _outcome(tmp_path / "dask") == _outcome(tmp_path / "whole")
     spans = {str(task["key"]): [(span["start"], span["stop"]) for span in task["startstops"]
                                 if span["action"] == "compute"] for task in tasks.data}

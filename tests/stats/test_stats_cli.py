@@ -134,12 +134,12 @@ def test_many_features_are_cut_short_in_the_summary(tmp_path, capsys):
 
 
 @pytest.mark.slow
-def test_dask_run_has_the_same_statistics(source, tmp_path):
+def test_dask_run_has_the_same_statistics(source, tmp_path, dask_address):
     folder, columns = source
     assert convert(folder, tmp_path / "local", "--batch-rows", "500") == 0
     assert run(["convert", "--input", str(folder / "*.csv"), "--format", "csv", "--spec",
                 str(folder / "spec.yaml"), "--output", str(tmp_path / "dask"), "--batch-rows", "500",
-                "--runner", "dask", "--quiet"]) == 0
+                "--runner", "dask", "--dask_client_address", dask_address, "--quiet"]) == 0
     local, dask = samples.read_stats(tmp_path / "local"), samples.read_stats(tmp_path / "dask")
     samples.check_against_source(dask, columns)
     assert samples.exact_part(local) == samples.exact_part(dask)

@@ -107,7 +107,7 @@ def _fallback(rows: np.ndarray, get, convert, values, ok, errors) -> None:
 
 def _finish_floats(feature: FeatureSpec, f64: np.ndarray, ok: np.ndarray,
                    errors: dict[int, RowError]) -> np.ndarray:
-    """float64 -> float32 with the range and NaN checks of `tabular_values.check_float`."""
+    """float64 -> float32 with the range and NaN checks of `values.check_float`."""
     column = feature.source_column
     with np.errstate(over="ignore", invalid="ignore"):
         f32 = f64.astype(np.float32)
@@ -216,21 +216,11 @@ def _text_scalars(feature: FeatureSpec, arr: pa.Array, ok: np.ndarray, max_lengt
     return pa.array(values, type=TARGET_TYPES[feature.type], mask=~ok)
 
 
-def _encoding_errors(arr: pa.Array, ok: np.ndarray, column: str, errors) -> None:
-    bad = _mask(pc.match_substring_regex(arr, ESCAPE_PATTERN)) & ok
-    for i in np.flatnonzero(bad).tolist():
-        errors[i] = row_error("invalid_encoding", column, NOT_IN_ENCODING)
-    ok &= ~bad
-
-
 def text_feature(feature: FeatureSpec, arr: pa.Array, *, max_length: int,
                  escapes: bool, missing: Collection[str]) -> FeatureColumn:
-    """Converts a column of CSV cells (string array, null = missing).
-
-    `escapes`: the input held bytes invalid in its encoding (see `tabular_read`), so
-    cells are checked for them. `missing`: cells that are missing values (the feature's
-    `tabular_values.missing_tokens`).
-    """
+    """Converts a column of CSV cells (string array, null = missing). `escapes`: the input
+    held bytes invalid in its encoding (`Chunk.escapes`); `missing`: the feature's
+    `values.missing_tokens`."""
     errors: dict[int, RowError] = {}
     null = pa.scalar(None, pa.string())
     if "" in missing:
@@ -242,7 +232,10 @@ def text_feature(feature: FeatureSpec, arr: pa.Array, *, max_length: int,
         arr = pc.if_else(pc.is_in(arr, value_set=pa.array(words, pa.string())), null, arr)
     ok = _valid(arr)
     if escapes:
-        _encoding_errors(arr, ok, feature.source_column, errors)
+        bad = _mask(pc.match_substring_regex(arr, ESCAPE_PATTERN)) & ok
+        for i in np.flatnonzero(bad).tolist():
+            errors[i] = row_error("invalid_encoding", feature.source_column, NOT_IN_ENCODING)
+        ok &= ~bad
     if not feature.is_list:
         return FeatureColumn(_text_scalars(feature, arr, ok, max_length, errors), errors)
     # Lists: an empty cell is the empty list, other cells are split on the separator.
@@ -511,10 +504,8 @@ def finish_feature(feature: FeatureSpec, column: FeatureColumn) -> FeatureColumn
 
 
 def key_text_array(arr: pa.Array | None, num_rows: int, *, text: bool) -> pa.Array:
-    """The split-key text of each value as a binary array ("" for missing).
-
-    CSV cells are their own text; typed values use `tabular_values.canonical_text`.
-    """
+    """The split-key text of each value as a binary array ("" for missing): CSV cells are
+    their own text, typed values their `values.canonical_text`."""
     if arr is None:
         return pa.array([b""] * num_rows, pa.binary())
     if isinstance(arr, pa.ChunkedArray):

@@ -341,17 +341,6 @@ def convert_value(feature: FeatureSpec, value: Any, *, text: bool, max_length: i
     return [_typed_scalar(feature, value, column, max_length)]
 
 
-def finish_value(feature: FeatureSpec, values: list | None) -> list | None:
-    """Applies `default` and `required` to a converted value (None = missing)."""
-    if values is not None:
-        return values
-    if feature.default is not None:
-        return list(feature.default) if feature.is_list else [feature.default]
-    if feature.required:
-        raise row_error("missing_required", feature.source_column, MISSING_REQUIRED.format(feature.name))
-    return None
-
-
 class RowConverter:
     """Converts one row (a mapping of column name to value) to Example features.
 
@@ -383,7 +372,11 @@ class RowConverter:
             values = convert_value(feature, row.get(feature.source_column), text=self.text,
                                    max_length=self.spec.max_bytes_length, escapes=self.escapes,
                                    missing=missing)
-            values = finish_value(feature, values)
+            if values is None and feature.default is not None:
+                values = list(feature.default) if feature.is_list else [feature.default]
+            elif values is None and feature.required:
+                raise row_error("missing_required", feature.source_column,
+                                MISSING_REQUIRED.format(feature.name))
             if values is not None:
                 out[feature.name] = (feature.kind, values)
         return out

@@ -373,16 +373,12 @@ def _blocks(read: Callable[[int], bytes], quote: int | None,
 
 @dataclasses.dataclass(frozen=True)
 class RangeCount:
-    """What reading some bytes of a file found, given the state at their start.
-
-    Attributes:
-      records: non-empty records ended in them (a CSV header among them included).
-      lines: LF bytes in them.
-      quoted_at_end: whether their end lies inside a quoted field.
-      first_start: (offset, records, lines) at the first record start after a record end
-        in them, once they ended a non-empty record (None: none).
-      paths: how each block this reading counted itself was read ("plain", "quoted": the fast
-        paths; "general"; "inside": general, begun inside a quoted field); not compared.
+    """What reading some bytes of a file found, given the state at their start: the
+    non-empty `records` ended in them (a CSV header included), their LF bytes (`lines`),
+    whether their end lies inside a quoted field, and `first_start`, (offset, records, lines)
+    at the first record start after a record end once they ended a non-empty record (None:
+    none). `paths`: how each block this reading counted itself was read ("plain", "quoted":
+    the fast paths; "general"; "inside": general, begun inside a quoted field); not compared.
     """
 
     records: int
@@ -394,11 +390,10 @@ class RangeCount:
 
 def count_range(read: Callable[[int], bytes], start: int, dialect: TextDialect,
                 block_bytes: int = BLOCK_BYTES) -> tuple[RangeCount, RangeCount | None]:
-    """Counts the bytes of a file that `read(n)` returns from `start` on (b"" at the range's
-    end), in both states the byte before `start` (an LF) can leave: it ended a record outside
-    quotes, or it lay inside a quoted field (None where none can be: JSON Lines, CSV without
-    quoting, `start` 0, read from the file's start). `start` must be 0 or just after an LF,
-    the range's end the file's size or just after an LF.
+    """Counts the bytes `read(n)` returns from `start` (0 or just after an LF) to the range's
+    end (b""; the file's size or just after an LF), in both states the LF before `start` can
+    leave: it ended a record outside quotes, or lay inside a quoted field (None where none
+    can be: JSON Lines, CSV without quoting, `start` 0).
 
     The two readings share everything after the first block at whose end their states agree
     (a quoted field closing, in most files within the first block), so the second costs

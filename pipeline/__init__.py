@@ -115,14 +115,12 @@ naming the lines to add or remove, when a module is missing here or listed but g
     csv_reader.py       reading CSV/TSV work units in chunks
     infer.py            type inference, spec resolution, the `--dry-run` estimate
     json_reader.py      reading JSON Lines work units in chunks
-    parquet_reader.py   reading Parquet work units in chunks of Arrow arrays
     plan.py             `plan_tabular`: the input's files as work units
     range_cuts.py       finding the record starts of large text files in the workers
     read.py             `read_chunks`: a work unit through the reader of its format
-    sequence_spec.py    the spec's `sequence:` section
+    sequence_spec.py    the spec's `sequence:` section, and the spec's error type and checks
     sniff.py            refusing input that is not what `--format` says, from its first bytes
     spec.py             the conversion spec: which columns become which features, and how
-    spec_errors.py      the spec's error type and the checks every spec section uses
     split_units.py      cutting large text files into byte-range work units
     temporal.py         the text of Arrow date and time values
     transform.py        the Beam side: `ConvertTabular`

@@ -1,15 +1,9 @@
 """Where a CSV/TSV or JSON Lines file's records start, exactly with quoted newlines: the
-counting behind a text file's cut (`transforms.tabular.range_cuts`) and the CSV reader's
-blocks. A range, from the byte after an LF, is counted in both states that LF can leave
-(`count_range`): it ended a record outside quotes, or it lay inside a quoted field; the chain
-of the counts from the file's start says which is true. The CSV reader cuts its blocks where
-their last record ends (`last_record_end`) and finds a file ending inside a quoted field
-(`open_quote_start`).
-
-The contract is that of Beam's splittable text source: the range [start, end) holds the
-records that start in it. A boundary is always the byte after an LF that ends a record; with
-the counts before it a range's reader numbers its rows and lines as the whole file would
-(dead letters keep their true `row` and `line`).
+counting behind a text file's cut (`range_cuts`: `count_range`) and the CSV reader's blocks
+(`last_record_end`, `open_quote_start`). As in Beam's splittable text source, the range
+[start, end) holds the records that start in it; a boundary is the byte after an LF that
+ends a record, and with the counts before it a range's reader numbers its rows and lines as
+the whole file would (dead letters keep their true `row` and `line`).
 
 CSV quoting follows Arrow's CSV parser, which the reader uses: a quote opens a quoted field
 only at a field start (after a delimiter, a line end, or at the file start); inside one a
@@ -56,15 +50,10 @@ _IS_WHITESPACE[list(_WHITESPACE)] = True
 
 @dataclasses.dataclass(frozen=True)
 class TextDialect:
-    """How a text file's bytes delimit records.
-
-    Attributes:
-      kind: "csv" (CSV/TSV as Arrow reads it) or "jsonl" (one record per LF-ended line).
-      quote: CSV: the quote byte, or None when quoting is off.
-      delimiter: CSV: the field delimiter byte.
-      header: CSV: the first record holds the column names (not a data row).
-      bom: a UTF-8 byte order mark opening the file is dropped by the reader (not data).
-    """
+    """How a text file's bytes delimit records: `kind` "csv" (as Arrow reads it) or "jsonl"
+    (one record per LF-ended line); for CSV the `quote` byte (None: quoting off), the
+    `delimiter` byte and whether a `header` record opens the file; `bom`: a UTF-8 byte order
+    mark opening the file is dropped by the reader (not data)."""
 
     kind: str
     quote: int | None = None
@@ -75,13 +64,8 @@ class TextDialect:
 
 @dataclasses.dataclass(frozen=True)
 class Boundary:
-    """A record start: where a byte range may begin.
-
-    Attributes:
-      offset: byte offset of the record's first byte (just after an LF).
-      rows_before: data rows before it (header and blank lines excluded).
-      lines_before: LF bytes before it (JSON Lines line numbers are 1 + this + ...).
-    """
+    """A record start (just after an LF): where a byte range may begin, with the data rows
+    (header and blank lines excluded) and the LF bytes before it."""
 
     offset: int
     rows_before: int
@@ -90,15 +74,10 @@ class Boundary:
 
 @dataclasses.dataclass(frozen=True)
 class Scan:
-    """A file's cut (`range_cuts.cuts_of`).
-
-    Attributes:
-      size: the file's size.
-      boundaries: the candidates that are record starts, increasing, distinct, inside the
-        file (0 < offset < size), after the CSV header.
-      open_quote: the file ends inside a quoted field (the reader then dead-letters the
-        lines the unclosed quote would swallow, which needs the whole file in one unit).
-    """
+    """A file's cut (`range_cuts.cuts_of`): its record starts after the CSV header,
+    increasing, inside the file (0 < offset < size); `open_quote`: the file ends inside a
+    quoted field (the reader then dead-letters the lines the unclosed quote would swallow,
+    which needs the whole file in one unit)."""
 
     size: int
     boundaries: tuple[Boundary, ...]
@@ -394,16 +373,12 @@ def _blocks(read: Callable[[int], bytes], quote: int | None,
 
 @dataclasses.dataclass(frozen=True)
 class RangeCount:
-    """What reading some bytes of a file found, given the state at their start.
-
-    Attributes:
-      records: non-empty records ended in them (a CSV header among them included).
-      lines: LF bytes in them.
-      quoted_at_end: whether their end lies inside a quoted field.
-      first_start: (offset, records, lines) at the first record start after a record end
-        in them, once they ended a non-empty record (None: none).
-      paths: how each block this reading counted itself was read ("plain", "quoted": the fast
-        paths; "general"; "inside": general, begun inside a quoted field); not compared.
+    """What reading some bytes of a file found, given the state at their start: the
+    non-empty `records` ended in them (a CSV header included), their LF bytes (`lines`),
+    whether their end lies inside a quoted field, and `first_start`, (offset, records, lines)
+    at the first record start after a record end once they ended a non-empty record (None:
+    none). `paths`: how each block this reading counted itself was read ("plain", "quoted":
+    the fast paths; "general"; "inside": general, begun inside a quoted field); not compared.
     """
 
     records: int
@@ -415,11 +390,10 @@ class RangeCount:
 
 def count_range(read: Callable[[int], bytes], start: int, dialect: TextDialect,
                 block_bytes: int = BLOCK_BYTES) -> tuple[RangeCount, RangeCount | None]:
-    """Counts the bytes of a file that `read(n)` returns from `start` on (b"" at the range's
-    end), in both states the byte before `start` (an LF) can leave: it ended a record outside
-    quotes, or it lay inside a quoted field (None where none can be: JSON Lines, CSV without
-    quoting, `start` 0, read from the file's start). `start` must be 0 or just after an LF,
-    the range's end the file's size or just after an LF.
+    """Counts the bytes `read(n)` returns from `start` (0 or just after an LF) to the range's
+    end (b""; the file's size or just after an LF), in both states the LF before `start` can
+    leave: it ended a record outside quotes, or lay inside a quoted field (None where none
+    can be: JSON Lines, CSV without quoting, `start` 0).
 
     The two readings share everything after the first block at whose end their states agree
     (a quoted field closing, in most files within the first block), so the second costs

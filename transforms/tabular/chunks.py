@@ -79,22 +79,20 @@ class Failure:
 
 @dataclasses.dataclass
 class Chunk:
-    """The rows of one chunk of input.
+    """The rows of one chunk of input (the `index`th of its work unit).
 
     Attributes:
-      index: position of the chunk within its work unit.
       mode: "text" (CSV cells as Arrow strings), "typed" (Arrow arrays) or "python"
         (lists of parsed JSON values).
-      num_rows: number of parsed rows (failures excluded).
-      columns: column name -> values of the parsed rows; a column absent from the chunk
-        is missing in every row.
+      num_rows: parsed rows (failures excluded).
+      columns: column name -> values of the parsed rows; an absent column is missing in
+        every row.
       row_numbers: 1-based row number of each parsed row within its file.
-      raw: raw record of parsed row i, for dead letters.
+      raw, details: the raw record and extra dead-letter fields (e.g. the JSON line number)
+        of parsed row i.
       whole_row_keys: split key bytes of every parsed row when the spec has no split_key;
         None: the `split_keys` of all the chunk's columns.
-      failures: rows rejected while reading.
       escapes: CSV only: the input held bytes invalid in its encoding.
-      details: extra dead-letter fields of parsed row i (e.g. the JSON line number).
     """
 
     index: int

@@ -24,9 +24,19 @@ from transforms.tabular.values import (
     ASCII_WHITESPACE,
     ESCAPE_PATTERN,
     FLOAT_PATTERN,
+    FLOAT_RANGE,
+    INT_RANGE,
+    MISSING_REQUIRED,
+    NAN_REJECTED,
+    NESTED,
+    NOT_IN_ENCODING,
+    NOT_UTF8,
+    NULL_ELEMENT,
+    TOO_LONG,
     RowError,
     canonical_text,
     convert_value,
+    row_error,
     text_to_float,
     text_to_int,
 )
@@ -97,21 +107,19 @@ def _fallback(rows: np.ndarray, get, convert, values, ok, errors) -> None:
 
 def _finish_floats(feature: FeatureSpec, f64: np.ndarray, ok: np.ndarray,
                    errors: dict[int, RowError]) -> np.ndarray:
-    """float64 -> float32 with the range and NaN checks of `tabular_values.check_float`."""
+    """float64 -> float32 with the range and NaN checks of `values.check_float`."""
     column = feature.source_column
     with np.errstate(over="ignore", invalid="ignore"):
         f32 = f64.astype(np.float32)
     finite = np.isfinite(f64)
     overflow = ok & finite & ~np.isfinite(f32)
     for i in np.flatnonzero(overflow).tolist():
-        errors[i] = RowError("float_out_of_range", column,
-                             f"column {column!r}: {float(f64[i])!r} is outside the float32 range")
+        errors[i] = row_error("float_out_of_range", column, FLOAT_RANGE.format(repr(float(f64[i]))))
     ok &= ~overflow
     if feature.nan == "reject":
         rejected = ok & ~finite
         for i in np.flatnonzero(rejected).tolist():
-            errors[i] = RowError("nan_rejected", column,
-                                 f"column {column!r}: {float(f64[i])} rejected by nan: reject")
+            errors[i] = row_error("nan_rejected", column, NAN_REJECTED.format(float(f64[i])))
         ok &= ~rejected
     return f32
 
@@ -122,9 +130,7 @@ def _check_lengths(feature: FeatureSpec, values: pa.Array, ok: np.ndarray, max_l
     too_long = ok & (lengths > max_length)
     column = feature.source_column
     for i in np.flatnonzero(too_long).tolist():
-        errors[i] = RowError("value_too_long", column,
-                             f"column {column!r}: value of {int(lengths[i])} bytes is longer "
-                             f"than max_bytes_length {max_length}")
+        errors[i] = row_error("value_too_long", column, TOO_LONG.format(int(lengths[i]), max_length))
     ok &= ~too_long
 
 
@@ -210,22 +216,11 @@ def _text_scalars(feature: FeatureSpec, arr: pa.Array, ok: np.ndarray, max_lengt
     return pa.array(values, type=TARGET_TYPES[feature.type], mask=~ok)
 
 
-def _encoding_errors(arr: pa.Array, ok: np.ndarray, column: str, errors) -> None:
-    bad = _mask(pc.match_substring_regex(arr, ESCAPE_PATTERN)) & ok
-    for i in np.flatnonzero(bad).tolist():
-        errors[i] = RowError("invalid_encoding", column,
-                             f"column {column!r}: bytes not valid in the input encoding")
-    ok &= ~bad
-
-
 def text_feature(feature: FeatureSpec, arr: pa.Array, *, max_length: int,
                  escapes: bool, missing: Collection[str]) -> FeatureColumn:
-    """Converts a column of CSV cells (string array, null = missing).
-
-    `escapes`: the input held bytes invalid in its encoding (see `tabular_read`), so
-    cells are checked for them. `missing`: cells that are missing values (the feature's
-    `tabular_values.missing_tokens`).
-    """
+    """Converts a column of CSV cells (string array, null = missing). `escapes`: the input
+    held bytes invalid in its encoding (`Chunk.escapes`); `missing`: the feature's
+    `values.missing_tokens`."""
     errors: dict[int, RowError] = {}
     null = pa.scalar(None, pa.string())
     if "" in missing:
@@ -237,7 +232,10 @@ def text_feature(feature: FeatureSpec, arr: pa.Array, *, max_length: int,
         arr = pc.if_else(pc.is_in(arr, value_set=pa.array(words, pa.string())), null, arr)
     ok = _valid(arr)
     if escapes:
-        _encoding_errors(arr, ok, feature.source_column, errors)
+        bad = _mask(pc.match_substring_regex(arr, ESCAPE_PATTERN)) & ok
+        for i in np.flatnonzero(bad).tolist():
+            errors[i] = row_error("invalid_encoding", feature.source_column, NOT_IN_ENCODING)
+        ok &= ~bad
     if not feature.is_list:
         return FeatureColumn(_text_scalars(feature, arr, ok, max_length, errors), errors)
     # Lists: an empty cell is the empty list, other cells are split on the separator.
@@ -284,9 +282,8 @@ def _wrong_type_rows(feature: FeatureSpec, arr: pa.Array, rows: np.ndarray, erro
     column = feature.source_column
     for i in rows.tolist():
         value = python_values(arr.slice(i, 1))[0]  # as_py() fails on some dates (`temporal`)
-        errors[i] = RowError("wrong_type", column,
-                             f"column {column!r}: {arr.type} value {value!r:.80} cannot be a "
-                             f"{feature.type} value")
+        errors[i] = row_error("wrong_type", column,
+                              f"{arr.type} value {value!r:.80} cannot be a {feature.type} value")
 
 
 def _typed_scalars(feature: FeatureSpec, arr: pa.Array, ok: np.ndarray, max_length: int,
@@ -302,9 +299,7 @@ def _typed_scalars(feature: FeatureSpec, arr: pa.Array, ok: np.ndarray, max_leng
         if t == pa.uint64():
             over = _mask(pc.greater(arr, pa.scalar(INT64_MAX, pa.uint64()))) & ok
             for i in np.flatnonzero(over).tolist():
-                errors[i] = RowError("int_out_of_range", column,
-                                     f"column {column!r}: {arr[i].as_py()} is outside the "
-                                     f"int64 range")
+                errors[i] = row_error("int_out_of_range", column, INT_RANGE.format(arr[i].as_py()))
             ok &= ~over
             arr = pc.if_else(ok, arr, pa.scalar(0, t))
         values = pc.cast(arr, pa.int64()).fill_null(0).to_numpy(zero_copy_only=False)
@@ -342,9 +337,7 @@ def _typed_bytes(feature: FeatureSpec, arr: pa.Array, ok: np.ndarray, errors) ->
                     try:
                         values[i].as_py().decode("utf-8")
                     except UnicodeDecodeError:
-                        errors[i] = RowError("invalid_encoding", column,
-                                             f"column {column!r}: string value is not valid "
-                                             f"UTF-8")
+                        errors[i] = row_error("invalid_encoding", column, NOT_UTF8)
                         ok[i] = False
         return values
     if pa.types.is_floating(t):
@@ -371,10 +364,9 @@ def _unwritable_dates(feature: FeatureSpec, arr: pa.Array, rows: np.ndarray, err
     column = feature.source_column
     texts = temporal_text(arr)
     for i in np.flatnonzero(rows).tolist():
-        errors[i] = RowError("wrong_type", column,
-                             f"column {column!r}: {arr.type} value {texts[i].as_py()} is outside "
-                             f"the dates and times Arrow writes as text (years -32767 to 32767, "
-                             f"times of day within 24 h)")
+        errors[i] = row_error("wrong_type", column,
+                              f"{arr.type} value {texts[i].as_py()} is outside the dates and times "
+                              f"Arrow writes as text (years -32767 to 32767, times of day within 24 h)")
 
 
 def _is_list_type(t: pa.DataType) -> bool:
@@ -389,9 +381,8 @@ def _durations(feature: FeatureSpec, arr: pa.Array, ok: np.ndarray,
     flat = pc.list_flatten(arr) if _is_list_type(arr.type) else arr
     if feature.type != "int64" or feature.unit is None:
         for row in np.flatnonzero(ok).tolist():
-            errors[row] = RowError("wrong_type", column,
-                                   f"column {column!r}: {flat.type} values need an int64 feature "
-                                   f"with 'unit' (one of s, ms, us, ns) in the spec")
+            errors[row] = row_error("wrong_type", column, f"{flat.type} values need an int64 feature with "
+                                    "'unit' (one of s, ms, us, ns) in the spec")
         ok[:] = False
         return arr
     target = pa.duration(feature.unit)
@@ -408,9 +399,8 @@ def _durations(feature: FeatureSpec, arr: pa.Array, ok: np.ndarray,
                               pc.cast(flat.slice(j, 1), target)[0].cast(pa.int64()).as_py())
             except pa.ArrowInvalid:
                 row = j if counts is None else int(np.searchsorted(np.cumsum(counts), j, side="right"))
-                errors[row] = RowError("wrong_type", column,
-                                       f"column {column!r}: {flat.type} value {value} is not a "
-                                       f"whole number of {feature.unit}")
+                errors[row] = row_error("wrong_type", column,
+                                        f"{flat.type} value {value} is not a whole number of {feature.unit}")
                 ok[row] = False
                 values.append(None)
         converted = pa.array(values, pa.int64())
@@ -453,16 +443,13 @@ def typed_feature(feature: FeatureSpec, arr: pa.Array, *, max_length: int) -> Fe
         for j in np.flatnonzero(~flat_ok).tolist():
             row = int(np.searchsorted(offsets, j, side="right") - 1)
             if row not in errors:
-                errors[row] = RowError("wrong_type", column,
-                                       f"column {column!r}: null element at index "
-                                       f"{j - int(offsets[row])}")
+                errors[row] = row_error("wrong_type", column, NULL_ELEMENT.format(j - int(offsets[row])))
             ok[row] = False
     flat_errors: dict[int, RowError] = {}
     if _is_list_type(flat.type) or pa.types.is_struct(flat.type) or pa.types.is_map(flat.type):
         bad_rows = np.flatnonzero(ok & (counts > 0))
         for row in bad_rows.tolist():
-            errors[row] = RowError("wrong_type", column,
-                                   f"column {column!r}: nested {flat.type} at index 0")
+            errors[row] = row_error("wrong_type", column, NESTED.format(flat.type, 0))
         ok[bad_rows] = False
         flat_values = pa.nulls(len(flat), TARGET_TYPES[feature.type])
     else:
@@ -509,20 +496,16 @@ def finish_feature(feature: FeatureSpec, column: FeatureColumn) -> FeatureColumn
         return FeatureColumn(pc.fill_null(values, scalar), column.errors)
     if feature.required:
         missing = ~_valid(values)
-        name, source = feature.name, feature.source_column
         for i in np.flatnonzero(missing).tolist():
             if i not in column.errors:
-                column.errors[i] = RowError("missing_required", source,
-                                            f"column {source!r}: required feature {name!r} "
-                                            f"is missing")
+                column.errors[i] = row_error("missing_required", feature.source_column,
+                                             MISSING_REQUIRED.format(feature.name))
     return column
 
 
 def key_text_array(arr: pa.Array | None, num_rows: int, *, text: bool) -> pa.Array:
-    """The split-key text of each value as a binary array ("" for missing).
-
-    CSV cells are their own text; typed values use `tabular_values.canonical_text`.
-    """
+    """The split-key text of each value as a binary array ("" for missing): CSV cells are
+    their own text, typed values their `values.canonical_text`."""
     if arr is None:
         return pa.array([b""] * num_rows, pa.binary())
     if isinstance(arr, pa.ChunkedArray):

@@ -82,12 +82,6 @@ def feature_columns(chunk: Chunk, spec: ConversionSpec) -> list[tuple[FeatureSpe
     return out
 
 
-def _split_keys(chunk: Chunk, spec: ConversionSpec) -> list[bytes]:
-    if spec.split_key or chunk.whole_row_keys is None:
-        return split_keys(chunk, spec.split_key or list(chunk.columns)).to_pylist()
-    return chunk.whole_row_keys()
-
-
 def convert_chunk(chunk: Chunk, spec: ConversionSpec, assigner: SplitAssigner,
                   unit: WorkUnit) -> ChunkResult:
     """Converts one chunk: a RecordBatch per split that received rows of it."""
@@ -107,8 +101,11 @@ def convert_chunk(chunk: Chunk, spec: ConversionSpec, assigner: SplitAssigner,
         row_split = np.zeros(n, np.int64)
         failure_split = [0] * len(chunk.failures)
     else:
-        row_split = np.fromiter((index_of[s] for s in assigner.assign_many(_split_keys(chunk, spec))),
-                                np.int64, n)
+        if spec.split_key or chunk.whole_row_keys is None:
+            keys = split_keys(chunk, spec.split_key or list(chunk.columns)).to_pylist()
+        else:
+            keys = chunk.whole_row_keys()
+        row_split = np.fromiter((index_of[s] for s in assigner.assign_many(keys)), np.int64, n)
         failure_split = [index_of[s] for s in assigner.assign_many([f.key for f in chunk.failures])]
 
     key = batch_key(unit.index, chunk.index)
@@ -169,12 +166,6 @@ def file_failure_batch(unit: WorkUnit, error: Exception, assigner: SplitAssigner
                        dead_letters=[letter], input_count=1), reason
 
 
-def _file_failure(unit: WorkUnit, error: Exception, assigner: SplitAssigner, chunk_index: int,
-                  rows_read: int) -> ChunkResult:
-    batch, reason = file_failure_batch(unit, error, assigner, chunk_index, rows_read)
-    return ChunkResult([batch], 1, 0, collections.Counter({reason: 1}))
-
-
 @dataclasses.dataclass
 class ReadFailure:
     """The work unit's reader failed after `chunks` chunks holding `rows` input rows."""
@@ -214,7 +205,8 @@ def convert_unit(unit: WorkUnit, spec: ConversionSpec, fmt: str, batch_rows: int
 
     def convert(item: Chunk | ReadFailure) -> ChunkResult:
         if isinstance(item, ReadFailure):
-            return _file_failure(unit, item.error, assigner, item.chunks, item.rows)
+            batch, reason = file_failure_batch(unit, item.error, assigner, item.chunks, item.rows)
+            return ChunkResult([batch], 1, 0, collections.Counter({reason: 1}))
         return convert_chunk(item, spec, assigner, unit)
 
     yield from ordered_map(convert, chunks_then_failure(chunks), threads)

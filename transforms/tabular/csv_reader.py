@@ -69,7 +69,7 @@ csv.field_size_limit(max(csv.field_size_limit(), 1 << 30))
 
 class _EscapingReader(ReadStream):
     """A binary stream of the UTF-8 text of `raw` decoded with `encoding`, invalid bytes
-    escaped as private-use code points (see `tabular_values.unescape`).
+    escaped as private-use code points (see `values.unescape`).
 
     UTF-8 input that is valid passes through as it is: Arrow validates each block (about
     ten times faster than decoding it to `str` and encoding it back), and only blocks
@@ -89,7 +89,7 @@ class _EscapingReader(ReadStream):
         self._read_size = read_size
         self._eof = False
         self._position = 0
-        #: Bytes invalid in the encoding were escaped (see `tabular_values.unescape`).
+        #: Bytes invalid in the encoding were escaped.
         self.escapes = False
 
     def _fill(self, size: int) -> None:
@@ -217,14 +217,6 @@ def _csv_cells(text: str, delimiter: str, quotechar: str | None) -> list[str]:
     return next(reader, [])
 
 
-def _header_names(path: str, spec: ConversionSpec, fmt: str, batch_rows: int) -> list[str] | None:
-    """The column names in the header at the start of the file `path`."""
-    with ExitStack() as stack:
-        names, _ = _probe_csv(_EscapingReader(open_input(path, stack), spec.csv.encoding),
-                              spec, fmt, batch_rows)
-    return names
-
-
 def csv_chunks(unit: WorkUnit, fmt: str, spec: ConversionSpec, batch_rows: int) -> Iterator[Chunk]:
     options = spec.csv
     delimiter = options.delimiter_for(fmt)
@@ -233,8 +225,10 @@ def csv_chunks(unit: WorkUnit, fmt: str, spec: ConversionSpec, batch_rows: int) 
     later_range = bool(unit.start)
     with ExitStack() as stack:
         given = None
-        if later_range and options.header:
-            given = _header_names(unit.path, spec, fmt, batch_rows)
+        if later_range and options.header:  # the column names in the file's header
+            with ExitStack() as header_stack:
+                header = _EscapingReader(open_input(unit.path, header_stack), options.encoding)
+                given, _ = _probe_csv(header, spec, fmt, batch_rows)
             if given is None:
                 return
         stream = _EscapingReader(open_input(unit.path, stack, unit.start, unit.end),

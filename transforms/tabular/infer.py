@@ -214,9 +214,8 @@ def _unreadable(path: str, fmt: str, error: Exception) -> str:
     return text if path in text else f"cannot read {path}: {type(error).__name__}: {text}"
 
 
-def _warn_unreadable(sample: _Sample) -> None:
-    """Warns of the files left out of the sample; the conversion dead-letters them."""
-    for reason in sample.unreadable:
+def _warn_unreadable(reasons: list[str]) -> None:
+    for reason in reasons:  # the conversion dead-letters these files
         _LOG.warning("not sampling: %s", reason)
 
 
@@ -294,7 +293,7 @@ def infer_spec(units: Sequence[WorkUnit], fmt: str, *, csv: CsvOptions | None = 
         # The first file's cause: that 0 rows were sampled is not what is wrong.
         more = len(sample.unreadable) - 1
         raise SpecError(sample.unreadable[0] + (f" (and {more} more unreadable files)" if more else ""))
-    _warn_unreadable(sample)
+    _warn_unreadable(sample.unreadable)
     features = _features(sample)
     if not features and units and not sample.rows and not sample.unreadable:
         paths = list(dict.fromkeys(unit.path for unit in units))
@@ -328,7 +327,7 @@ def resolve_spec(units: Sequence[WorkUnit], fmt: str, spec: ConversionSpec | Non
     # of a full sample would cost seconds on wide tables for nothing.
     rows = sample_rows if spec.include_unlisted else min(sample_rows, _COLUMN_CHECK_ROWS)
     sample = _sample(units, fmt, csv, rows)
-    _warn_unreadable(sample)
+    _warn_unreadable(sample.unreadable)
     if spec.include_unlisted:
         used = {f.source_column for f in spec.features} | {f.name for f in spec.features}
         extra = _features(sample, skip=used)
@@ -379,14 +378,10 @@ class OutputEstimate:
     """What --dry-run reports: an estimate from converting the sample.
 
     Attributes:
-      sampled_rows: input rows converted for the estimate.
-      rows: estimated input rows in total (exact when `rows_exact`).
-      rows_exact: the rows were counted: every file read to its end, or Parquet metadata.
-      exact: the whole input was sampled, so every figure is exact, not only the rows.
-      dead_letter_rate: fraction of sampled rows that were dead-lettered.
+      rows: estimated input rows in total; `rows_exact`: counted (every file read to its
+        end, or Parquet metadata); `exact`: the whole input was sampled, every figure exact.
       bytes_per_example: mean framed size of a sampled record, uncompressed.
       compression_ratio: compressed / uncompressed size of the sampled records.
-      output_bytes: estimated bytes of all shards.
       shards: estimated shard count per split (every work unit writes its own shards).
     """
 

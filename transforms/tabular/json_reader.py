@@ -1,9 +1,7 @@
 """Reading JSON Lines work units in chunks: `JsonLinesReader`. Each line is one JSON object;
 a line that is not (invalid JSON, not an object) is a `Failure` with its line number, and the
 rest of the file converts. A unit may be a byte range of a file, cut after a newline (a JSON
-string holds no raw newline). Column
-types are learned from the values of each chunk (see `transforms.tabular.values` for the
-rules)."""
+string holds no raw newline). Column types are learned from the values of each chunk."""
 
 from __future__ import annotations
 
@@ -91,7 +89,11 @@ def parse_json_line(line: bytes) -> dict:
         kind = "null" if obj is None else _JSON_KINDS.get(type(obj), "number")
         raise JsonLineError("invalid_json", f"a JSON {kind}, not an object")
     if _SURROGATE_ESCAPE.search(line):
-        _check_surrogates(obj)
+        try:
+            json.dumps(obj, ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError as error:
+            raise JsonLineError("invalid_encoding", f"a \\u escape of a lone surrogate "
+                                f"(U+{ord(error.object[error.start]):04X}) is no character") from None
     return obj
 
 
@@ -100,16 +102,6 @@ def parse_json_line(line: bytes) -> dict:
 # refuses the chunk ("surrogate pair ... invalid"), so only this path meets one, and only
 # lines holding such an escape (a pair is one as well) are checked.
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
-
-
-def _check_surrogates(obj: dict) -> None:
-    try:
-        json.dumps(obj, ensure_ascii=False).encode("utf-8")
-    except UnicodeEncodeError as error:
-        raise JsonLineError(
-            "invalid_encoding", f"a \\u escape of a lone surrogate "
-                                f"(U+{ord(error.object[error.start]):04X}) is no character"
-        ) from None
 
 
 _JSON_KINDS = {bool: "boolean", str: "string", list: "array"}
@@ -155,23 +147,16 @@ def _arrow_type_for(feature_type: str, is_list: bool) -> pa.DataType:
 _ARROW_TYPES = {"bool": pa.bool_(), "int": pa.int64(), "float": pa.float64(), "str": pa.string()}
 
 
+_KINDS = ((bool, "bool"), (int, "int"), (float, "float"), (str, "str"), (list, "list"))
+
+
 def _value_kinds(values: Sequence[Any]) -> set:
-    kinds: set = set()
-    for value in values:
-        if value is None:
-            continue
-        if isinstance(value, bool):
-            kinds.add("bool")
-        elif isinstance(value, int):
-            kinds.add("int" if INT64_MIN <= value <= INT64_MAX else "big")
-        elif isinstance(value, float):
-            kinds.add("float")
-        elif isinstance(value, str):
-            kinds.add("str")
-        elif isinstance(value, list):
-            kinds.add("list")
-        else:
-            kinds.add("other")
+    kinds = {next((kind for t, kind in _KINDS if isinstance(value, t)), "other")
+             for value in values if value is not None}
+    # An int beyond int64 adds "big", for which no Arrow type reads the column.
+    if "int" in kinds and not all(INT64_MIN <= v <= INT64_MAX for v in values
+                                  if isinstance(v, int) and not isinstance(v, bool)):
+        kinds.add("big")
     return kinds
 
 

@@ -1,25 +1,18 @@
-"""Making raw byte ranges of large text files exact, in one formulation wherever it runs:
-`cut_now`, `CutRangesInWorkers`.
+"""Making the raw byte ranges of large text files (`split_units`) exact, the same wherever it
+runs: `cut_now` (launcher threads or Dask tasks, before the run) or `CutRangesInWorkers` (the
+graph's first steps, on runners whose workers read the files: ScanRanges counts each raw range
+in parallel; PlaceRanges chains each file's counts, a side input of one small record per range,
+into units [record start, next record start) with their row and line offsets).
 
-The planner cuts a large file at even byte targets (`cut_targets`: a function of its size
-and range count only) into raw ranges (`split_units.split_text_units`). Range k is read from
-its candidate start, the byte after the first LF at or after target k - 1, to the next
-range's (`scan_range`), and counted in both quote states its start can be in
-(`byte_ranges.count_range`); the chain of counts (`cuts_of`) then makes the raw ranges exact
-ranges starting at the first record start at or after each target. So the cut depends on
-the file's bytes and the targets alone: run on the launcher's threads or as Dask tasks
-before the run (`cut_now`), or as the graph's first steps on runners whose workers read the
-files (`CutRangesInWorkers`: ScanRanges counts each raw range in parallel; PlaceRanges, with
-every range's counts as a side input, one small record per range, chains its file's states
-and makes each unit [record start, next record start) with its row and line offsets).
-
-A range in which no record starts (one record spans it) joins the one before: the raw range
-yields no unit. A file that ends inside a quoted field, or that could not be read, becomes
-one unit (its first range's index) that the converter reads whole (a warning names it).
-Units that are not raw ranges pass unchanged. `cut_now` exists for runners whose side inputs
-cost more (Beam 2.77's DaskRunner computes a side input inside each task that reads it: the
-task leaves its thread while waiting, so every conversion task of the run starts at once and
-stays on the worker it started on, whatever their balance).
+Each range is counted in both quote states its start can be in (`scan_range`), and the chain
+of counts (`cuts_of`) puts each cut at the first record start at or after its target
+(`cut_targets`, a function of the size and range count only): the cut depends on the file's
+bytes alone. A range in which no record starts joins the one before (it yields no unit). A
+file that ends inside a quoted field, or could not be read, becomes one unit (its first
+range's index) read whole, named in a warning. Other units pass unchanged. `cut_now` exists
+for runners whose side inputs cost more (Beam 2.77's DaskRunner computes a side input inside
+each task that reads it: the task leaves its thread while waiting, so every conversion task
+starts at once and stays on the worker it started on, whatever their balance).
 """
 
 from __future__ import annotations
@@ -53,22 +46,11 @@ _LOG = logging.getLogger(__name__)
 
 @dataclasses.dataclass(frozen=True)
 class RangeScan:
-    """One range of a file cut in the workers, counted without knowing what comes before it.
-
-    A range k > 0 of a file cut at targets t_1 < t_2 < ... is read from `start`, the byte
-    after the first LF at or after t_k - 1 (its candidate record start), to `end`, the next
-    range's `start` (or the file's size). That LF either ended a record outside quotes or
-    lay inside a quoted field; `outside` and `inside` are the counts in either case. The
-    first range starts at 0 in the file's own initial state (`outside` only).
-
-    Attributes:
-      range: k, the range's position in its file.
-      start, end: the bytes counted.
-      outside: the counts when the LF before `start` ended a record (range 0: from the
-        file's start).
-      inside: the counts when it lay inside a quoted field; None where none can be (JSON
-        Lines, CSV without quoting, the first range).
-    """
+    """Range `range` (k) of a file, counted without knowing what comes before it: from
+    `start`, the byte after the first LF at or after target k - 1 (range 0: the file's
+    start), to `end`, the next range's `start` (or the file's size). `outside`: the counts
+    when that LF ended a record; `inside`: when it lay inside a quoted field (None where
+    none can be: JSON Lines, CSV without quoting, the first range)."""
 
     range: int
     start: int
@@ -99,9 +81,8 @@ def _candidate_start(f, target: int, size: int) -> int:
 
 def scan_range(f, k: int, cuts: Sequence[int], dialect: TextDialect,
                block_bytes: int = BLOCK_BYTES) -> RangeScan:
-    """The `RangeScan` of range `k` of the seekable binary file `f`, cut at `cuts` (0, the
-    targets t_1 < ... < t_{n-1}, then the file's size): reads from its candidate record start
-    to the next range's, both found from the targets alone."""
+    """The `RangeScan` of range `k` of the seekable binary file `f` cut at `cuts` (0, the
+    targets, then the file's size)."""
     size = cuts[-1]
     start = 0 if k == 0 else _candidate_start(f, cuts[k], size)
     end = size if k + 2 >= len(cuts) else max(_candidate_start(f, cuts[k + 1], size), start)
@@ -173,8 +154,7 @@ _Placements = dict[str, tuple[_Placed | None, str]]  # path -> (its placed range
 
 
 def _scan_unit(unit: WorkUnit, dialect: TextDialect) -> _Scanned | None:
-    """A raw range's (path, range index, `RangeScan` or why the file could not be read);
-    None for other units."""
+    """A raw range's `_Scanned`; None for other units."""
     cut = _cut_of(unit)
     if cut is None:
         return None
@@ -249,8 +229,7 @@ class _PlaceRange(beam.DoFn):
 
 
 class CutRangesInWorkers(beam.PTransform):
-    """Work units -> the same units, raw byte ranges replaced by exact ones (module
-    docstring). `dialect`: how the files' bytes delimit records."""
+    """Work units -> the same units, raw byte ranges replaced by exact ones."""
 
     def __init__(self, dialect: TextDialect):
         super().__init__()

@@ -12,15 +12,16 @@ worker holds at most this many bytes of a bucket's rows at once, plus one group)
 Rows dropped by `truncate` are dead letters (`sequence_truncated`), so every input row is
 either in a written SequenceExample or a dead letter. `SequenceSpec.feature_spec` gives the
 `feature_spec.json` of such an output.
+
+Here too: the spec's error type and the checks every spec section uses (`spec` imports them).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import difflib
 from collections.abc import Mapping, Sequence
 from typing import Any
-
-from transforms.tabular.spec_errors import SpecError, check_positive_int, reject_unknown_keys
 
 __all__ = [
     "CONTEXT_MISMATCH_POLICIES",
@@ -30,7 +31,39 @@ __all__ = [
     "OVERFLOW_POLICIES",
     "SEQUENCE_RECORD",
     "SequenceSpec",
+    "SpecError",
+    "check_bool",
+    "check_positive_int",
+    "reject_unknown_keys",
 ]
+
+
+class SpecError(ValueError):
+    """A conversion spec is malformed; the message names the offending key."""
+
+
+def reject_unknown_keys(where: str, given: Mapping, allowed: Sequence[str]) -> None:
+    """Raises SpecError for the first key of `given` not in `allowed`, suggesting a close one."""
+    for key in given:
+        if key not in allowed:
+            close = difflib.get_close_matches(str(key), allowed, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise SpecError(f"{where}: unknown key {key!r}{hint}; allowed keys: {', '.join(allowed)}")
+
+
+def check_bool(where: str, key: str, value: Any) -> bool:
+    """Returns `value` when it is true or false; raises SpecError naming `key` otherwise."""
+    if not isinstance(value, bool):
+        raise SpecError(f"{where}: {key!r} must be true or false, got {value!r}")
+    return value
+
+
+def check_positive_int(where: str, key: str, value: Any) -> int:
+    """Returns `value` when it is an integer of at least 1; raises SpecError naming `key` otherwise."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise SpecError(f"{where}: {key!r} must be a positive integer, got {value!r}")
+    return value
+
 
 CONTEXT_MISMATCH_POLICIES = ("dead_letter", "first")
 OVERFLOW_POLICIES = ("split", "truncate")

@@ -4,14 +4,10 @@ A Parquet file read as CSV, JSON Lines read as CSV, a CSV read as TSV or JSON Li
 `;`-separated CSV read with `,` all "convert" into garbage one-column tables, or fail later
 with a message that hides the cause. `check_format` reads the start of a file (at most
 `SNIFF_BYTES`, decompressed when the name ends in `.gz`) and raises `InputFormatError`
-naming the real cause and the fix:
-
-* Parquet (`PAR1` magic) or gzip (`1f 8b`) bytes where the format or the name says otherwise;
-* a first line that is a JSON object for csv/tsv, or one that is not for jsonl;
-* for csv/tsv, the delimiter: the header and the sample rows must split into the same number
-  of fields (quotes respected). When the expected delimiter gives one column but another
-  common one (`,` tab `;` `|` space) splits every sampled line into the same number of two or
-  more fields, the file is refused with that delimiter named.
+naming the real cause and the fix: Parquet (`PAR1`) or gzip (`1f 8b`) magic where the format
+or the name says otherwise; a first line that is a JSON object for csv/tsv, or one that is
+not for jsonl; for csv/tsv, an expected delimiter giving one column where another common one
+(`,` tab `;` `|` space) splits every sampled line into the same 2+ fields (quotes respected).
 
 It only refuses what it is sure of: a file it cannot tell apart (one column, ragged rows that
 no delimiter explains) is left to the readers, which dead-letter bad rows one by one.

@@ -25,8 +25,13 @@ import yaml
 from transforms.format.example_codec import INT64_MAX, INT64_MIN
 from transforms.reading.features import MASK_SUFFIX
 from transforms.splits import check_split_name
-from transforms.tabular.sequence_spec import SequenceSpec
-from transforms.tabular.spec_errors import SpecError, check_bool, check_positive_int, reject_unknown_keys
+from transforms.tabular.sequence_spec import (
+    SequenceSpec,
+    SpecError,
+    check_bool,
+    check_positive_int,
+    reject_unknown_keys,
+)
 
 __all__ = [
     "DEFAULT_MAX_BYTES_LENGTH",

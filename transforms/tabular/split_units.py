@@ -1,13 +1,11 @@
 """Cutting large CSV/TSV and JSON Lines files into byte-range work units: `split_text_units`.
 
 Every uncompressed text file larger than `work_unit_bytes` is cut at even byte targets into
-about size / work_unit_bytes raw ranges, whose record starts `range_cuts` then finds: on the
-launcher's threads here, or with `cut_in_workers` in the workers, where the raw ranges'
-`extra["cut"]` = {"range", "ranges", "file_size"} says which they are. Either way a range's
-unit has `start`/`end` (bytes) and `extra = {"size", "row_offset", "line_offset"}`, so the
-readers number rows and lines as in the whole file. A file's ranges keep their raw ranges'
-unit indices (a range joined to the one before leaves a gap), so batch keys stay unique and
-in file order.
+raw ranges (`extra["cut"]` = {"range", "ranges", "file_size"}) whose record starts
+`range_cuts` finds, here or in the workers. A range's unit has `start`/`end` (bytes) and
+`extra = {"size", "row_offset", "line_offset"}`, so the readers number rows and lines as in
+the whole file. A file's ranges keep their raw ranges' unit indices (a range joined to the
+one before leaves a gap), so batch keys stay unique and in file order.
 
 A plan with few units leaves workers idle at its end, so a plan asking for `balance` with
 fewer than `BALANCE_UNITS` units cuts its files into ranges of about total input /
@@ -58,16 +56,9 @@ _LISTED_FILES = 50
 
 @dataclasses.dataclass(frozen=True)
 class FileSplit:
-    """How one file larger than the target was planned.
-
-    Attributes:
-      path: the file.
-      size: its size in bytes.
-      work_units: how many byte ranges it became (1: read whole).
-      kept_whole: why it is one unit, when it is.
-      cut_in_workers: its record starts are found by the workers (`work_units` raw ranges,
-        some of which may join the one before).
-    """
+    """How one file larger than the target was planned: `work_units` byte ranges (1: read
+    whole, `kept_whole` saying why), or `cut_in_workers`: that many raw ranges whose record
+    starts the workers find (some may join the one before)."""
 
     path: str
     size: int
@@ -195,13 +186,9 @@ def _file_ranges(unit: WorkUnit, why: str | None, count: int
 def split_text_units(units: Sequence[WorkUnit], fmt: str, csv: CsvOptions | None = None,
                      work_unit_bytes: int = DEFAULT_WORK_UNIT_BYTES, *, balance: bool = False,
                      cut_in_workers: bool = False) -> SplitPlan:
-    """The work units of `plan_tabular` with every CSV/TSV/JSON Lines file larger than
-    `work_unit_bytes` cut into byte ranges (module docstring), in plan order; with `balance`
-    and fewer than `BALANCE_UNITS` units, large files are cut further.
-    `cut_in_workers`: cut at byte targets only, leaving the record starts to the workers.
-
-    `csv`: the resolved spec's CSV options (delimiter, quote, header, encoding). Other
-    formats (Parquet: a unit per row group) come back as they are.
+    """The work units of `plan_tabular`, text files cut into byte ranges (module docstring),
+    in plan order. `cut_in_workers`: cut at byte targets only, leaving the record starts to
+    the workers. `csv`: the resolved spec's CSV options. Parquet units come back as they are.
     """
     if work_unit_bytes < 1:
         raise ValueError(f"work_unit_bytes must be positive, got {work_unit_bytes}")

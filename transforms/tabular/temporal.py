@@ -1,16 +1,14 @@
 """The text of Arrow date and time values, made from their integers (Beam-free).
 
-pyarrow's `as_py()` gives Python `datetime`/`date`/`time`/`timedelta` objects, which cannot
-hold nanoseconds that are no whole microsecond (pandas writes `timestamp[ns]` by default),
-years outside 1-9999 or more than 999999999 days: it raises, and one such value in a split
-key or a dead letter's `raw` failed the whole job. `temporal_text` computes every value's text
-from its integers with numpy (and Arrow's time zone database for zoned timestamps): what
-`str()` of the Python object gives where there is one, so split keys stay what they were, and
-beyond, the same pattern carried on (nine fractional digits, years past 9999 or below 1 as
-Arrow writes them, any number of days). `python_values` is `to_pylist()` with such values at
-any depth as `TemporalText`; `arrow_writable` says which values Arrow's own cast to string
-writes as what they are. One difference remains: Arrow applies no daylight saving time after
-2037 where Python's zoneinfo carries the rules on (named zones only).
+pyarrow's `as_py()` raises on values Python's datetime types cannot hold (nanoseconds that
+are no whole microsecond, as pandas writes by default; years outside 1-9999; more than
+999999999 days), and one such value in a split key or a dead letter's `raw` failed the whole
+job. `temporal_text` computes every value's text from its integers with numpy (and Arrow's
+time zone database for zoned timestamps): `str()` of the Python object where there is one, so
+split keys stay what they were, and beyond, the same pattern carried on. `python_values` is
+`to_pylist()` with such values as `TemporalText`; `arrow_writable` says which values Arrow's
+own cast to string writes as they are. One difference remains: Arrow applies no daylight
+saving time after 2037 where Python's zoneinfo carries the rules on (named zones only).
 """
 
 from __future__ import annotations

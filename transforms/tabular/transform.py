@@ -1,10 +1,6 @@
-"""Tabular sources (CSV/TSV, JSON Lines, Parquet) to tf.train.Example batches: the Beam DoFn
-`ConvertTabular` and its `TabularConfig`.
-
-`ConvertTabular.process(unit)` reads a work unit (`plan.plan_tabular`, `split_units`) in
-chunks of about `batch_rows` rows with the resolved spec (`infer.resolve_spec`) and yields,
-per chunk and split, one `RecordBatch` (`convert.convert_chunk`). Metrics (namespace
-"tfrecord_pipeline"): `rows_read`, `records_written`, `dead_letter` and
+"""Tabular sources to tf.train.Example batches: the Beam DoFn `ConvertTabular` (a work unit
+-> one `RecordBatch` per chunk and split, `convert.convert_unit`) and its `TabularConfig`.
+Metrics (namespace "tfrecord_pipeline"): `rows_read`, `records_written`, `dead_letter` and
 `dead_letter_<reason>` per reason code.
 """
 

@@ -105,6 +105,23 @@ class RowError(DeadLetterError):
         super().__init__(reason, message, column)
 
 
+# The texts of the rules that `columns` applies too (after the column's name).
+INT_RANGE = "{} is outside the int64 range"
+FLOAT_RANGE = "{} is outside the float32 range"
+NAN_REJECTED = "{} rejected by nan: reject"
+TOO_LONG = "value of {} bytes is longer than max_bytes_length {}"
+NOT_IN_ENCODING = "bytes not valid in the input encoding"
+NOT_UTF8 = "string value is not valid UTF-8"
+NULL_ELEMENT = "null element at index {}"
+NESTED = "nested {} at index {}"
+MISSING_REQUIRED = "required feature {!r} is missing"
+
+
+def row_error(reason: str, column: str, detail: str) -> RowError:
+    """A RowError whose message names the column, then `detail`."""
+    return RowError(reason, column, f"column {column!r}: {detail}")
+
+
 def _show(value: Any) -> str:
     text = repr(value)
     return text if len(text) <= 80 else text[:77] + "..."
@@ -163,12 +180,11 @@ def text_to_int(text: str, column: str) -> int:
             value = int(stripped)
             if INT64_MIN <= value <= INT64_MAX:
                 return value
-        raise RowError("int_out_of_range", column,
-                       f"column {column!r}: {_show(text)} is outside the int64 range")
+        raise row_error("int_out_of_range", column, INT_RANGE.format(_show(text)))
     word = BOOL_WORDS.get(stripped.lower())
     if word is not None:
         return word
-    raise RowError("invalid_int", column, f"column {column!r}: {_show(text)} is not an integer")
+    raise row_error("invalid_int", column, f"{_show(text)} is not an integer")
 
 
 def text_to_float(text: str, column: str) -> float:
@@ -177,48 +193,42 @@ def text_to_float(text: str, column: str) -> float:
     if _FLOAT_RE.fullmatch(stripped):
         value = float(stripped)
         if math.isinf(value):  # a finite number written beyond float64 (1e400): not infinity
-            raise RowError("float_out_of_range", column,
-                           f"column {column!r}: {_show(text)} is outside the float32 range")
+            raise row_error("float_out_of_range", column, FLOAT_RANGE.format(_show(text)))
         return value
     lowered = stripped.lower()
     if lowered in NONFINITE_WORDS:
         return NONFINITE_WORDS[lowered]
     if lowered in BOOL_WORDS:
         return float(BOOL_WORDS[lowered])
-    raise RowError("invalid_float", column, f"column {column!r}: {_show(text)} is not a number")
+    raise row_error("invalid_float", column, f"{_show(text)} is not a number")
 
 
 def check_float(value: float, feature: FeatureSpec, column: str) -> float:
     """Applies the float32 range and NaN policy; returns the float32 value as a float."""
     if not math.isfinite(value):
         if feature.nan == "reject":
-            raise RowError("nan_rejected", column,
-                           f"column {column!r}: {value} rejected by nan: reject")
+            raise row_error("nan_rejected", column, NAN_REJECTED.format(value))
         return value
     if abs(value) > _FLOAT32_MAX:
         # Values just above the largest float32 still round down to it.
         with np.errstate(over="ignore"):
             narrowed = np.float32(value)
         if not np.isfinite(narrowed):
-            raise RowError("float_out_of_range", column,
-                           f"column {column!r}: {value!r} is outside the float32 range")
+            raise row_error("float_out_of_range", column, FLOAT_RANGE.format(repr(value)))
         return float(narrowed)
     return float(np.float32(value))
 
 
 def check_bytes(value: bytes, max_length: int, column: str) -> bytes:
     if len(value) > max_length:
-        raise RowError("value_too_long", column,
-                       f"column {column!r}: value of {len(value)} bytes is longer than "
-                       f"max_bytes_length {max_length}")
+        raise row_error("value_too_long", column, TOO_LONG.format(len(value), max_length))
     return value
 
 
 def _text_scalar(feature: FeatureSpec, text: str, column: str, max_length: int,
                  escapes: bool) -> Any:
     if escapes and has_escapes(text):
-        raise RowError("invalid_encoding", column,
-                       f"column {column!r}: bytes not valid in the input encoding")
+        raise row_error("invalid_encoding", column, NOT_IN_ENCODING)
     if feature.type == "int64":
         return text_to_int(text, column)
     if feature.type == "float":
@@ -231,9 +241,8 @@ def _text_scalar(feature: FeatureSpec, text: str, column: str, max_length: int,
 
 
 def _wrong_type(feature: FeatureSpec, value: Any, column: str) -> RowError:
-    return RowError("wrong_type", column,
-                    f"column {column!r}: {type(value).__name__} {_show(value)} cannot be "
-                    f"a {feature.type} value")
+    return row_error("wrong_type", column,
+                     f"{type(value).__name__} {_show(value)} cannot be a {feature.type} value")
 
 
 def _typed_scalar(feature: FeatureSpec, value: Any, column: str, max_length: int) -> Any:
@@ -244,8 +253,7 @@ def _typed_scalar(feature: FeatureSpec, value: Any, column: str, max_length: int
         if isinstance(value, (int, np.integer)):
             value = int(value)
             if not INT64_MIN <= value <= INT64_MAX:
-                raise RowError("int_out_of_range", column,
-                               f"column {column!r}: {value} is outside the int64 range")
+                raise row_error("int_out_of_range", column, INT_RANGE.format(value))
             return value
         raise _wrong_type(feature, value, column)
     if kind == "float":
@@ -255,12 +263,9 @@ def _typed_scalar(feature: FeatureSpec, value: Any, column: str, max_length: int
             try:
                 value = float(value)
             except OverflowError:
-                raise RowError("float_out_of_range", column,
-                               f"column {column!r}: {value} is outside the float32 range"
-                               ) from None
+                raise row_error("float_out_of_range", column, FLOAT_RANGE.format(value)) from None
         if isinstance(value, NumberBeyondFloat64):
-            raise RowError("float_out_of_range", column,
-                           f"column {column!r}: {value.text} is outside the float32 range")
+            raise row_error("float_out_of_range", column, FLOAT_RANGE.format(value.text))
         if isinstance(value, (float, np.floating, decimal.Decimal)):  # Parquet decimals
             return check_float(float(value), feature, column)
         raise _wrong_type(feature, value, column)
@@ -272,8 +277,7 @@ def _typed_scalar(feature: FeatureSpec, value: Any, column: str, max_length: int
             try:
                 value.decode("utf-8")
             except UnicodeDecodeError:
-                raise RowError("invalid_encoding", column,
-                               f"column {column!r}: string value is not valid UTF-8") from None
+                raise row_error("invalid_encoding", column, NOT_UTF8) from None
         return check_bytes(value, max_length, column)
     if isinstance(value, (bool, int, float, np.floating)):
         return check_bytes(canonical_text(value).encode("utf-8"), max_length, column)
@@ -320,8 +324,7 @@ def convert_value(feature: FeatureSpec, value: Any, *, text: bool, max_length: i
         if value == "":
             return []
         if escapes and has_escapes(value):
-            raise RowError("invalid_encoding", column,
-                           f"column {column!r}: bytes not valid in the input encoding")
+            raise row_error("invalid_encoding", column, NOT_IN_ENCODING)
         return [_text_scalar(feature, part, column, max_length, escapes)
                 for part in value.split(feature.separator)]
     if isinstance(value, (list, tuple, np.ndarray)):
@@ -330,28 +333,12 @@ def convert_value(feature: FeatureSpec, value: Any, *, text: bool, max_length: i
         out = []
         for position, item in enumerate(value):
             if item is None:
-                raise RowError("wrong_type", column,
-                               f"column {column!r}: null element at index {position}")
+                raise row_error("wrong_type", column, NULL_ELEMENT.format(position))
             if isinstance(item, (list, tuple, dict, np.ndarray)):
-                raise RowError("wrong_type", column,
-                               f"column {column!r}: nested {type(item).__name__} at index "
-                               f"{position}")
+                raise row_error("wrong_type", column, NESTED.format(type(item).__name__, position))
             out.append(_typed_scalar(feature, item, column, max_length))
         return out
     return [_typed_scalar(feature, value, column, max_length)]
-
-
-def finish_value(feature: FeatureSpec, values: list | None) -> list | None:
-    """Applies `default` and `required` to a converted value (None = missing)."""
-    if values is not None:
-        return values
-    if feature.default is not None:
-        return list(feature.default) if feature.is_list else [feature.default]
-    if feature.required:
-        raise RowError("missing_required", feature.source_column,
-                       f"column {feature.source_column!r}: required feature "
-                       f"{feature.name!r} is missing")
-    return None
 
 
 class RowConverter:
@@ -385,7 +372,11 @@ class RowConverter:
             values = convert_value(feature, row.get(feature.source_column), text=self.text,
                                    max_length=self.spec.max_bytes_length, escapes=self.escapes,
                                    missing=missing)
-            values = finish_value(feature, values)
+            if values is None and feature.default is not None:
+                values = list(feature.default) if feature.is_list else [feature.default]
+            elif values is None and feature.required:
+                raise row_error("missing_required", feature.source_column,
+                                MISSING_REQUIRED.format(feature.name))
             if values is not None:
                 out[feature.name] = (feature.kind, values)
         return out

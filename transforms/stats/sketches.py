@@ -1,39 +1,36 @@
 """Mergeable per-batch statistics of one feature, and their merge (Beam-free, deterministic).
 
-A converter summarises each batch's values into small frozen partials (`FeaturePartial`,
-with `NumericPartial` for int64/float values and `BytesPartial` for bytes values; arrays
-stored as bytes so a partial pickles small), attached to its `RecordBatch` as a `BatchStats`.
-The commit adds the partials of a split up with `FeatureTotal`, in batch-key order. A
-converter that holds many batches of one work unit merges them into one `BatchStats` first
-(`StatsTotal.partial`: the totals turned back into partials). Nothing here is random: the same
+A converter summarises each batch's values into frozen partials (`FeaturePartial`, holding a
+`NumericPartial` or a `BytesPartial`; arrays stored as bytes so a partial pickles small),
+attached to its `RecordBatch` as a `BatchStats`. The commit adds a split's partials up with
+`FeatureTotal`, in batch-key order; `StatsTotal.partial` turns totals back into one partial
+(for a converter that holds many batches of a unit). Nothing here is random: the same
 partials merged in the same order give the same figures, to the bit.
 
-* exact: records carrying the feature, values per record (min/max/total), value counts,
-  NaN/inf/zero counts, min and max, lengths of bytes values;
-* mean and (population) standard deviation: exact sums over the values while their
-  quantile summary is exact (below), else merged with Chan et al.'s pairwise formula;
-* exact while a feature holds at most `EXACT_VALUES` (4,096) distinct values in a split:
-  the count of every value, hence the distinct count and the most frequent values, and for
-  numbers the quantiles and histogram. Whatever the input's cut into batches, the figures
-  are then the same.
+* exact: records carrying the feature, values per record, value counts, NaN/inf/zero counts,
+  min and max, lengths of bytes values;
+* mean and (population) standard deviation: exact sums while the quantile summary is exact
+  (below), else merged with Chan et al.'s pairwise formula;
+* exact while a feature holds at most `EXACT_VALUES` distinct values in a split, whatever the
+  input's cut into batches: every value's count, hence the distinct count and the most
+  frequent values, and for numbers the quantiles and histogram;
 * beyond that bound, estimates, flagged as such in stats.json with their error:
   - top values: a Misra-Gries summary of `EXACT_VALUES` counters (mergeable, Agarwal et
     al. 2012). A count shown is never above the truth and at most `top_error` below it
     (the thresholds subtracted, <= values / 4,097); a value seen once never shows more than 1.
   - distinct count: an HLL sketch (Apache DataSketches, lg_k=12: ~1.6 % relative standard
-    error; stats.json gives its range at two standard deviations). The sketch ignores the
-    empty string, whose presence is kept apart, exactly.
+    error; stats.json gives its range at two standard deviations). It ignores the empty
+    string, whose presence is kept apart, exactly.
   - quantiles and histogram: a deterministic compactor: values of weight 2**i at level i;
-    a level holding more than `COMPACTOR_K` (1,024) is sorted and every other value moves
-    up a level (alternately the even and the odd ones), which moves any value's rank by at
-    most 2**i. Those moves are added up (`rank_error`, <= levels / 1,024 of the values;
-    0.46 % for 5M normal values in batches of 16,384, whose true error was 0.14 %).
+    a level holding more than `COMPACTOR_K` is sorted and every other value moves up a level
+    (alternately the even and the odd ones), which moves any value's rank by at most 2**i.
+    Those moves add up to `rank_error` (<= levels / 1,024 of the values; 0.46 % for 5M
+    normal values in batches of 16,384, whose true error was 0.14 %).
 
 Bytes values are counted by their first `BYTES_DISPLAY_CHARS` characters (longer ones with a
-digest of the whole, so that distinct long values stay distinct). The numeric moments and
-quantiles cover the finite values only; NaN and infinities are counted apart. Setting the
-environment variable `TFRECORD_PIPELINE_STATS=0` makes the converters skip statistics (an
-internal switch, to measure their cost).
+digest of the whole, so that distinct long values stay distinct). Numeric moments and
+quantiles cover the finite values only. `TFRECORD_PIPELINE_STATS=0` makes the converters
+skip statistics (an internal switch, to measure their cost).
 """
 
 from __future__ import annotations
@@ -49,7 +46,7 @@ import numpy as np
 
 __all__ = ["BYTES_DISPLAY_CHARS", "COMPACTOR_K", "EXACT_VALUES", "BatchStats", "BytesPartial", "BytesTotal",
            "FeaturePartial", "FeatureTotal", "HLL_LG_K", "ImagePartial", "ImageTotal", "NumericPartial",
-           "NumericTotal", "QuantileSummary", "StatsTotal", "bytes_partial", "counted", "numeric_partial",
+           "NumericTotal", "QuantileSummary", "StatsTotal", "bytes_partial", "numeric_partial",
            "stats_enabled"]
 
 #: Distinct values of a feature per split counted exactly (and the Misra-Gries counters beyond).
@@ -486,10 +483,9 @@ class ImageTotal:
         self.labels: collections.Counter = collections.Counter()
 
     def add(self, part: ImagePartial) -> None:
-        for counter, pairs in ((self.formats, part.formats), (self.channels, part.channels),
-                               (self.labels, part.labels)):
-            for value, number in pairs:
-                counter[value] += number
+        self.formats.update(dict(part.formats))
+        self.channels.update(dict(part.channels))
+        self.labels.update(dict(part.labels))
 
     def partial(self) -> ImagePartial:
         return ImagePartial(tuple(sorted(self.formats.items())),
@@ -515,8 +511,3 @@ class StatsTotal:
     def partial(self) -> BatchStats:
         return BatchStats(tuple(total.partial() for total in self.features.values()),
                           self.images.partial() if self.images is not None else None)
-
-
-def counted(values: Iterable) -> tuple:
-    """(value, count) pairs of `values`, sorted by value: an `ImagePartial` field."""
-    return tuple(sorted(collections.Counter(values).items()))

@@ -60,9 +60,8 @@ def as_presence(total: Mapping[str, Sequence[int]]) -> Presence:
 
 def with_presence(feature_spec_json: bytes, presence: Mapping[str, Sequence[int]],
                   written: int) -> bytes:
-    """`feature_spec.json` with a `presence` entry in every feature of an Example output
-    (a feature no record carries: 0 records, 0 values). Other layouts (SequenceExample
-    context and feature lists) are returned unchanged."""
+    """`feature_spec.json` with a `presence` entry in every feature of an Example output (0
+    records, 0 values for one no record carries); SequenceExample layouts unchanged."""
     spec: Any = json.loads(feature_spec_json)
     features = spec.get("features") if isinstance(spec, dict) else None
     if not isinstance(features, dict):

@@ -72,10 +72,9 @@ def _datasketches():
 
 @dataclasses.dataclass(frozen=True)
 class QuantileSummary:
-    """Finite values as (value, weight) items, float64 and int64 arrays as bytes: while not
-    `compacted`, every distinct value once with its exact count; after, values of weight
-    2**level (see the module docstring). `error` bounds any rank's error, in values;
-    `parity` bit i says which half level i's next compaction keeps."""
+    """Finite values as (value, weight) float64/int64 arrays as bytes: while not `compacted`,
+    each distinct value with its exact count; after, values of weight 2**level. `error`
+    bounds any rank's error, in values; `parity` bit i: which half level i's next compaction keeps."""
 
     values: bytes = b""
     weights: bytes = b""
@@ -114,8 +113,7 @@ class _Quantiles:
         self._settle()
 
     def _settle(self, ordered: bool = False) -> None:
-        """Equal values added up while exact; else (or once past `EXACT_VALUES` of them) the
-        levels compacted."""
+        """Equal values added up while exact; else (or once past `EXACT_VALUES`) compacted."""
         if not self.values.size:
             return
         if not self.compacted:
@@ -166,8 +164,8 @@ class _Quantiles:
         return np.r_[0, cumulative][np.searchsorted(values, edges, side="left")].tolist()
 
     def moments(self) -> tuple[float, float]:
-        """Mean and sum of squared deviations as exact sums (correctly rounded) of the
-        distinct values: the same whatever the order of the input (not `compacted` only)."""
+        """Mean and sum of squared deviations as correctly rounded sums of the distinct values,
+        whatever the input's order (not `compacted` only)."""
         mean = math.fsum((self.values * self.weights).tolist()) / int(self.weights.sum())
         deviations = self.values - mean
         return mean, math.fsum((deviations * deviations * self.weights).tolist())
@@ -221,11 +219,10 @@ class NumericPartial:
 
 @dataclasses.dataclass(frozen=True)
 class BytesPartial:
-    """bytes values of one feature in one batch: lengths and the count of each value (key:
-    see `_value_key`; int64 `counts` as bytes), exact while `error` is 0; beyond
-    `EXACT_VALUES` the Misra-Gries counters, `error` the thresholds subtracted and `hll` a
-    sketch of all values. `has_empty`: some value is the empty string, which HLL skips.
-    `tracks_top` False: no top values (image bytes: only their distinct count)."""
+    """bytes values of one feature in one batch: lengths and each value's count (int64 as
+    bytes), exact while `error` is 0; beyond `EXACT_VALUES`, Misra-Gries counters, `error` the
+    thresholds subtracted and `hll` a sketch of all values. `has_empty`: some value is the
+    empty string, which HLL skips. `tracks_top` False: no top values (image bytes)."""
 
     count: int
     length_min: int

@@ -1,24 +1,23 @@
 """An ordered, bounded map over forked worker processes, for the local in-process runner.
 
-The local runner runs every DoFn in one Python process, so a converter uses one core plus
+The local runner runs every DoFn in one Python process, so a converter gets one core plus
 what Arrow and the codecs do with the GIL released. A fork costs milliseconds and the child
 has every module imported already, so the local runner converts its work units in forked
-children with `forked_map` (`pipeline.graph.ConvertOnForkedProcesses`).
+children (`pipeline.graph.ConvertOnForkedProcesses`).
 
-`forked_map(fn, items, processes)` yields what `fn(items[0])` yields, then what
-`fn(items[1])` yields, and so on, exactly as `for item in items: yield from fn(item)`
-would, while up to `processes` children compute them:
+`forked_map(fn, items, processes)` yields exactly what `for item in items: yield from fn(item)`
+would, while up to `processes` children compute it:
 
-* Children take items in order, the next one as soon as they finish one, so uneven items
-  balance. Results come back in item order, so the output does not depend on timing.
+* Children take the next item as soon as they finish one, so uneven items balance; results
+  come back in item order, so the output does not depend on timing.
 * A child sends each result, pickled, over its pipe as soon as `fn` yields it. Results of
   items ahead of the one being consumed wait in the parent, up to `max_buffered_bytes` per
   child; past that the parent stops reading that child, whose next write blocks. Memory
   stays bounded by that setting, not by the size of an item.
 * An exception raised by `fn` is raised in the parent when its item's turn comes, after
-  every result before it. A child that dies (killed, out of memory) raises `WorkerDiedError`
-  naming the item.
-* Closing the iterator early, or an exception in the consumer, kills and reaps the children.
+  every result before it; a child that dies (killed, out of memory) raises `WorkerDiedError`
+  naming the item. Closing the iterator early, or an exception in the consumer, kills and
+  reaps the children.
 
 POSIX fork only (Linux): elsewhere, with one process or one item, it is the plain chain.
 Beam-free.
@@ -28,6 +27,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import dataclasses
 import gc
 import logging
 import os
@@ -70,21 +70,16 @@ def fork_available() -> bool:
 
 def forked_map(fn: Callable[[T], Iterable[R]], items: Iterable[T], processes: int,
                max_buffered_bytes: int = DEFAULT_MAX_BUFFERED_BYTES) -> Iterator[R]:
-    """The results of `fn(item)` for every item, in order, computed on forked children.
-
-    See the module docstring. `fn` and the items reach the children by fork, so they need
-    not be picklable; the results and exceptions `fn` raises must be (an exception that is
-    not is raised as a RuntimeError carrying its text).
-    """
+    """The results of `fn(item)` for every item, in order, computed on forked children. `fn`
+    and the items reach the children by fork, so they need not be picklable; the results and
+    exceptions `fn` raises must be (an exception that is not is raised as a RuntimeError
+    carrying its text)."""
     items = list(items)
-    if processes <= 1 or len(items) <= 1 or not fork_available():
-        return _in_process(fn, items)
-    return _ForkedMap(items, max_buffered_bytes).results(fn, min(processes, len(items)))
-
-
-def _in_process(fn: Callable[[T], Iterable[R]], items: list[T]) -> Iterator[R]:
-    for item in items:
-        yield from fn(item)
+    if processes > 1 and len(items) > 1 and fork_available():
+        yield from _ForkedMap(items, max_buffered_bytes).results(fn, min(processes, len(items)))
+    else:
+        for item in items:
+            yield from fn(item)
 
 
 def _widen(pipe_fd: int) -> None:
@@ -146,19 +141,18 @@ def _child_main(fn: Callable, items: Sequence, task_fd: int, result_fd: int) -> 
         send(_DONE, b"")
 
 
+@dataclasses.dataclass(slots=True)
 class _Child:
     """The parent's view of one forked worker."""
 
-    __slots__ = ("pid", "task_fd", "result_fd", "assigned", "buffer", "buffered", "ended")
-
-    def __init__(self, pid: int, task_fd: int, result_fd: int):
-        self.pid = pid
-        self.task_fd = task_fd
-        self.result_fd = result_fd
-        self.assigned: collections.deque[int] = collections.deque()  # items sent, not finished
-        self.buffer: collections.deque[tuple[int, bytes | bytearray]] = collections.deque()
-        self.buffered = 0  # payload bytes in `buffer`
-        self.ended = False  # its result pipe reached end of file
+    pid: int
+    task_fd: int
+    result_fd: int
+    assigned: collections.deque[int] = dataclasses.field(default_factory=collections.deque)  # not done
+    buffer: collections.deque[tuple[int, bytes | bytearray]] = dataclasses.field(
+        default_factory=collections.deque)
+    buffered: int = 0  # payload bytes in `buffer`
+    ended: bool = False  # its result pipe reached end of file
 
 
 class _ForkedMap:
@@ -204,9 +198,8 @@ class _ForkedMap:
             _write_all(child.task_fd, _TASK.pack(_NO_MORE_ITEMS))
 
     def results(self, fn: Callable, processes: int) -> Iterator:
-        """The results in item order. The children are forked at the first `next`; closing
-        the generator (or its end, or its garbage collection) kills any still working and
-        reaps them."""
+        """The results in item order. Closing the generator (or its end, or its garbage
+        collection) kills the children still working and reaps them all."""
         try:
             for _ in range(processes):
                 self._children.append(self._fork(fn))

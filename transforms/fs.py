@@ -1,9 +1,8 @@
 """Path and file helpers for any Beam filesystem (local, gs://, ...).
 
-Beam's `FileSystems.match` and its local `delete` take their arguments as glob patterns: a
-path of ours (an output folder may be named `out[1]`) goes through `literal` before a match
-(made with `match`), and through `delete`, never `FileSystems.delete`: `out[1]/x` as a
-pattern is `out1/x`."""
+Beam's `FileSystems.match` and its local `delete` take glob patterns, and an output folder
+may be named `out[1]` (as a pattern, `out1`): our paths go through `literal` before a
+`match`, and are deleted with `delete`, never `FileSystems.delete`."""
 
 from __future__ import annotations
 
@@ -27,9 +26,9 @@ def unreadable_folder(folder: str, error: OSError) -> str:
 
 
 def cannot_list(folder: str) -> str | None:
-    """Why the local `folder` cannot be listed (`unreadable_folder`), or None: it can, it is
-    missing or not a folder, or it is not local. Beam's local match and `os.walk` pass over
-    a folder they may not read, which then looks empty."""
+    """Why the local `folder` cannot be listed, or None (it can, is missing, is no folder or
+    is not local): Beam's local match and `os.walk` pass over a folder they may not read,
+    which then looks empty."""
     if "://" in folder:
         return None
     try:
@@ -53,18 +52,14 @@ def path_exists(path: str) -> bool:
 
 
 def literal(path: str) -> str:
-    """`path` as a `FileSystems.match` pattern that matches `path` itself only (its glob
-    characters escaped, which Beam's local and object-store matching both honour)."""
+    """`path` as a `FileSystems.match` pattern matching `path` only (glob characters escaped,
+    which Beam's local and object-store matching both honour)."""
     return glob.escape(path)
 
 
 def without_file_scheme(uri: str) -> str:
-    """The local path a `file://` URI names (`file:///x` and `file://localhost/x` are `/x`);
-    other paths and URIs unchanged. Beam has no `file` scheme of its own.
-
-    Raises:
-      ValueError: a `file://` URI naming another host, whose files are not on this machine.
-    """
+    """The local path a `file://` URI names (`file:///x` and `file://localhost/x` are `/x`;
+    Beam has no `file` scheme); other paths unchanged. ValueError: the URI names another host."""
     if not uri[:7].lower() == "file://":
         return uri
     host, slash, path = uri[7:].partition("/")
@@ -74,19 +69,17 @@ def without_file_scheme(uri: str) -> str:
 
 
 def match(patterns: list[str], limits: list[int] | None = None) -> list:
-    """`FileSystems.match(patterns, limits)`, quiet about `literal`'s escapes: Beam turns
-    the `[[]` standing for a `[` into the regular expression `[[]`, which means `[` (as
-    intended) but makes Python's `re` warn of a "possible nested set"."""
+    """`FileSystems.match`, quiet about `literal`'s escapes: Beam turns the `[[]` standing for
+    `[` into the regex `[[]`, right but warned of by `re` as a "possible nested set"."""
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", "Possible nested set", FutureWarning)
         return FileSystems.match(patterns, limits)
 
 
 def input_pattern(path: str) -> str:
-    """The `FileSystems.match` pattern for an input path the user gave: the path itself
-    (`literal`) when it holds glob characters and a file or folder of exactly that name
-    exists, as a shell does with a word naming an existing file; else the path as a glob.
-    So an input named `photos[1].csv` is that file, not `photos1.csv`."""
+    """The match pattern for a user's input path: the path itself (`literal`) when it holds
+    glob characters and a file or folder of exactly that name exists, as a shell does; else
+    the path as a glob. So an input named `photos[1].csv` is that file, not `photos1.csv`."""
     if any(ch in path for ch in "*?[") and FileSystems.exists(path.rstrip("/") or path):
         # Absolute: Beam lists a relative pattern's folder from before its first glob
         # character, and a relative `g[1]/x` would be looked for from "", finding nothing.
@@ -141,9 +134,8 @@ def _fsync_path(path: str, directory: bool = False) -> None:
 
 
 def sync_files(paths: Iterable[str]) -> None:
-    """Makes local files durable: their bytes and the folder entries naming them reach the
-    disk (fsync of each file, then of each folder holding one). Object stores and other
-    remote filesystems are durable when a write returns: their paths are skipped."""
+    """Makes local files durable: fsync of each file, then of each folder holding one (its
+    entry). Remote paths are skipped: durable when a write returns."""
     folders = set()
     for path in paths:
         if "://" in path:
@@ -157,10 +149,9 @@ def sync_files(paths: Iterable[str]) -> None:
 def write_bytes_atomically(path: str, data: bytes) -> None:
     """Writes `data` so that `path` is either absent, old, or complete, and durable.
 
-    Object stores (gs://) publish an object only when its upload completes; on local disk
-    the bytes go to a sibling temporary name (`path.partial`), are synced, and are renamed
-    into place (then the folder entry is synced too); other filesystems write a temporary
-    name and rename. A write that fails removes its temporary file.
+    gs:// publishes an object only when its upload completes; on local disk the bytes go to
+    `path.partial`, are synced and renamed into place (then the folder entry is synced);
+    other filesystems write a temporary name and rename. A failed write removes its temporary.
     """
     if path.startswith("gs://"):
         with FileSystems.create(path) as handle:

@@ -1,19 +1,16 @@
 """Streaming listings of gs:// folders, optionally of a range of names only.
 
-Beam's `FileSystems.match` returns a listing whole (and Beam's GCS client keeps every name
-it listed, to drop repeats), so a tree of millions of objects costs the process that lists
-it memory in proportion. Here a gs:// folder is listed through the same client Beam's GCS
-filesystem makes (`GcsIO().client`: its credentials, and the emulator named by
-`STORAGE_EMULATOR_HOST`), one page at a time, and a range of names is asked of the server
-(`start_offset`/`end_offset`), so a worker reading one slice of a folder lists that slice,
-not the folder.
+Beam's `FileSystems.match` returns a listing whole (and its GCS client keeps every name it
+listed, to drop repeats), so millions of objects cost memory in proportion. Here a gs://
+folder is listed one page at a time through the client Beam's GCS filesystem makes
+(`GcsIO().client`: its credentials, and the emulator `STORAGE_EMULATOR_HOST` names), and a
+range of names is asked of the server (`start_offset`/`end_offset`), so a worker reading one
+slice of a folder lists that slice.
 
-Object names come in the store's order, UTF-8 byte order, which is Python's `str` order.
-A folder's own objects therefore come sorted, but on a recursive listing they may be
-interleaved with those of its subfolders (`a/b/x` lies between `a/a` and `a/c`). Names
-ending in "/" (folder placeholders some tools create) are not objects of a folder.
-
-Other object stores (s3://, ...) are listed by Beam's FileSystems (`streams` is False).
+Names come in UTF-8 byte order, which is Python's `str` order: a folder's own objects come
+sorted, but a recursive listing may interleave them with its subfolders' (`a/b/x` lies
+between `a/a` and `a/c`). Names ending in "/" (folder placeholders) are not objects. Other
+object stores (s3://, ...) are listed by Beam's FileSystems (`streams` is False).
 """
 
 from __future__ import annotations
@@ -39,17 +36,11 @@ def streams(uri: str) -> bool:
 
 def list_objects(folder: str, *, recursive: bool, first: str | None = None,
                  stop: str | None = None) -> Iterator[ListedObject]:
-    """The objects under the gs:// `folder`, in name order, one page in memory at a time.
-
-    `recursive`: every object beneath `folder` (names relative to it, with "/" inside);
-    else the objects directly in it. `first`/`stop`: only relative names in [first, stop)
-    (None: open). The server is asked for that range; names outside it are dropped here
-    too, for stores (emulators) that ignore the range.
-
-    Raises:
-      FileNotFoundError: the bucket does not exist.
-      ValueError: the store refuses the listing (as for a local folder that cannot be read).
-    """
+    """The objects under the gs:// `folder` (names relative to it), in name order, one page
+    in memory at a time; `recursive`: also those in subfolders. `first`/`stop`: only names in
+    [first, stop) (None: open), asked of the server and checked here too, for emulators that
+    ignore the range. FileNotFoundError: no such bucket; ValueError: the store refuses the
+    listing (as for a local folder that cannot be read)."""
     from google.api_core import exceptions
 
     bucket, _, path = folder[len("gs://"):].partition("/")
@@ -84,9 +75,8 @@ _CLIENTS: dict[tuple, object] = {}
 
 
 def _client():
-    """The GCS client Beam's filesystem would use, one per process and emulator address
-    (`STORAGE_EMULATOR_HOST`, read when a client is made): a client made before a fork keeps
-    connections its children must not share."""
+    """Beam's GCS client, one per process (one made before a fork keeps connections its
+    children must not share) and emulator address (`STORAGE_EMULATOR_HOST`)."""
     key = (os.getpid(), os.environ.get("STORAGE_EMULATOR_HOST"))
     if key not in _CLIENTS:
         from apache_beam.io.gcp.gcsio import GcsIO

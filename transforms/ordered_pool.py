@@ -1,12 +1,11 @@
 """An ordered, bounded thread-pool map for the converters (Beam-free).
 
-One work unit is read sequentially but its chunks (or images) can be converted on a few
-threads: Arrow, numpy, hashlib, Pillow and the CRC of large buffers release the GIL.
-On the 2-core development machine the gain was small (under 0.2 s per 2M CSV rows; images
-were slower: per-image work is mostly Python), so the converters default to one thread;
-more pay off with more cores or image resizing. Results come back in input order, so
-output bytes do not depend on thread timing, and at most `threads + 1` items are in
-flight, so memory stays bounded by the chunk size rather than the input size.
+A work unit's chunks (or images) can be converted on a few threads: Arrow, numpy, hashlib,
+Pillow and the CRC of large buffers release the GIL. On the 2-core development machine the
+gain was small (under 0.2 s per 2M CSV rows; images were slower: their work is mostly
+Python), so the converters default to one thread; more pay off with more cores or image
+resizing. Results come in input order (output bytes do not depend on thread timing), with
+at most `threads + 1` items in flight (memory bounded by the chunk size, not the input's).
 """
 
 from __future__ import annotations
@@ -38,13 +37,10 @@ def check_threads(threads: int) -> None:
 
 
 def ordered_map(fn: Callable[[T], R], items: Iterable[T], threads: int) -> Iterator[R]:
-    """`map(fn, items)` with up to `threads` calls of `fn` running at once.
-
-    `items` is consumed on the calling thread, a bounded distance ahead of the results.
-    An exception from `fn` is raised when its result is due, after the results before it;
-    an exception from `items` is raised after every result already submitted. Closing the
-    iterator cancels what has not started and waits for what has.
-    """
+    """`map(fn, items)` with up to `threads` calls of `fn` running at once, `items` consumed on
+    the calling thread a bounded distance ahead. An exception from `fn` is raised when its
+    result is due; one from `items` after every result already submitted. Closing the
+    iterator cancels what has not started and waits for what has."""
     if threads <= 1:
         yield from map(fn, items)
         return

@@ -1,19 +1,19 @@
 """Resuming an interrupted run: completion records of written work units, and finding them again.
 
-A run writes into `DIR/.tmp-<run id>/`. Before converting it records there what it is
-(`run.json`: the run id and the fingerprint of its inputs, options and spec). Each work unit,
-once its files are closed and synced, gets a completion record
-(`units/<unit identity>.unit`): the unit's `UnitResult` (files with sizes and hashes, counts,
-dead letters by reason, statistics partial). A later run of the same fingerprint takes the
-same temporary folder, keeps every unit whose record reads back and whose files are all
-there at their recorded sizes, converts only the others, and commits them all: the output is
-the bytes an uninterrupted run writes, because it follows from the work units alone.
+A run writes into `DIR/.tmp-<run id>/`, where it first records what it is (`run.json`: run id
+and the fingerprint of its inputs, options and spec). Each work unit, once its files are
+closed and synced, gets a completion record (`units/<unit identity>.unit`): its `UnitResult`.
+A later run of the same fingerprint takes the same temporary folder, keeps every unit whose
+record reads back and whose files are all there at their recorded sizes, converts only the
+others, and commits them all: the bytes an uninterrupted run writes, as the output follows
+from the work units alone.
 
-Records are pickled (the statistics partials hold numpy arrays and sketches, which must come
+Records are pickled (statistics partials hold numpy arrays and sketches, which must come
 back bit for bit) and read back with an unpickler that builds only this tool's result types,
 numpy arrays and plain values, so a record cannot run code. A committed output keeps its
-totals the same way (`STATE_NAME`, see `transforms.commit`), for appends. Units converted after a shuffle
-(sequences) have no records: such runs start over. Beam-free apart from the filesystem.
+totals the same way (`STATE_NAME`, see `transforms.commit`), for appends. Units converted
+after a shuffle (sequences) have no records: such runs start over. Beam-free apart from the
+filesystem.
 """
 
 from __future__ import annotations
@@ -63,9 +63,8 @@ def write_run_record(temp_dir: str, run_id: str, fingerprint: str,
                      describes: Mapping[str, Any] | None = None,
                      units: Sequence[WorkUnit] | None = None) -> None:
     """Says, before any unit is written, which run the temporary folder belongs to;
-    `describes`: what the fingerprint covers (options, spec, inputs), so that a later run of
-    other inputs or options can say what differs; `units`: the run's planned work units, so
-    that a resuming run need not cut its files again (`planned_units`)."""
+    `describes`: what the fingerprint covers, so a later run can say what differs; `units`:
+    the planned work units, so a resuming run need not cut its files again."""
     record = {"run_id": run_id, "fingerprint": fingerprint, "version": _RECORD_VERSION,
               "describes": dict(describes or {})}
     if units is not None:
@@ -101,7 +100,7 @@ def record_unit(temp_dir: str, unit: WorkUnit, result: UnitResult) -> None:
     """Writes the completion record of `unit`, whose files `result` describes (closed)."""
     identity = unit_identity(unit)
     data = pickle.dumps((_RECORD_VERSION, identity, result), protocol=pickle.HIGHEST_PROTOCOL)
-    fs.write_bytes_atomically(_record_path(temp_dir, identity), data)
+    fs.write_bytes_atomically(fs.join_path(temp_dir, UNITS_DIR, identity + _RECORD_SUFFIX), data)
 
 
 def dump_result(result: UnitResult) -> bytes:
@@ -114,17 +113,15 @@ def dump_result(result: UnitResult) -> bytes:
     return buffer.getvalue()
 
 
-def load_result(data: bytes) -> UnitResult | None:
-    """A result `dump_result` wrote; None when `data` is not one."""
+def load_result(data: bytes, identity: str = "") -> UnitResult | None:
+    """A result `dump_result` (or, for `identity`, `record_unit`) wrote; None when `data` is
+    not one: damaged or foreign, a unit then converts again."""
     try:
-        version, _, result = _ResultUnpickler(io.BytesIO(data)).load()
+        version, recorded, result = _ResultUnpickler(io.BytesIO(data)).load()
     except Exception:  # noqa: BLE001 - damaged or foreign
         return None
-    return result if version == _RECORD_VERSION and isinstance(result, UnitResult) else None
-
-
-def _record_path(temp_dir: str, identity: str) -> str:
-    return fs.join_path(temp_dir, UNITS_DIR, identity + _RECORD_SUFFIX)
+    ok = version == _RECORD_VERSION and recorded == identity and isinstance(result, UnitResult)
+    return result if ok else None
 
 
 class _ResultUnpickler(pickle.Unpickler):
@@ -137,12 +134,9 @@ class _ResultUnpickler(pickle.Unpickler):
 def _read_record(path: str, identity: str) -> UnitResult | None:
     try:
         with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
-            version, recorded, result = _ResultUnpickler(io.BytesIO(handle.read())).load()
-    except Exception:  # noqa: BLE001 - a damaged or foreign record: the unit converts again
+            return load_result(handle.read(), identity)
+    except Exception:  # noqa: BLE001 - unreadable: the unit converts again
         return None
-    if version != _RECORD_VERSION or recorded != identity or not isinstance(result, UnitResult):
-        return None
-    return result
 
 
 def _files_intact(result: UnitResult, sizes: Mapping[str, int]) -> bool:

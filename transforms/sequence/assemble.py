@@ -2,19 +2,17 @@
 
 All rows are ordered at once with numpy: by group key bytes, then steps by the order_by
 value, ties by (source path, row number), so the output does not depend on which worker
-read which file, in which order fragments arrived, or how the input was chunked. Then, per
-group, with array operations over all groups: a group larger than `max_group_rows` is
-dead-lettered (`group_too_large`, with its size); context values must agree within a group
-(`context_mismatch`, naming the first context feature that varies) unless the spec takes
-the first step's; a group longer than `max_length` is cut into consecutive chunks (each its
-own SequenceExample, the chunk index in its context) or truncated (the rest dead-lettered
-as `sequence_truncated`). The kept steps are encoded by `encode_sequence_framed`, many
-groups per call, in pieces of about `PIECE_ROWS` steps (whole groups), so the output held
-at once is bounded too.
+read which file, the order fragments arrived in, or the input's chunks. Then, with array
+operations over all groups: a group larger than `max_group_rows` is dead-lettered
+(`group_too_large`); context values must agree within a group (`context_mismatch`, naming
+the first context feature that varies) unless the spec takes the first step's; a group
+longer than `max_length` is cut into chunks (each its own SequenceExample, the chunk index
+in its context) or truncated (the rest `sequence_truncated`). Kept steps are encoded many
+groups per call, in pieces of about `PIECE_ROWS` steps (whole groups), bounding the output
+held at once.
 
-Batches, with keys from the caller's `prefix`: per split and piece, SequenceExamples in
-group-key order with `record_rows` = the rows in them; per split, one batch of the dead
-letters, in group-key and step order (see `transforms.records.RecordBatch`).
+Batches, keyed from the caller's `prefix`: per split and piece, SequenceExamples in
+group-key order; per split, one batch of the dead letters, in group-key and step order.
 """
 
 from __future__ import annotations
@@ -56,10 +54,9 @@ def _rank(array: pa.Array) -> np.ndarray:
 def _sort_order(keys: Sequence[np.ndarray]) -> np.ndarray:
     """The permutation sorting rows by `keys` (first key first), all int64 or float.
 
-    Together the keys are unique per row (they end in source and row number), so any
-    sort gives the same order. When the integer keys' ranges multiply to under 2**63
-    they are packed into one int64 (mixed radix) and sorted by numpy's default sort,
-    ~8x faster than `np.lexsort` over the separate keys, which remains the fallback.
+    The keys end in source and row number, so they are unique per row and any sort gives
+    the same order. When the integer keys' ranges multiply to under 2**63 they are packed
+    into one int64 (mixed radix): numpy's sort of that is ~8x faster than `np.lexsort`.
     """
     if all(key.dtype.kind in "iu" for key in keys) and keys[0].size:
         lows = [int(key.min()) for key in keys]
@@ -126,10 +123,8 @@ class _Held:
 
 
 def _varying(held: _Held, spec: ConversionSpec, checked: np.ndarray) -> dict[int, str]:
-    """Group -> the first context feature (spec order) varying in it, for `checked` groups.
-
-    A group's values all equal its first step's exactly when each step's value equals the
-    step's before it, so each feature is compared once, step against previous step."""
+    """Group -> the first context feature (spec order) varying in it, for `checked` groups;
+    each feature compared once, step against previous step."""
     sequence = spec.sequence
     out: dict[int, str] = {}
     if sequence.context_mismatch != "dead_letter" or not checked.any() or held.perm.size < 2:
@@ -147,8 +142,7 @@ def _varying(held: _Held, spec: ConversionSpec, checked: np.ndarray) -> dict[int
 
 def assemble_rows(fragments: Sequence[SequenceRows], spec: ConversionSpec,
                   split_names: Sequence[str], prefix: str) -> Iterator[RecordBatch]:
-    """The batches of every group whose rows `fragments` hold, all of them (see the module
-    docstring); batch keys start with `prefix`."""
+    """The batches of every group whose rows `fragments` hold, all of them."""
     fragments = [fragment for fragment in fragments if fragment.num_rows]
     if not fragments:
         return

@@ -1,23 +1,18 @@
 """Shuffle buckets of the sequence conversion: how many, and one bucket -> its batches
 within the memory cap (Beam-free).
 
-Rows are shuffled by bucket (a hash of the group key, `transforms.sequence.rows`), not by
-group: one shuffle key and one encoder call then serve thousands of groups, where a key per
-group cost ~2.6 ms of encoder overhead per group. The plan sizes buckets from the input:
-`bucket_count` gives each about half of `bucket_bytes` of input (converted columns take up
-to ~2x the CSV text: 8-byte ints, string offsets), at least one.
+Rows are shuffled by bucket (a hash of the group key), not by group: one shuffle key and one
+encoder call then serve thousands of groups, where a key per group cost ~2.6 ms of encoder
+overhead per group. `bucket_count` gives each bucket about half of `bucket_bytes` of input
+(converted columns take up to ~2x the CSV text: 8-byte ints, string offsets).
 
 `assemble_bucket` never holds more than `bucket_bytes` of a bucket's rows (Arrow bytes),
-plus one group of at most `max_group_rows` rows:
-
-* usually the whole bucket fits: it is ordered and encoded at once (`assemble_rows`);
-* else (skewed keys, compressed input, sizes unknown when planning) it takes several passes
-  over the shuffled fragments: one counting rows and bytes per group (keys only), then one
-  per set of whole groups that fits, in group-key order. Groups larger than
-  `max_group_rows` are dead-lettered fragment by fragment (`group_too_large`), never held.
-
-The output is the same whichever way it goes, except for the batch keys; which way is
-decided by the bucket's total size, so it does not depend on the order fragments arrive in.
+plus one group of at most `max_group_rows` rows. Usually the whole bucket fits and is
+assembled at once; else (skewed keys, compressed input) it takes several passes over the
+shuffled fragments: one counting rows and bytes per group (keys only), then one per set of
+whole groups that fits, in group-key order. Groups larger than `max_group_rows` are
+dead-lettered fragment by fragment, never held. Either way the output is the same but for
+the batch keys, and the way is decided by the bucket's total size, not fragment order.
 """
 
 from __future__ import annotations
@@ -49,9 +44,8 @@ def _prefix(bucket: int, part: str) -> str:
 
 def assemble_bucket(bucket: int, fragments: Iterable[SequenceRows], spec: ConversionSpec,
                     split_names: Sequence[str]) -> Iterator[RecordBatch]:
-    """The batches of every group of a bucket (module docstring). `fragments` is iterated
-    once when the bucket fits in `bucket_bytes`, else several times (as a GroupByKey result
-    may be)."""
+    """The batches of every group of a bucket. `fragments` is iterated once when the bucket
+    fits, else several times (as a GroupByKey result may be)."""
     cap = spec.sequence.bucket_bytes
     held, size = [], 0
     for fragment in fragments:

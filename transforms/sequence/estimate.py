@@ -1,11 +1,10 @@
 """The `--dry-run` estimate of a sequence conversion: sequences, their size and shards.
 
-The first rows of the input (up to `sample_rows`) are read and grouped exactly as the
-conversion would (`read_sequence_rows`, `assemble_bucket`), in memory, in one bucket. When
-the sample covers the whole input the counts are exact; otherwise the number of sequences is
-extrapolated from the sample's rows per sequence, which undercounts groups that are spread
-over the input (their rows outside the sample look like a continuation of sampled groups):
-the estimate says `exact: false` then. Beam-free.
+The first `sample_rows` rows are read and grouped as the conversion would, in memory, in one
+bucket. When the sample covers the whole input the counts are exact; otherwise the sequences
+are extrapolated from the sample's rows per sequence, which undercounts groups spread over
+the input (their rows outside the sample look like more rows of sampled groups): the
+estimate says `exact: false` then. Beam-free.
 """
 
 from __future__ import annotations

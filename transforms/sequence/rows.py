@@ -1,21 +1,18 @@
-"""Reading side of the sequence conversion: a tabular work unit -> rows keyed by bucket.
+"""Reading side of the sequence conversion: a tabular work unit -> rows keyed by bucket (Beam-free).
 
-Each chunk is read and its values converted exactly as for Examples (`transforms.tabular`:
-same readers, same value rules, same dead letters). Then every good row gets its group key
-(the `group_by` columns' key text, joined like split keys), its split (assigned by the
-group key, so a sequence never straddles splits) and its bucket (a hash of the group key
-modulo the planned bucket count, so a group is in exactly one bucket), and the chunk yields:
+Each chunk is read and converted exactly as for Examples (same readers, value rules and dead
+letters). Every good row gets its group key (the `group_by` columns joined like split keys),
+its split (by group key, so a sequence never straddles splits) and its bucket (a hash of the
+group key), and the chunk yields:
 
-* `(READ_COUNTS + work unit, RecordBatch)`: per split, the chunk's dead letters (bad
-  values, rows without a group key or order value, rows the reader rejected) and its input
-  row count: the sink's accounting of every row read, written per work unit;
-* `(bucket_key(b), SequenceRows)`: per bucket, the chunk's good rows of that bucket as
-  Arrow columns (group key, row number, split, converted values), to be grouped, ordered
-  and encoded once the bucket is complete (`transforms.sequence.buckets`).
+* `(READ_COUNTS + work unit, RecordBatch)`: per split, the chunk's dead letters (bad values,
+  rows without a group key or order value, rows the reader rejected) and its input row
+  count, for the sink's accounting of every row read;
+* `(bucket_key(b), SequenceRows)`: per bucket, the chunk's good rows of that bucket as Arrow
+  columns, grouped, ordered and encoded once the bucket is complete.
 
 Everything is computed over whole columns; Python runs per bad row and, when there are
-several splits or buckets, per distinct group key of a chunk. Beam-free;
-`transforms.sequence.transform` wires it into the pipeline.
+several splits or buckets, per distinct group key of a chunk.
 """
 
 from __future__ import annotations
@@ -64,18 +61,13 @@ def bucket_key(bucket: int) -> bytes:
 
 @dataclasses.dataclass(frozen=True)
 class SequenceRows:
-    """The good rows of one chunk that fall in one bucket (one shuffle value).
+    """The good rows of one chunk that fall in one bucket (one shuffle value), pickled as an
+    Arrow IPC stream: compact (only this fragment's bytes) and cheap.
 
-    Attributes:
-      key: the chunk's batch key (`records.batch_key`): names the batches of its dead
-        letters when the rows cannot be held (deterministically, whichever order the
-        shuffle delivers fragments in).
-      source: the file the rows came from.
-      batch: Arrow columns, one row per input row: KEY_COLUMN (group key bytes),
-        ROW_COLUMN (1-based row number in `source`), SPLIT_COLUMN (index into the
-        split names) and every shipped feature (`shipped_features`; null: missing).
-
-    Pickled as an Arrow IPC stream: compact (only this fragment's bytes) and cheap.
+    `key`, the chunk's batch key, names the batches of its dead letters when the rows cannot
+    be held (deterministically, whichever order the shuffle delivers fragments in). `batch`
+    has one row per input row: KEY_COLUMN (group key bytes), ROW_COLUMN (1-based row number
+    in `source`), SPLIT_COLUMN (index into the split names) and the `shipped_features`.
     """
 
     key: str
@@ -131,11 +123,8 @@ def _source_missing(chunk: Chunk, column: str) -> np.ndarray:
 
 def _splits_and_buckets(keys: pa.Array, assigner: SplitAssigner,
                         buckets: int) -> tuple[np.ndarray, np.ndarray]:
-    """Each row's split index and bucket, computed once per distinct key of the chunk.
-
-    The bucket hash is CRC-32 (zlib), the split hash CRC-32C: independent of each other, so
-    buckets hold every split alike.
-    """
+    """Each row's split index and bucket, computed once per distinct key of the chunk. The
+    bucket hash (CRC-32) is independent of the split hash (CRC-32C): buckets hold every split alike."""
     n = len(keys)
     if len(assigner.names) == 1 and buckets == 1:
         return np.zeros(n, np.int8), np.zeros(n, np.int64)
@@ -153,11 +142,9 @@ def _splits_and_buckets(keys: pa.Array, assigner: SplitAssigner,
 
 def read_sequence_rows(unit: WorkUnit, spec: ConversionSpec, fmt: str, batch_rows: int,
                        assigner: SplitAssigner, buckets: int = 1) -> Iterator[tuple[bytes, Any]]:
-    """Reads one work unit: yields its keyed counts batches and bucket rows (module docstring).
-
-    A file that cannot be read (or fails midway) yields one dead letter counting one input
-    row, as in the Example conversion; rows read before the failure stay read.
-    """
+    """Reads one work unit into keyed counts batches and bucket rows. A file that cannot be
+    read (or fails midway) yields one dead letter counting one input row, as for Examples;
+    rows read before the failure stay read."""
     # Closed with this generator, so a reader stopped early is done with its file then.
     with closing(read_chunks(unit, fmt, _reading_spec(spec), batch_rows)) as chunks:
         for item in chunks_then_failure(chunks):

@@ -3,17 +3,13 @@
     work units -> ReadRows (ParDo) -> GroupRows (GroupByKey) -> AssembleSequences (ParDo)
                -> RecordBatches for the sharded sink
 
-The shuffle is keyed by bucket (`transforms.sequence.buckets`: a hash of the group key into
-a count planned from the input size), so it brings every row of a group together,
-whichever file and work unit it came from, and thousands of groups per key. The reading
-step's count batches ride through the same shuffle under keys of their own
-(`rows.READ_COUNTS`), so the transform has a single output and a single path, which every
-runner (Dask's included) runs alike. Shuffled values are bytes we pickle ourselves (a
-bucket fragment as an Arrow IPC stream), so Beam's coder neither pickles nor samples
-objects. Each bucket's output is deterministic (see `transforms.sequence.assemble`).
-
-Metrics (namespace "tfrecord_pipeline", as the Example conversion): `rows_read`,
-`sequences_written`, `dead_letter`.
+The shuffle is keyed by bucket (`transforms.sequence.buckets`), so it brings every row of a
+group together, whichever work unit it came from, and thousands of groups per key. The
+reading step's count batches ride through the same shuffle under keys of their own
+(`rows.READ_COUNTS`): one output and one path, which every runner (Dask's included) runs
+alike. Shuffled values are bytes we pickle ourselves (a fragment as an Arrow IPC stream), so
+Beam's coder neither pickles nor samples objects. Metrics (as the Example conversion's):
+`rows_read`, `sequences_written`, `dead_letter`.
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
 """A batch's statistics from the Arrow arrays of its features (Beam-free), vectorised: numbers
 through numpy, bytes values through Arrow's `value_counts`, so only a batch's distinct bytes
-values ever reach Python (each distinct value once, for the HLL sketch).
-
-An array holds one feature over the batch's records: null is an absent feature, a list
-array's entries are the values of each record, any other array holds one value per record.
+values reach Python (once each, for the HLL sketch). An array holds one feature over the
+batch's records: null is an absent feature, a list array holds the values of each record.
 """
 
 from __future__ import annotations

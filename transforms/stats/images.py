@@ -1,10 +1,9 @@
 """A batch's statistics from the features of the image Examples it holds (Beam-free).
 
-The image converter keeps, per record, the feature values it put in the Example except the
-image bytes themselves (`image/encoded`: only their length, and their identity through
-`image/key/sha256`, so the distinct count of `image/encoded` counts distinct images and it
-has no top values). Images take milliseconds each, so the per-record Python here is noise;
-the values are turned into Arrow arrays and summarised like tabular columns.
+The image converter keeps each record's feature values but the image bytes (`image/encoded`:
+only their length, and `image/key/sha256`, so its distinct count counts distinct images and
+it has no top values). Images take milliseconds each, so the per-record Python here is
+noise; the values become Arrow arrays, summarised like tabular columns.
 """
 
 from __future__ import annotations
@@ -16,7 +15,7 @@ import numpy as np
 import pyarrow as pa
 
 from transforms.stats.columns import feature_partial
-from transforms.stats.sketches import BatchStats, FeaturePartial, ImagePartial, bytes_partial, counted
+from transforms.stats.sketches import BatchStats, FeaturePartial, ImagePartial, bytes_partial
 
 __all__ = ["ENCODED", "image_batch_stats"]
 
@@ -36,9 +35,8 @@ def _values(kind: str, values: Sequence) -> list:
 
 def image_batch_stats(records: Sequence[Mapping[str, tuple[str, Sequence]]],
                       encoded_lengths: Sequence[int]) -> BatchStats:
-    """The statistics of a batch of image records: `records` holds each record's features
-    ({name: (kind, values)}, without `image/encoded`), `encoded_lengths` the byte length of
-    each record's `image/encoded`."""
+    """The statistics of a batch of image records ({name: (kind, values)}, without
+    `image/encoded`, whose byte lengths `encoded_lengths` holds)."""
     kinds: dict[str, str] = {}
     for record in records:
         for name, (kind, _) in record.items():
@@ -59,10 +57,11 @@ def image_batch_stats(records: Sequence[Mapping[str, tuple[str, Sequence]]],
         parts.append(FeaturePartial(ENCODED, "bytes", count, 1, 1, count, bytes=part))
         parts.sort(key=lambda part: part.name)
 
-    def first(name: str) -> list:
-        return [record[name][1][0] for record in records if name in record and record[name][1]]
+    def counted(name: str, value_of) -> tuple:
+        """(value, count) pairs of each record's first `name` value, sorted by value."""
+        values = (value_of(record[name][1][0]) for record in records if name in record and record[name][1])
+        return tuple(sorted(collections.Counter(values).items()))
 
-    images = ImagePartial(formats=counted(_text(value) for value in first("image/format")),
-                          channels=counted(int(value) for value in first("image/channels")),
-                          labels=counted(_text(value) for value in first("image/class/text")))
+    images = ImagePartial(formats=counted("image/format", _text), channels=counted("image/channels", int),
+                          labels=counted("image/class/text", _text))
     return BatchStats(features=tuple(parts), images=images)

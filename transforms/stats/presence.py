@@ -1,16 +1,12 @@
-"""Per-feature facts about converted records, counted where the records are made and merged
-in the commit step (Beam-free).
+"""Feature presence: for each feature of a batch's records, how many records carry it and the
+fewest and most values such a record holds (Beam-free).
 
-Today: presence. For each feature of a batch's records, how many records carry it and the
-fewest and most values such a record holds. Converters attach it to each `RecordBatch`
-(`feature_presence`), the sink passes it with the batch's counts, and the commit adds it up
-per split (exact, whatever the bundles or the runner), into `feature_spec.json`: facts about
+Converters attach it to each `RecordBatch` (`feature_presence`) and the commit adds it up
+per split (exact, whatever the bundles or the runner) into `feature_spec.json`: facts about
 the data (reports, drift), never shapes, which follow from the spec alone (version-1 outputs,
-written before `missing`, were also shaped by them: see `transforms.reading.features`).
-
-A batch's presence is a tuple of `(feature, records, min_values, max_values)`; a feature
-absent from every record of the batch is not listed. A batch with records but no presence
-(a converter that does not count) makes the split's presence unknown, never wrong.
+written before `missing`, were also shaped by them: see `transforms.reading.features`). A
+batch with records but no presence (a converter that does not count) makes the split's
+presence unknown, never wrong.
 """
 
 from __future__ import annotations
@@ -24,13 +20,13 @@ import pyarrow.compute as pc
 
 __all__ = ["Presence", "add_presence", "arrow_presence", "as_presence", "with_presence"]
 
-#: One batch's presence: ((feature, records carrying it, min values, max values), ...).
+#: One batch's presence: ((feature, records carrying it, min values, max values), ...); a
+#: feature absent from every record of the batch is not listed.
 Presence = tuple[tuple[str, int, int, int], ...]
 
 
 def arrow_presence(columns: Iterable[tuple[str, pa.Array]]) -> Presence:
-    """The presence of features given as Arrow arrays of one batch's records (null: absent;
-    a list array's lengths are the values per record, a scalar array holds one each)."""
+    """The presence of features given as Arrow arrays of one batch's records (null: absent)."""
     out = []
     for name, values in columns:
         records = len(values) - values.null_count
@@ -64,9 +60,8 @@ def as_presence(total: Mapping[str, Sequence[int]]) -> Presence:
 
 def with_presence(feature_spec_json: bytes, presence: Mapping[str, Sequence[int]],
                   written: int) -> bytes:
-    """`feature_spec.json` with a `presence` entry in every feature of an Example output
-    (a feature no record carries: 0 records, 0 values). Other layouts (SequenceExample
-    context and feature lists) are returned unchanged."""
+    """`feature_spec.json` with a `presence` entry in every feature of an Example output (0
+    records, 0 values for one no record carries); SequenceExample layouts unchanged."""
     spec: Any = json.loads(feature_spec_json)
     features = spec.get("features") if isinstance(spec, dict) else None
     if not isinstance(features, dict):

@@ -1,39 +1,36 @@
 """Mergeable per-batch statistics of one feature, and their merge (Beam-free, deterministic).
 
-A converter summarises each batch's values into small frozen partials (`FeaturePartial`,
-with `NumericPartial` for int64/float values and `BytesPartial` for bytes values; arrays
-stored as bytes so a partial pickles small), attached to its `RecordBatch` as a `BatchStats`.
-The commit adds the partials of a split up with `FeatureTotal`, in batch-key order. A
-converter that holds many batches of one work unit merges them into one `BatchStats` first
-(`StatsTotal.partial`: the totals turned back into partials). Nothing here is random: the same
+A converter summarises each batch's values into frozen partials (`FeaturePartial`, holding a
+`NumericPartial` or a `BytesPartial`; arrays stored as bytes so a partial pickles small),
+attached to its `RecordBatch` as a `BatchStats`. The commit adds a split's partials up with
+`FeatureTotal`, in batch-key order; `StatsTotal.partial` turns totals back into one partial
+(for a converter that holds many batches of a unit). Nothing here is random: the same
 partials merged in the same order give the same figures, to the bit.
 
-* exact: records carrying the feature, values per record (min/max/total), value counts,
-  NaN/inf/zero counts, min and max, lengths of bytes values;
-* mean and (population) standard deviation: exact sums over the values while their
-  quantile summary is exact (below), else merged with Chan et al.'s pairwise formula;
-* exact while a feature holds at most `EXACT_VALUES` (4,096) distinct values in a split:
-  the count of every value, hence the distinct count and the most frequent values, and for
-  numbers the quantiles and histogram. Whatever the input's cut into batches, the figures
-  are then the same.
+* exact: records carrying the feature, values per record, value counts, NaN/inf/zero counts,
+  min and max, lengths of bytes values;
+* mean and (population) standard deviation: exact sums while the quantile summary is exact
+  (below), else merged with Chan et al.'s pairwise formula;
+* exact while a feature holds at most `EXACT_VALUES` distinct values in a split, whatever the
+  input's cut into batches: every value's count, hence the distinct count and the most
+  frequent values, and for numbers the quantiles and histogram;
 * beyond that bound, estimates, flagged as such in stats.json with their error:
   - top values: a Misra-Gries summary of `EXACT_VALUES` counters (mergeable, Agarwal et
     al. 2012). A count shown is never above the truth and at most `top_error` below it
     (the thresholds subtracted, <= values / 4,097); a value seen once never shows more than 1.
   - distinct count: an HLL sketch (Apache DataSketches, lg_k=12: ~1.6 % relative standard
-    error; stats.json gives its range at two standard deviations). The sketch ignores the
-    empty string, whose presence is kept apart, exactly.
+    error; stats.json gives its range at two standard deviations). It ignores the empty
+    string, whose presence is kept apart, exactly.
   - quantiles and histogram: a deterministic compactor: values of weight 2**i at level i;
-    a level holding more than `COMPACTOR_K` (1,024) is sorted and every other value moves
-    up a level (alternately the even and the odd ones), which moves any value's rank by at
-    most 2**i. Those moves are added up (`rank_error`, <= levels / 1,024 of the values;
-    0.46 % for 5M normal values in batches of 16,384, whose true error was 0.14 %).
+    a level holding more than `COMPACTOR_K` is sorted and every other value moves up a level
+    (alternately the even and the odd ones), which moves any value's rank by at most 2**i.
+    Those moves add up to `rank_error` (<= levels / 1,024 of the values; 0.46 % for 5M
+    normal values in batches of 16,384, whose true error was 0.14 %).
 
 Bytes values are counted by their first `BYTES_DISPLAY_CHARS` characters (longer ones with a
-digest of the whole, so that distinct long values stay distinct). The numeric moments and
-quantiles cover the finite values only; NaN and infinities are counted apart. Setting the
-environment variable `TFRECORD_PIPELINE_STATS=0` makes the converters skip statistics (an
-internal switch, to measure their cost).
+digest of the whole, so that distinct long values stay distinct). Numeric moments and
+quantiles cover the finite values only. `TFRECORD_PIPELINE_STATS=0` makes the converters
+skip statistics (an internal switch, to measure their cost).
 """
 
 from __future__ import annotations
@@ -49,7 +46,7 @@ import numpy as np
 
 __all__ = ["BYTES_DISPLAY_CHARS", "COMPACTOR_K", "EXACT_VALUES", "BatchStats", "BytesPartial", "BytesTotal",
            "FeaturePartial", "FeatureTotal", "HLL_LG_K", "ImagePartial", "ImageTotal", "NumericPartial",
-           "NumericTotal", "QuantileSummary", "StatsTotal", "bytes_partial", "counted", "numeric_partial",
+           "NumericTotal", "QuantileSummary", "StatsTotal", "bytes_partial", "numeric_partial",
            "stats_enabled"]
 
 #: Distinct values of a feature per split counted exactly (and the Misra-Gries counters beyond).
@@ -75,10 +72,9 @@ def _datasketches():
 
 @dataclasses.dataclass(frozen=True)
 class QuantileSummary:
-    """Finite values as (value, weight) items, float64 and int64 arrays as bytes: while not
-    `compacted`, every distinct value once with its exact count; after, values of weight
-    2**level (see the module docstring). `error` bounds any rank's error, in values;
-    `parity` bit i says which half level i's next compaction keeps."""
+    """Finite values as (value, weight) float64/int64 arrays as bytes: while not `compacted`,
+    each distinct value with its exact count; after, values of weight 2**level. `error`
+    bounds any rank's error, in values; `parity` bit i: which half level i's next compaction keeps."""
 
     values: bytes = b""
     weights: bytes = b""
@@ -117,8 +113,7 @@ class _Quantiles:
         self._settle()
 
     def _settle(self, ordered: bool = False) -> None:
-        """Equal values added up while exact; else (or once past `EXACT_VALUES` of them) the
-        levels compacted."""
+        """Equal values added up while exact; else (or once past `EXACT_VALUES`) compacted."""
         if not self.values.size:
             return
         if not self.compacted:
@@ -169,8 +164,8 @@ class _Quantiles:
         return np.r_[0, cumulative][np.searchsorted(values, edges, side="left")].tolist()
 
     def moments(self) -> tuple[float, float]:
-        """Mean and sum of squared deviations as exact sums (correctly rounded) of the
-        distinct values: the same whatever the order of the input (not `compacted` only)."""
+        """Mean and sum of squared deviations as correctly rounded sums of the distinct values,
+        whatever the input's order (not `compacted` only)."""
         mean = math.fsum((self.values * self.weights).tolist()) / int(self.weights.sum())
         deviations = self.values - mean
         return mean, math.fsum((deviations * deviations * self.weights).tolist())
@@ -224,11 +219,10 @@ class NumericPartial:
 
 @dataclasses.dataclass(frozen=True)
 class BytesPartial:
-    """bytes values of one feature in one batch: lengths and the count of each value (key:
-    see `_value_key`; int64 `counts` as bytes), exact while `error` is 0; beyond
-    `EXACT_VALUES` the Misra-Gries counters, `error` the thresholds subtracted and `hll` a
-    sketch of all values. `has_empty`: some value is the empty string, which HLL skips.
-    `tracks_top` False: no top values (image bytes: only their distinct count)."""
+    """bytes values of one feature in one batch: lengths and each value's count (int64 as
+    bytes), exact while `error` is 0; beyond `EXACT_VALUES`, Misra-Gries counters, `error` the
+    thresholds subtracted and `hll` a sketch of all values. `has_empty`: some value is the
+    empty string, which HLL skips. `tracks_top` False: no top values (image bytes)."""
 
     count: int
     length_min: int
@@ -486,10 +480,9 @@ class ImageTotal:
         self.labels: collections.Counter = collections.Counter()
 
     def add(self, part: ImagePartial) -> None:
-        for counter, pairs in ((self.formats, part.formats), (self.channels, part.channels),
-                               (self.labels, part.labels)):
-            for value, number in pairs:
-                counter[value] += number
+        self.formats.update(dict(part.formats))
+        self.channels.update(dict(part.channels))
+        self.labels.update(dict(part.labels))
 
     def partial(self) -> ImagePartial:
         return ImagePartial(tuple(sorted(self.formats.items())),
@@ -515,8 +508,3 @@ class StatsTotal:
     def partial(self) -> BatchStats:
         return BatchStats(tuple(total.partial() for total in self.features.values()),
                           self.images.partial() if self.images is not None else None)
-
-
-def counted(values: Iterable) -> tuple:
-    """(value, count) pairs of `values`, sorted by value: an `ImagePartial` field."""
-    return tuple(sorted(collections.Counter(values).items()))

@@ -1,9 +1,5 @@
 """The CLI's end-of-run lines about statistics and drift, from a committed output's
 stats.json and drift.json (Beam-free apart from reading files through Beam's filesystems).
-
-A short table, one line per feature of the split with the most records: presence (share of
-records carrying the feature), then min/mean/max for numbers or the distinct count for bytes;
-at most `MAX_FEATURE_LINES` features, the rest counted ("N more features in stats.json").
 """
 
 from __future__ import annotations
@@ -44,7 +40,9 @@ def _short(value: Any) -> str:
 
 
 def feature_lines(stats: Mapping[str, Any]) -> list[str]:
-    """The feature table of the split with the most records ([] when nothing is known)."""
+    """The feature table of the split with the most records ([] when nothing is known): per
+    feature its presence (share of records carrying it), then min/mean/max for numbers or the
+    distinct count for bytes; past `MAX_FEATURE_LINES` features, the rest counted."""
     splits = stats.get("splits") or {}
     if not splits:
         return []

@@ -31,13 +31,14 @@ def test_the_readme_lists_exactly_the_registered_reasons():
 
 
 def _written_codes(tree: ast.AST) -> set[str]:
-    """Reason codes a module writes: the first argument of a dead-letter error, a `reason=`
+    """Reason codes a module writes: the first argument of a dead-letter error (or of a function
+    making one, `row_error`), a `reason=`
     keyword, or the code of a (reason, message) pair a planner rejects an item with."""
     codes = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Call):
             name = getattr(node.func, "id", getattr(node.func, "attr", ""))
-            if name.endswith("Error") and node.args and isinstance(node.args[0], ast.Constant):
+            if name.endswith(("Error", "_error")) and node.args and isinstance(node.args[0], ast.Constant):
                 codes.add(node.args[0].value)
             codes |= {keyword.value.value for keyword in node.keywords if keyword.arg == "reason"
                       and isinstance(keyword.value, ast.Constant)}

@@ -26,7 +26,6 @@ from pipeline.errors import (
 )
 from pipeline.options import REQUIRED_FLAGS, ConvertOptions, RaisingParser, command_line_path
 from pipeline.output_lock import OutputBusyError
-from pipeline.runners import RunnerError
 
 __all__ = ["EXIT_CODES", "build_parser", "convert_parser", "main", "run"]
 
@@ -50,8 +49,7 @@ EXIT_CODES: tuple[tuple[type[BaseException], int], ...] = (
     (CommandFailed, EXIT_FAILED),
     (UsageError, EXIT_USAGE),
     (OutputBusyError, EXIT_USAGE),
-    (RunnerError, EXIT_USAGE),
-    (ValueError, EXIT_USAGE),  # invalid input found while planning (SpecError included)
+    (ValueError, EXIT_USAGE),  # invalid input found while planning (SpecError, RunnerError included)
     (FileNotFoundError, EXIT_USAGE),
 )
 

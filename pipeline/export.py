@@ -41,6 +41,7 @@ from transforms.format.example_table import (
     batch_to_table,
     column_from_feature_spec,
 )
+from transforms.format.manifest_format import FEATURE_SPEC_NAME
 from transforms.format.tfrecord_reader import TFRecordCorruptError, iter_records
 from transforms.tfrecord_io import listed_shard_paths
 
@@ -53,7 +54,6 @@ BATCH_RECORDS = 65536
 _BATCH_BYTES = 64 << 20
 _READ_STEP = 1024  # records read between checks of the batch's size
 _FRAME_BYTES = 16  # a TFRecord frame's length, length CRC and payload CRC
-_FEATURE_SPEC = "feature_spec.json"
 _MAX_SIDE_FILE_BYTES = 64 << 20
 
 
@@ -150,31 +150,23 @@ def _plan(path: str, split: str | None) -> tuple[list[_Source], list[ColumnSchem
                      for column in _spec_columns(folder)]
 
 
-def _read_side_file(folder: str, name: str) -> bytes | None:
-    path = fs.join_path(folder, name)
-    if not FileSystems.exists(path):
-        return None
-    with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
-        return handle.read(_MAX_SIDE_FILE_BYTES)
-
-
 def _spec_columns(folder: str) -> list[ColumnSchema]:
     """The columns `feature_spec.json` declares ([] without one: learnt from the records)."""
-    raw = _read_side_file(folder, _FEATURE_SPEC)
-    if raw is None:
+    path = fs.join_path(folder, FEATURE_SPEC_NAME)
+    if not FileSystems.exists(path):
         return []
+    with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
+        raw = handle.read(_MAX_SIDE_FILE_BYTES)
     try:
         feature_spec = json.loads(raw)
-        if "sequence" in feature_spec or "context" in feature_spec:
-            raise UsageError(f"{folder} holds SequenceExamples: export supports Examples only")
-        columns = [column_from_feature_spec(name, entry)
-                   for name, entry in sorted(feature_spec["features"].items(),
-                                             key=lambda item: item[0].encode("utf-8"))]
+        sequences = "sequence" in feature_spec or "context" in feature_spec
+        features = {} if sequences else feature_spec["features"]
+        columns = [column_from_feature_spec(name, features[name])
+                   for name in sorted(features, key=lambda name: name.encode("utf-8"))]
     except (ValueError, KeyError, TypeError, AttributeError) as error:
-        if isinstance(error, UsageError):
-            raise
-        raise OutputProblems(f"{fs.join_path(folder, _FEATURE_SPEC)} is not a valid feature "
-                             f"spec: {error}") from None
+        raise OutputProblems(f"{path} is not a valid feature spec: {error}") from None
+    if sequences:
+        raise UsageError(f"{folder} holds SequenceExamples: export supports Examples only")
     return columns
 
 

@@ -15,14 +15,13 @@ One line is printed per index written.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
 from pipeline.errors import OutputProblems, UsageError
 from pipeline.output_lock import output_lock
-from pipeline.verify import compression_of_file, resolve_tfrecord_paths
+from pipeline.verify import HashingFile, compression_of_file, resolve_tfrecord_paths
 from transforms import fs
 from transforms import manifest as manifest_lib
 from transforms.format.compression import Compression
@@ -50,21 +49,6 @@ class _Target:
     path: str
     output: _Output | None = None
     entry: ShardEntry | None = None
-
-
-class _HashingSink:
-    """A write-only wrapper that counts and hashes what passes through to `raw`."""
-
-    def __init__(self, raw):
-        self._raw = raw
-        self.sha256 = hashlib.sha256()
-        self.bytes = 0
-
-    def write(self, data: bytes) -> int:
-        self._raw.write(data)
-        self.sha256.update(data)
-        self.bytes += len(data)
-        return len(data)
 
 
 def _refuse_compressed(what: str, name: str) -> None:
@@ -100,7 +84,7 @@ def _write_one(path: str) -> tuple[int, int, str]:
     try:
         with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as raw:
             with FileSystems.create(partial, compression_type=CompressionTypes.UNCOMPRESSED) as out:
-                sink = _HashingSink(out)
+                sink = HashingFile(out)
                 # Payload CRCs too: an index vouches for the records a reader seeks to.
                 records = write_index(raw, sink, path=path, check_payloads=True)
     except BaseException:

@@ -39,6 +39,7 @@ from collections.abc import Callable, Iterator, Sequence
 
 from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, StandardOptions
 
+from pipeline.errors import UsageError
 from pipeline.quiet_logs import beam_worker_log_levels
 
 __all__ = ["LOCAL_PARALLEL_MIN_BYTES", "LOCAL_PARALLEL_MIN_IMAGE_BYTES", "DaskCluster", "RunnerError",
@@ -66,12 +67,8 @@ _RUNNER_EXTRAS = {
 }
 
 
-class RunnerError(ValueError):
+class RunnerError(UsageError):
     """The requested runner configuration is refused; `hint`: what to do instead."""
-
-    def __init__(self, message: str, *, hint: str | None = None):
-        super().__init__(message)
-        self.hint = hint
 
 
 def _explicit(argv: Sequence[str], flag: str) -> bool:

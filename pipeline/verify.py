@@ -43,7 +43,8 @@ from transforms.format.tfrecord_reader import (
     sniff_compression,
 )
 
-__all__ = ["Problem", "compression_of_file", "format_report", "resolve_tfrecord_paths", "verify_paths"]
+__all__ = ["HashingFile", "Problem", "compression_of_file", "format_report", "resolve_tfrecord_paths",
+           "verify_paths"]
 
 _READ_CHUNK = 8 * 1024 * 1024
 
@@ -81,19 +82,25 @@ class _FileResult:
     index_bytes: int = 0
 
 
-class _HashingReader:
-    """Reads a raw file while hashing and counting every byte that passes through."""
+class HashingFile:
+    """A raw file that hashes and counts every byte read from it or written to it."""
 
     def __init__(self, raw):
         self._raw = raw
         self.sha256 = hashlib.sha256()
         self.bytes = 0
 
-    def read(self, size: int = -1) -> bytes:
-        data = self._raw.read(size)
+    def _count(self, data: bytes) -> bytes:
         self.sha256.update(data)
         self.bytes += len(data)
         return data
+
+    def read(self, size: int = -1) -> bytes:
+        return self._count(self._raw.read(size))
+
+    def write(self, data: bytes) -> int:
+        self._raw.write(self._count(data))
+        return len(data)
 
     def drain(self) -> None:
         while self.read(_READ_CHUNK):
@@ -122,7 +129,7 @@ def _check_file(path: str, problems: list[Problem], with_index: bool = False) ->
     result.compressed = compression is not Compression.NONE
     index_hash = hashlib.sha256() if with_index and not result.compressed else None
     with raw:
-        reader = _HashingReader(raw)
+        reader = HashingFile(raw)
         try:
             for info in iter_records(reader, compression, path=path):
                 result.records += 1
@@ -166,7 +173,7 @@ def _check_index(index_path: str, shard_path: str, shard: _FileResult, problems:
 
 def _file_digest(path: str) -> tuple[int, str]:
     with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as raw:
-        reader = _HashingReader(raw)
+        reader = HashingFile(raw)
         reader.drain()
     return reader.bytes, reader.sha256.hexdigest()
 
@@ -228,12 +235,6 @@ def _verify_output_dir(output_dir: str, manifest: Manifest, problems: list[Probl
     return checked
 
 
-def _is_file(path: str) -> bool:
-    if "://" not in path and os.path.isdir(path):
-        return False
-    return FileSystems.exists(path)
-
-
 def resolve_tfrecord_paths(path: str) -> tuple[list[str], Manifest | None]:
     """A folder (with or without a manifest), a file, or a glob -> files to check.
 
@@ -246,7 +247,7 @@ def resolve_tfrecord_paths(path: str) -> tuple[list[str], Manifest | None]:
         matched = fs.match([path])[0].metadata_list
         # Index sidecars sit beside the shards a glob names, but are no TFRecord files.
         return sorted(m.path for m in matched if not m.path.endswith(INDEX_SUFFIX)), None
-    if _is_file(path):
+    if ("://" in path or not os.path.isdir(path)) and FileSystems.exists(path):
         return [path], None
     matched = fs.match([fs.join_path(fs.literal(path), "*")])[0].metadata_list
     names = [(m.path, m.path.rstrip("/").rsplit("/", 1)[-1]) for m in matched]
@@ -301,9 +302,5 @@ def verify_paths(paths: Sequence[str]) -> tuple[int, list[Problem]]:
 
 def format_report(checked: int, problems: Iterable[Problem]) -> str:
     problems = list(problems)
-    lines = [str(problem) for problem in problems]
-    lines.append(
-        json.dumps({"files_checked": checked, "problems": len(problems),
-                    "status": "ok" if not problems else "corrupt"})
-    )
-    return "\n".join(lines)
+    summary = {"files_checked": checked, "problems": len(problems), "status": "corrupt" if problems else "ok"}
+    return "\n".join([*map(str, problems), json.dumps(summary)])

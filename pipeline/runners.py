@@ -1,33 +1,27 @@
 """Choosing and starting the Beam runner for a conversion.
 
-* Local (default, `--runner direct`/`DirectRunner`): Beam's FnApiRunner, chosen explicitly.
-  Beam 2.77's DirectRunner first tries to download the Prism runner binary from the
-  internet, which stalls on networks that hang instead of refusing; the FnApiRunner needs
-  no network. Conversions run in one process whatever their size: the plan's work units
-  travel as one element converted on forked children, which start in milliseconds and write
-  their own shards (`runs_in_process`, `pipeline.graph.ConvertOnForkedProcesses`,
-  `transforms.forked_pool`); measured faster than Beam's worker processes at 1.5 GB, with
-  half the memory (see `pipeline.convert`). Where fork is missing, an input of several work
-  units larger than `LOCAL_PARALLEL_MIN_BYTES` (images: `LOCAL_PARALLEL_MIN_IMAGE_BYTES`)
-  runs in `multi_processing` mode with one worker per core, because a worker process costs
-  seconds to start (it imports Beam). Explicit `--direct_running_mode` /
-  `--direct_num_workers` always win. `multi_threading` was seen to lose elements in Beam
-  2.77 and is refused.
+* Local (default, `--runner direct`/`DirectRunner`): Beam's FnApiRunner, chosen explicitly:
+  Beam 2.77's DirectRunner first tries to download the Prism runner binary, which stalls on
+  networks that hang instead of refusing. Conversions run in one process whatever their
+  size: the plan's work units travel as one element converted on forked children, which
+  start in milliseconds and write their own shards (`runs_in_process`,
+  `pipeline.graph.ConvertOnForkedProcesses`); measured faster than Beam's worker processes
+  at 1.5 GB, with half the memory (see `pipeline.convert`). Where fork is missing, an input
+  of several work units above `LOCAL_PARALLEL_MIN_BYTES` (images: `..._IMAGE_BYTES`) runs in
+  `multi_processing` mode, one worker per core, because a worker process costs seconds to
+  start (it imports Beam). Explicit `--direct_running_mode` / `--direct_num_workers` win;
+  `multi_threading` was seen to lose elements in Beam 2.77 and is refused.
 * `--runner dask`: Beam's DaskRunner on the scheduler at `--dask_client_address`, or on a
   `dask.distributed.LocalCluster` started (and stopped) for the run. The DaskRunner puts up
   to 128 elements of a `beam.Create` in one bag partition, so a plan of 8 work units ran on
   one worker: the work units are cut into `dask_partitions` partitions instead, sized to the
-  cluster (unless `--dask_npartitions`/`--dask_partition_size` is given); a cluster at an
-  address finds the record starts of large text files' byte ranges in tasks of its own
-  before the run (`dask_cluster`, `workers_cut_large_files`), exactly where the launcher
-  would. Dask's `dataframe.shuffle.method` is set to "tasks" for the run unless configured:
-  the bag groupby's default reaches "tasks" too, but only after importing dask.dataframe.
+  cluster (unless `--dask_npartitions`/`--dask_partition_size` is given). A cluster at an
+  address finds the record starts of large text files in tasks of its own before the run
+  (`dask_cluster`, `workers_cut_large_files`), exactly where the launcher would.
 * Anything else (DataflowRunner, FlinkRunner, SparkRunner, PortableRunner, ...) is passed
-  to Beam unchanged. `DataflowRunner` needs the `dataflow` extra (Beam's gcp extra, with the
-  Dataflow client), which the default install leaves out because importing it costs every
-  local run ~0.25 s (`check_runner_installed` names a missing extra before anything is read).
+  to Beam unchanged. `DataflowRunner` needs the `dataflow` extra (Beam's gcp extra), left
+  out of the default install because importing it costs every local run ~0.25 s.
 """
-
 from __future__ import annotations
 
 import contextlib
@@ -93,15 +87,10 @@ _MISSING_OPTION = re.compile(r"Missing (?:GCS path |required )?option: (\w+)\.?"
 
 
 def check_runner_options(options: PipelineOptions, no_wait: bool = False) -> None:
-    """Raises `RunnerError` (one line) when a runner Beam starts itself (DataflowRunner and
-    the others passed to Beam unchanged) is missing options or given invalid ones, before
-    anything is read: Beam checks them only when the pipeline is built, after planning, in a
-    message of one line per problem.
-
-    `no_wait` (--no-wait) is refused on the runners whose job cannot outlive the command:
-    the local runner runs it in this process, and a Dask scheduler cancels the job's tasks
-    once the client that submitted them disconnects.
-    """
+    """Raises `RunnerError` (one line) when a runner Beam starts itself is missing options or
+    given invalid ones, before anything is read: Beam checks them only when the pipeline is
+    built, after planning, in a message of one line per problem. `no_wait` is refused on the
+    runners whose job cannot outlive the command (local, Dask)."""
     name = _runner_name(options)
     if name in _LOCAL_NAMES or name in _DASK_NAMES:
         if no_wait:
@@ -138,11 +127,11 @@ def _validation_message(runner: str, errors: Sequence[str]) -> str:
     Either of --temp_location and --staging_location stands in for the other."""
     missing = [m.group(1) for m in map(_MISSING_OPTION.fullmatch, errors) if m]
     others = [" ".join(e.split()).rstrip(".") for e in errors if not _MISSING_OPTION.fullmatch(e)]
-    flags = [f"--{option}" for option in missing if option != "staging_location"]
-    if "staging_location" in missing and "temp_location" not in missing:
+    either = "staging_location" in missing
+    flags = [f"--{option}" + (" (or --staging_location)" if either and option == "temp_location" else "")
+             for option in missing if option != "staging_location"]
+    if either and "temp_location" not in missing:
         flags.append("--staging_location")
-    flags = [f"{flag} (or --staging_location)" if flag == "--temp_location"
-             and "staging_location" in missing else flag for flag in flags]
     parts = ([f"missing {', '.join(flags)}"] if flags else []) + others
     return f"--runner {runner}: {'; '.join(parts)}"
 
@@ -226,14 +215,11 @@ def runner_for(
     options: PipelineOptions, argv: Sequence[str], parallel: bool = True, work_units: int = 1,
     threads: int | None = None,
 ) -> Iterator[object]:
-    """Yields the runner (an instance or a Beam runner name) for `options`.
-
-    May adjust `options` (local worker count and mode, Dask scheduler address and bag
-    partitions) and, for Dask without an address, keeps a LocalCluster alive for the duration
-    of the block. `parallel=False` says the input cannot use more than one local worker;
-    `work_units` is how many elements the plan feeds the converter; `threads`: the cluster's
-    `cluster_threads`, when known (else a Dask cluster is asked).
-    """
+    """Yields the runner (an instance or a Beam runner name) for `options`, which it may
+    adjust (local worker count and mode, Dask scheduler address and bag partitions); for
+    Dask without an address, keeps a LocalCluster alive for the block. `parallel=False`: the
+    input cannot use more than one local worker; `work_units`: how many elements the plan
+    feeds the converter; `threads`: the cluster's `cluster_threads`, when known."""
     name = _runner_name(options)
     if name in _LOCAL_NAMES:
         yield _local_runner(options, argv, parallel)

@@ -1,9 +1,6 @@
 """TensorFlow Datasets metadata for an output: the `dataset_info.json` and `features.json`
 that `tfds.builder_from_directory(DIR)` reads, built as plain JSON (TFDS is never imported).
 
-`tfds_metadata` is a pure function of the manifest's shards, the parsed `feature_spec.json`
-and the labels; `tfds_side_files` decides, for the commit, whether an output gets them.
-
 What TFDS is told, and why:
   - Splits: each split's `shardLengths` (records per shard, in shard order), `numBytes` and
     `filepathTemplate` `{SPLIT}-{SHARD_X_OF_Y}.tfrecord`, which TFDS expands to exactly our
@@ -48,16 +45,8 @@ from typing import Any
 from transforms.format.manifest_format import FEATURE_SPEC_NAME, SHARD_NAME, ShardEntry, shard_name
 from transforms.reading.features import feature_layout, shapes_counted
 
-__all__ = [
-    "DATASET_INFO_NAME",
-    "DEFAULT_DATASET_NAME",
-    "FEATURES_NAME",
-    "TFDS_FILE_NAMES",
-    "TFDS_VERSION",
-    "dataset_name_for",
-    "tfds_metadata",
-    "tfds_side_files",
-]
+__all__ = ["DATASET_INFO_NAME", "DEFAULT_DATASET_NAME", "FEATURES_NAME", "TFDS_FILE_NAMES", "TFDS_VERSION",
+           "dataset_name_for", "tfds_metadata", "tfds_side_files"]
 
 _LOG = logging.getLogger(__name__)
 
@@ -161,14 +150,8 @@ def _dumps(document: Mapping[str, Any]) -> bytes:
 def tfds_metadata(shards: Sequence[ShardEntry], feature_spec: Mapping[str, Any],
                   labels: Sequence[str] | None = None, *, name: str = DEFAULT_DATASET_NAME,
                   compression: str = "none") -> dict[str, bytes]:
-    """`{"dataset_info.json": bytes, "features.json": bytes}` for an output.
-
-    Args:
-      shards: the output's shards (`Manifest.shards`).
-      feature_spec: the parsed `feature_spec.json` of tf.train.Example records.
-      labels: the label names (labels.txt), for `image/class/label`; None or empty: none.
-      name: the TFDS dataset name (see `dataset_name_for`).
-      compression: the shards' codec.
+    """`{"dataset_info.json": bytes, "features.json": bytes}` for an output: a pure function of
+    its shards, its parsed `feature_spec.json` and its label names (for `image/class/label`).
 
     Raises:
       ValueError: when TFDS cannot read the output as described (see the module docstring).

@@ -4,16 +4,10 @@ to Parquet, without TensorFlow.
 PATH is an output folder of this tool (its manifest lists the shards; `feature_spec.json` gives
 the columns, and which are lists; an older output that does not say is completed from the
 records) or any TFRecord file, folder or glob (the columns are learnt from the records in a
-first pass; a file's compression comes from its name or is sniffed, as `verify` does). Records are read
-with every CRC checked, decoded in batches (`transforms.format.example_decoder`) and written
-batch by batch as row groups, so memory stays bounded whatever the size of the input. Each
-Parquet file is written under a temporary name and renamed when complete.
-
-OUT: for an output folder, a folder with one `<split>.parquet` per split (or only the
-`--split` one), or a file when OUT ends in `.parquet` and one split is exported; for other
-input, one Parquet file.
+first pass; compression as `verify` finds it). Records are read with every CRC checked,
+decoded in batches (`transforms.format.example_decoder`) and written batch by batch as row
+groups, so memory stays bounded whatever the size of the input.
 """
-
 from __future__ import annotations
 
 import bisect
@@ -59,8 +53,7 @@ _MAX_SIDE_FILE_BYTES = 64 << 20
 
 @dataclasses.dataclass(frozen=True)
 class _Source:
-    """The TFRecord files of one Parquet output and how they are compressed (None: each
-    file's own, from its name or sniffed)."""
+    """The TFRecord files of one Parquet output; `compression` None: each file's own."""
 
     name: str  # the split, or "" for plain files
     files: tuple[str, ...]
@@ -101,18 +94,16 @@ def export_command(path: str, to: str, out: str, split: str | None = None) -> No
         columns = _complete_columns(columns, sources)
     # All or nothing: every file is written under a temporary name first, so an export that
     # fails on a later split leaves no earlier split's file behind (nor replaces one).
-    written: list[tuple[str, str, int]] = []
+    temporaries = [f"{target}.tmp-{uuid.uuid4().hex[:12]}" for target in targets]
     try:
-        for source, target in zip(sources, targets, strict=True):
-            temporary = f"{target}.tmp-{uuid.uuid4().hex[:12]}"
-            written.append((temporary, target, 0))
-            written[-1] = (temporary, target, _write_parquet(source, columns, temporary))
+        rows = [_write_parquet(source, columns, temporary)
+                for source, temporary in zip(sources, temporaries, strict=True)]
     except BaseException:
-        fs.delete([temporary for temporary, _, _ in written if FileSystems.exists(temporary)])
+        fs.delete([temporary for temporary in temporaries if FileSystems.exists(temporary)])
         raise
-    for temporary, target, rows in written:
+    for temporary, target, count in zip(temporaries, targets, rows, strict=True):
         _replace(temporary, target)
-        print(f"wrote {target} ({rows} rows)")
+        print(f"wrote {target} ({count} rows)")
 
 
 # ------------------------------------------------------------------------------ planning

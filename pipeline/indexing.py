@@ -1,17 +1,14 @@
 """`tfrecord-pipeline index PATH...`: write a `.tfindex` sidecar beside existing uncompressed
 TFRecord files (ours, TensorFlow's, Beam's), for the `tfrecord` package and NVIDIA DALI.
 
-PATH is a file, a glob or a folder, resolved as `verify` resolves it. For an output folder
-with a manifest, the shards the manifest lists are indexed and the manifest is rewritten
-with each shard's `index` entry (path, bytes, sha256), so that `verify` checks the indexes
-and later runs know the files are the tool's own; the folder is locked meanwhile, as a
-conversion locks it. Every file is checked up front: a compressed one is refused before
-anything is written (an index holds byte offsets, and a gzip or zlib stream cannot be
-entered at an offset). A corrupt file (a bad length or data CRC, a truncated record) gets
-no index; the others still do, and the command then fails naming the first corruption.
-One line is printed per index written.
+PATH is resolved as `verify` resolves it. For an output folder with a manifest, the shards it
+lists are indexed and the manifest is rewritten with each shard's `index` entry, so that
+`verify` checks the indexes and later runs know the files are the tool's own; the folder is
+locked meanwhile, as a conversion locks it. Every file is checked up front: a compressed one
+is refused before anything is written (a gzip or zlib stream cannot be entered at an
+offset). A corrupt file gets no index; the others still do, and the command then fails
+naming the first corruption.
 """
-
 from __future__ import annotations
 
 import dataclasses

@@ -2,20 +2,18 @@
 
 For every file: every record's length and data CRCs, and that every payload parses as a
 `tf.train.Example` or `tf.train.SequenceExample` (which `sequence:` specs write). For an
-output folder with a manifest, also that the shards listed
-exist with the recorded size, sha256 and record count, that dead-letter files, side files
-(`files`: feature_spec.json, stats.json, ...) and the files of the previous generation kept
-for its readers (`superseded`, never read as shards) match their size and sha256, that no stray
-shard sits beside them, and that the counts reconcile. A shard's `.tfindex`
-sidecar (listed in the manifest, or beside a bare file) must match the shard's records
-(and the manifest's size and sha256).
+output folder with a manifest, also that the shards listed exist with the recorded size,
+sha256 and record count, that dead-letter files, side files (`files`) and the previous
+generation's files kept for its readers (`superseded`, never read as shards) match their
+size and sha256, that no stray shard sits beside them, and that the counts reconcile. A
+shard's `.tfindex` sidecar (listed in the manifest, or beside a bare file) must match the
+shard's records (and the manifest's size and sha256).
 
-A file's compression comes from its name (`.gz`; `.zz`, `.zlib`, Beam's `.deflate`); a name
-that says nothing (Beam's suffix-less `prefix-00000-of-00001`) is sniffed from its first
-bytes. A folder without a manifest stands for its `*.tfrecord*` files and its files named
-like shards (`*-NNNNN-of-NNNNN`, optionally with a compression suffix), never its indexes.
+A file's compression comes from its name (`.gz`; `.zz`, `.zlib`, Beam's `.deflate`), else
+is sniffed from its first bytes (Beam's suffix-less `prefix-00000-of-00001`). A folder
+without a manifest stands for its `*.tfrecord*` files and its files named like shards
+(`*-NNNNN-of-NNNNN`, optionally with a compression suffix), never its indexes.
 """
-
 from __future__ import annotations
 
 import dataclasses
@@ -140,10 +138,8 @@ def _check_file(path: str, problems: list[Problem], with_index: bool = False) ->
                 try:
                     decode_example(info.payload)
                 except ValueError as error:
-                    problems.append(
-                        Problem(path, f"payload is not a tf.train.Example: {error}",
-                                info.offset, info.index)
-                    )
+                    problems.append(Problem(path, f"payload is not a tf.train.Example: {error}",
+                                            info.offset, info.index))
         except TFRecordCorruptError as error:
             problems.append(Problem(path, error.reason, error.offset, error.index))
         reader.drain()
@@ -156,18 +152,16 @@ def _check_file(path: str, problems: list[Problem], with_index: bool = False) ->
 
 def _check_index(index_path: str, shard_path: str, shard: _FileResult, problems: list[Problem],
                  listed: FileEntry | None = None) -> None:
-    """Checks a shard's index sidecar: present, as the manifest lists it (`listed`: its
-    entry), and equal to the index of the shard's records."""
-    if not FileSystems.exists(index_path):
-        problems.append(Problem(index_path, "index listed in the manifest but missing"))
+    """Checks a shard's index sidecar: as the manifest lists it (`listed`: its entry), and
+    equal to the index of the shard's records."""
+    found = _file_digest(index_path) if listed is None else _check_listed_file(
+        index_path, listed, problems, "index ")
+    if found is None:
         return
-    size, digest = _file_digest(index_path)
-    if listed is not None:
-        _check_sizes(index_path, listed, {"bytes": size, "sha256": digest}, problems, "index ")
     if shard.compressed:
         problems.append(Problem(index_path, f"an index beside {shard_path}, which is compressed: "
                                             f"offsets in a compressed stream are not seekable"))
-    elif shard.index_sha256 is not None and (size, digest) != (shard.index_bytes, shard.index_sha256):
+    elif shard.index_sha256 is not None and found != (shard.index_bytes, shard.index_sha256):
         problems.append(Problem(index_path, f"index does not match the records of {shard_path}"))
 
 
@@ -186,14 +180,16 @@ def _check_sizes(path: str, entry: FileEntry | ShardEntry, actual: dict[str, obj
             problems.append(Problem(path, f"{what}{key} is {value!r}, manifest says {getattr(entry, key)!r}"))
 
 
-def _check_listed_file(path: str, entry: FileEntry | ShardEntry, problems: list[Problem]) -> None:
+def _check_listed_file(path: str, entry: FileEntry | ShardEntry, problems: list[Problem],
+                       what: str = "") -> tuple[int, str] | None:
     """Checks a file the manifest lists by size and sha256 only (dead letters, side files,
-    superseded files)."""
+    superseded files, indexes); returns its (size, sha256), None when it is missing."""
     if not FileSystems.exists(path):
-        problems.append(Problem(path, "listed in the manifest but missing"))
-        return
+        problems.append(Problem(path, f"{what}listed in the manifest but missing"))
+        return None
     size, digest = _file_digest(path)
-    _check_sizes(path, entry, {"bytes": size, "sha256": digest}, problems)
+    _check_sizes(path, entry, {"bytes": size, "sha256": digest}, problems, what)
+    return size, digest
 
 
 def _verify_output_dir(output_dir: str, manifest: Manifest, problems: list[Problem]) -> int:
@@ -226,12 +222,10 @@ def _verify_output_dir(output_dir: str, manifest: Manifest, problems: list[Probl
     if counts.input != counts.rows_written + counts.dead_letter:
         problems.append(Problem(manifest_path, f"counts do not reconcile: {counts.to_dict()}"))
     for split, entry in counts.splits.items():
-        if entry.written != records_per_split.get(split, 0):
-            problems.append(Problem(
-                manifest_path,
-                f"split {split!r}: manifest counts {entry.written} written records, "
-                f"shards hold {records_per_split.get(split, 0)}",
-            ))
+        held = records_per_split.get(split, 0)
+        if entry.written != held:
+            problems.append(Problem(manifest_path, f"split {split!r}: manifest counts {entry.written} "
+                                                   f"written records, shards hold {held}"))
     return checked
 
 

@@ -196,18 +196,15 @@ def cluster_threads(options: PipelineOptions, cluster: DaskCluster | None) -> in
     runner uses the planner's own processes, Dataflow and others scale their workers."""
     if cluster is not None:
         return cluster.threads
-    if _runner_name(options) in _DASK_NAMES:
-        return os.cpu_count() or 1
-    return None
+    return (os.cpu_count() or 1) if _runner_name(options) in _DASK_NAMES else None
 
 
 def workers_cut_large_files(options: PipelineOptions) -> bool:
     """Whether large text files are cut where the workers run (`transforms.tabular.
     range_cuts`) rather than scanned on the launcher: not on the local runner, nor on a
     Dask run's own LocalCluster, whose workers share the launcher's machine and disk."""
-    if is_local(options):
-        return False
-    return _runner_name(options) not in _DASK_NAMES or _dask_address(options) is not None
+    return not is_local(options) and (_runner_name(options) not in _DASK_NAMES
+                                      or _dask_address(options) is not None)
 
 
 @contextlib.contextmanager

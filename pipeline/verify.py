@@ -255,11 +255,14 @@ def _stands_for_tfrecord(name: str) -> bool:
     return ".tfrecord" in name or bool(_SHARD_NAME.match(name))
 
 
-def _resolve_all(paths: Sequence[str],
-                 problems: list[Problem]) -> list[tuple[str, list[str], Manifest | None]]:
-    """Every path resolved up front: one that stands for nothing is a usage error (exit 2,
-    as for inspect, index and export), raised before any file is checked; an unreadable
-    manifest is a problem of its folder."""
+def verify_paths(paths: Sequence[str]) -> tuple[int, list[Problem]]:
+    """Verifies files, globs or output folders; returns (files checked, problems).
+
+    Every path is resolved first: one that stands for nothing raises `UsageError` (exit 2, as
+    for inspect, index and export) before any file is checked; an unreadable manifest is a
+    problem of its folder.
+    """
+    problems: list[Problem] = []
     resolved = []
     for path in paths:
         try:
@@ -270,17 +273,8 @@ def _resolve_all(paths: Sequence[str],
         if manifest is None and not files:
             raise UsageError(f"no TFRecord file found at {path}")
         resolved.append((path, files, manifest))
-    return resolved
-
-
-def verify_paths(paths: Sequence[str]) -> tuple[int, list[Problem]]:
-    """Verifies files, globs or output folders; returns (files checked, problems).
-
-    Raises `UsageError` when a path stands for no TFRecord file.
-    """
-    problems: list[Problem] = []
     checked = 0
-    for path, files, manifest in _resolve_all(paths, problems):
+    for path, files, manifest in resolved:
         if manifest is not None:
             checked += _verify_output_dir(path.rstrip("/"), manifest, problems)
             continue

@@ -162,9 +162,7 @@ def _spec_columns(folder: str) -> list[ColumnSchema]:
 
 
 def _targets(sources: list[_Source], out: str, from_folder: bool) -> list[str]:
-    if not from_folder:
-        return [out]
-    if len(sources) == 1 and out.endswith(".parquet"):
+    if not from_folder or (len(sources) == 1 and out.endswith(".parquet")):
         return [out]
     if out.endswith(".parquet"):
         raise UsageError(f"{len(sources)} splits are exported: OUT must be a folder, got {out}",

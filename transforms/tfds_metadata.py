@@ -94,22 +94,21 @@ def _split_infos(shards: Iterable[ShardEntry]) -> list[dict[str, Any]]:
         by_split[split].append((int(match["index"]), shard))
     infos = []
     for split in sorted(by_split):
-        if not any(shard.records for _, shard in by_split[split]):
+        ordered = [shard for _, shard in sorted(by_split[split], key=lambda pair: pair[0])]
+        if not any(shard.records for shard in ordered):
             continue
         if not _TFDS_SPLIT_NAME.match(split):
             raise ValueError(f"split {split!r}: TFDS selects only splits named with letters, "
                              f"digits, '_' and '-'")
-        ordered = sorted(by_split[split], key=lambda pair: pair[0])
-        total = len(ordered)
-        for index, (_, shard) in enumerate(ordered):
-            expected = shard_name(split, index, total, ".tfrecord")
+        for index, shard in enumerate(ordered):
+            expected = shard_name(split, index, len(ordered), ".tfrecord")
             if shard.path != expected:
                 raise ValueError(f"shard {shard.path!r}: TFDS would look for {expected!r}")
         infos.append({
             "name": split,
             # int64 fields are strings in proto3 JSON, as TFDS writes them.
-            "shardLengths": [str(shard.records) for _, shard in ordered],
-            "numBytes": str(sum(shard.bytes for _, shard in ordered)),
+            "shardLengths": [str(shard.records) for shard in ordered],
+            "numBytes": str(sum(shard.bytes for shard in ordered)),
             "filepathTemplate": SHARD_TEMPLATE,
         })
     return infos

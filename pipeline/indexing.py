@@ -140,8 +140,7 @@ def index_command(paths: list[str]) -> None:
         if compression is not Compression.NONE:
             _refuse_compressed(f"{target.path} is", compression.value)
     outputs = {id(t.output): t.output for t in targets if t.output is not None}
-    loose = [target for target in targets if target.output is None]
-    corrupt = _index_targets(loose)
+    corrupt = _index_targets([target for target in targets if target.output is None])
     for output in outputs.values():
         # A conversion into the folder would rewrite the manifest under us: take its lock.
         with output_lock(output.folder):

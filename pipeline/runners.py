@@ -280,15 +280,12 @@ def _distributed():
     return dask.distributed
 
 
-#: Libraries that log routine lifecycle events at INFO (Dask's scheduler, Beam's runners).
-_CHATTY_LOGGERS = ("distributed", "apache_beam")
-
-
 def follow_log_level() -> None:
-    """Sets the chatty libraries' loggers to the root logger's level (`--log-level`), at
-    least WARNING: their INFO lines are routine start-up and shut-down events."""
+    """Sets the loggers of Dask's scheduler and Beam's runners to the root logger's level
+    (`--log-level`), at least WARNING: their INFO lines are routine start-up and shut-down
+    events."""
     level = max(logging.getLogger().getEffectiveLevel(), logging.WARNING)
-    for name in _CHATTY_LOGGERS:
+    for name in ("distributed", "apache_beam"):
         logging.getLogger(name).setLevel(level)
 
 

@@ -211,12 +211,11 @@ def _verify_output_dir(output_dir: str, manifest: Manifest, problems: list[Probl
                                    "sha256": result.sha256}, problems)
     for entry in manifest.dead_letter_files + manifest.files + manifest.superseded:
         _check_listed_file(fs.join_path(output_dir, entry.path), entry, problems)
-    for result in fs.match([fs.join_path(fs.literal(output_dir), "*.tfrecord*")]):
-        for metadata in result.metadata_list:
-            relative = metadata.path[len(output_dir):].lstrip("/")
-            # No shard name starts with "." (split names cannot): hidden files are not shards.
-            if relative not in listed and not relative.startswith("."):
-                problems.append(Problem(metadata.path, "shard not listed in the manifest"))
+    for metadata in fs.match([fs.join_path(fs.literal(output_dir), "*.tfrecord*")])[0].metadata_list:
+        relative = metadata.path[len(output_dir):].lstrip("/")
+        # No shard name starts with "." (split names cannot): hidden files are not shards.
+        if relative not in listed and not relative.startswith("."):
+            problems.append(Problem(metadata.path, "shard not listed in the manifest"))
     counts = manifest.counts
     # SequenceExamples hold several input rows each: input rows reconcile with written_rows.
     if counts.input != counts.rows_written + counts.dead_letter:

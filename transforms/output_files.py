@@ -39,8 +39,8 @@ from transforms.manifest import read_manifest
 from transforms.shard_writers import DEAD_LETTER_DIR, TEMP_PREFIX
 
 __all__ = ["DRIFT_DETECTED", "ERROR_RATE_EXCEEDED", "FAILED_RUN_NAME", "JOURNAL_NAME", "NOTHING_CONVERTED",
-           "REPORT_NAME", "committed_manifest", "discard_interrupted_runs", "foreign_files", "interrupted_runs",
-           "listed_paths", "listed_size_problems", "owned_paths", "read_failed_run"]
+           "REPORT_NAME", "committed_manifest", "discard_interrupted_runs", "foreign_files",
+           "interrupted_runs", "listed_paths", "listed_size_problems", "owned_paths", "read_failed_run"]
 
 _LOG = logging.getLogger(__name__)
 

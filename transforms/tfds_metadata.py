@@ -6,10 +6,8 @@ What TFDS is told, and why:
     `filepathTemplate` `{SPLIT}-{SHARD_X_OF_Y}.tfrecord`, which TFDS expands to exactly our
     shard names (`train-00000-of-00004.tfrecord`), so the shards stay where they are.
     A split without records (a declared split's one empty shard) is left out, as TFDS
-    itself never writes one: TFDS refuses to read a split of no examples ("Instruction []
-    corresponds to no data"), and `as_dataset()` reads every split listed, so one empty
-    split would make the whole dataset unreadable. `as_dataset()` then gives the splits
-    with records, and asking for the empty one names the splits there are.
+    itself never writes one: TFDS refuses a split of no examples ("Instruction []
+    corresponds to no data"), and `as_dataset()` reads every split listed.
   - Features: a flat `FeaturesDict` keyed by our feature names ("image/encoded" included:
     TFDS flattens nested dicts with "/", so a flat "/" name parses the same feature).
     A dense feature (the `transforms.reading` rule, shared by every reader: from the spec

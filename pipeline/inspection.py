@@ -99,10 +99,8 @@ def _render_features(decoded: dict, max_bytes: int | None) -> dict[str, Any]:
 def inspect_paths(
     paths: Sequence[str], limit: int | None, out: TextIO, max_bytes: int | None = DEFAULT_MAX_BYTES
 ) -> tuple[int, dict[str, FeatureSummary]]:
-    """Writes up to `limit` examples as JSON lines to `out`; `max_bytes=None` shows bytes whole.
-
-    Returns (examples printed, feature summary over them).
-    """
+    """Writes up to `limit` examples as JSON lines to `out` (`max_bytes=None`: bytes whole);
+    returns (examples printed, feature summary over them)."""
     summary: dict[str, FeatureSummary] = {}
     printed = 0
     for path, index, payload in _records(paths):

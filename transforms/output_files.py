@@ -86,13 +86,8 @@ def listed_size_problems(output_dir: str, manifest: Manifest) -> list[str]:
     prefix = output_dir.rstrip("/") + "/"
     found = {m.path[len(prefix):]: m.size_in_bytes
              for m in fs.match([fs.literal(prefix) + "**"])[0].metadata_list}
-    problems = []
-    for path, size in sorted(expected.items()):
-        if path not in found:
-            problems.append(f"{path} is missing")
-        elif found[path] != size:
-            problems.append(f"{path} has {found[path]} bytes, not the {size} listed")
-    return problems
+    return [f"{path} has {found[path]} bytes, not the {size} listed" if path in found else f"{path} is missing"
+            for path, size in sorted(expected.items()) if found.get(path) != size]
 
 
 def _read_json(path: str) -> Any:
@@ -207,8 +202,7 @@ def foreign_files(output_dir: str, side_files: Iterable[str] = (),
     """Files under names this tool writes that no record of the tool names, sorted."""
     if "://" not in output_dir and not FileSystems.exists(output_dir):
         return []
-    owned = owned_paths(output_dir, manifest)
-    return sorted(_candidates(output_dir, side_files) - owned)
+    return sorted(_candidates(output_dir, side_files) - owned_paths(output_dir, manifest))
 
 
 def _move_back(output_dir: str, folder: str, journal: Any, recorded: set[str]) -> None:
@@ -244,10 +238,8 @@ def discard_interrupted_runs(output_dir: str, keep: str | None = None) -> list[s
         if resumed:
             _move_back(output_dir, folder, _read_json(journal), recorded)
         partial = _journal_paths(_read_json(journal)) - recorded
-        paths = [fs.join_path(output_dir, name) for name in sorted(partial)]
-        paths = [path for path in paths if FileSystems.exists(path)]
-        if paths:
-            fs.delete(paths)
+        fs.delete([path for path in (fs.join_path(output_dir, name) for name in sorted(partial))
+                   if FileSystems.exists(path)])
         if resumed:
             fs.delete([path for path in (journal, fs.join_path(folder, "_progress"))
                        if FileSystems.exists(path)])

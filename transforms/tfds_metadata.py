@@ -175,13 +175,6 @@ def tfds_metadata(shards: Sequence[ShardEntry], feature_spec: Mapping[str, Any],
     return {DATASET_INFO_NAME: _dumps(info), FEATURES_NAME: _dumps(features)}
 
 
-def _labels(labels_txt: bytes | None) -> list[str] | None:
-    """labels.txt's names: one per line, line number = index (as `ImagePlan.labels_txt`)."""
-    if labels_txt is None:
-        return None
-    return labels_txt.decode("utf-8").split("\n")[:-1] if labels_txt else []
-
-
 def tfds_side_files(output_dir: str, compression: str, shards: Sequence[ShardEntry],
                     extra_files: Iterable[tuple[str, bytes]]) -> dict[str, bytes]:
     """The TFDS files the commit writes beside an output, or {} for an output TFDS cannot
@@ -196,8 +189,10 @@ def tfds_side_files(output_dir: str, compression: str, shards: Sequence[ShardEnt
         feature_spec = json.loads(files[FEATURE_SPEC_NAME])
         if "sequence" in feature_spec:
             return {}
-        return tfds_metadata(shards, feature_spec, _labels(files.get("labels.txt")),
-                             name=dataset_name_for(output_dir))
+        labels_txt = files.get("labels.txt")
+        # One name per line, line number = index (as `ImagePlan.labels_txt`).
+        labels = None if labels_txt is None else labels_txt.decode("utf-8").split("\n")[:-1]
+        return tfds_metadata(shards, feature_spec, labels, name=dataset_name_for(output_dir))
     except ValueError as error:
         _LOG.warning("no TFDS metadata written for %s: %s", output_dir, error)
         return {}

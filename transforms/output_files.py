@@ -86,8 +86,8 @@ def listed_size_problems(output_dir: str, manifest: Manifest) -> list[str]:
     prefix = output_dir.rstrip("/") + "/"
     found = {m.path[len(prefix):]: m.size_in_bytes
              for m in fs.match([fs.literal(prefix) + "**"])[0].metadata_list}
-    return [f"{path} has {found[path]} bytes, not the {size} listed" if path in found else f"{path} is missing"
-            for path, size in sorted(expected.items()) if found.get(path) != size]
+    return [f"{path} has {found[path]} bytes, not the {size} listed" if path in found
+            else f"{path} is missing" for path, size in sorted(expected.items()) if found.get(path) != size]
 
 
 def _read_json(path: str) -> Any:

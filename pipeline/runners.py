@@ -115,11 +115,8 @@ def check_runner_options(options: PipelineOptions, no_wait: bool = False) -> Non
     finally:
         beam_options_log.setLevel(level)
     if errors:
-        raise RunnerError(_validation_message(runner, errors),
-                          hint=_DATAFLOW_HINT if name in _DATAFLOW_NAMES else None)
-
-
-_DATAFLOW_HINT = "Dataflow needs --project, --region and a gs:// --temp_location"
+        hint = "Dataflow needs --project, --region and a gs:// --temp_location"
+        raise RunnerError(_validation_message(runner, errors), hint=hint if name in _DATAFLOW_NAMES else None)
 
 
 def _validation_message(runner: str, errors: Sequence[str]) -> str:

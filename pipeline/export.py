@@ -79,13 +79,9 @@ class _Batch:
 
 def export_command(path: str, to: str, out: str, split: str | None = None) -> None:
     """Exports the Examples at `path` to Parquet at `out`; prints one line per file written.
-
-    Raises:
-      UsageError: unknown format, nothing at `path`, unknown split, SequenceExample output,
-        or an OUT that cannot hold the splits.
-      OutputProblems: corrupt input (file and byte offset named), a payload that is not an
-        Example, or a record that does not fit the columns.
-    """
+    Raises `UsageError` (unknown format, nothing at `path`, unknown split, SequenceExample
+    output, an OUT that cannot hold the splits) or `OutputProblems` (corrupt input, file and
+    byte offset named; a payload that is not an Example; a record that does not fit)."""
     if to != "parquet":
         raise UsageError(f"cannot export to {to!r}; supported: parquet")
     sources, columns = _plan(path, split)

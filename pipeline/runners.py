@@ -187,10 +187,9 @@ def dask_cluster(options: PipelineOptions) -> Iterator[DaskCluster | None]:
 
 
 def cluster_threads(options: PipelineOptions, cluster: DaskCluster | None) -> int | None:
-    """How many work units the runner converts at once, where the launcher can tell before
-    the run: the worker threads of `cluster` (see `dask_cluster`), or of the LocalCluster a
-    Dask run without an address starts (one per CPU). None for other runners: the local
-    runner uses the planner's own processes, Dataflow and others scale their workers."""
+    """How many work units a Dask run converts at once: the worker threads of `cluster` (see
+    `dask_cluster`), or of the LocalCluster it starts without an address (one per CPU). None
+    for other runners: the local one uses the planner's processes, others scale their own."""
     if cluster is not None:
         return cluster.threads
     return (os.cpu_count() or 1) if _runner_name(options) in _DASK_NAMES else None

@@ -26,7 +26,6 @@ from pipeline.errors import (
 )
 from pipeline.options import REQUIRED_FLAGS, ConvertOptions, RaisingParser, command_line_path
 from pipeline.output_lock import OutputBusyError
-from pipeline.runners import RunnerError
 
 __all__ = ["EXIT_CODES", "build_parser", "convert_parser", "main", "run"]
 
@@ -50,8 +49,7 @@ EXIT_CODES: tuple[tuple[type[BaseException], int], ...] = (
     (CommandFailed, EXIT_FAILED),
     (UsageError, EXIT_USAGE),
     (OutputBusyError, EXIT_USAGE),
-    (RunnerError, EXIT_USAGE),
-    (ValueError, EXIT_USAGE),  # invalid input found while planning (SpecError included)
+    (ValueError, EXIT_USAGE),  # invalid input found while planning (SpecError, RunnerError included)
     (FileNotFoundError, EXIT_USAGE),
 )
 
@@ -66,11 +64,9 @@ def _raise_terminated(signum, frame) -> None:
 def convert_parser() -> argparse.ArgumentParser:
     """The parser of `convert`'s own flags (Beam's runner flags are passed through); its
     help shows the `REQUIRED_FLAGS` as required."""
-    parser = argparse.ArgumentParser(
-        prog="tfrecord-pipeline convert",
-        description="Convert images or tabular data to sharded TFRecord files.",
-        allow_abbrev=False,  # as Beam's own parser: Dataflow's --labels is not --labels-file
-    )
+    # allow_abbrev as Beam's own parser: Dataflow's --labels is not --labels-file.
+    parser = argparse.ArgumentParser(prog="tfrecord-pipeline convert", allow_abbrev=False,
+                                     description="Convert images or tabular data to sharded TFRecord files.")
     ConvertOptions._add_argparse_args(parser)
     for action in parser._actions:
         if action.dest in REQUIRED_FLAGS:
@@ -81,10 +77,8 @@ def convert_parser() -> argparse.ArgumentParser:
 
 def build_parser() -> argparse.ArgumentParser:
     """The top-level parser (subcommands); `convert` arguments are parsed by Beam options."""
-    parser = RaisingParser(
-        prog="tfrecord-pipeline",
-        description="Convert images and tabular data to TFRecord files of tf.train.Example.",
-    )
+    parser = RaisingParser(prog="tfrecord-pipeline", description="Convert images and tabular data to "
+                                                                 "TFRecord files of tf.train.Example.")
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("convert", help="convert input to TFRecord shards", add_help=False)
     verify = commands.add_parser("verify", help="check CRCs, Example parsing and the manifest")

@@ -4,16 +4,10 @@ to Parquet, without TensorFlow.
 PATH is an output folder of this tool (its manifest lists the shards; `feature_spec.json` gives
 the columns, and which are lists; an older output that does not say is completed from the
 records) or any TFRecord file, folder or glob (the columns are learnt from the records in a
-first pass; a file's compression comes from its name or is sniffed, as `verify` does). Records are read
-with every CRC checked, decoded in batches (`transforms.format.example_decoder`) and written
-batch by batch as row groups, so memory stays bounded whatever the size of the input. Each
-Parquet file is written under a temporary name and renamed when complete.
-
-OUT: for an output folder, a folder with one `<split>.parquet` per split (or only the
-`--split` one), or a file when OUT ends in `.parquet` and one split is exported; for other
-input, one Parquet file.
+first pass; compression as `verify` finds it). Records are read with every CRC checked,
+decoded in batches (`transforms.format.example_decoder`) and written batch by batch as row
+groups, so memory stays bounded whatever the size of the input.
 """
-
 from __future__ import annotations
 
 import bisect
@@ -41,6 +35,7 @@ from transforms.format.example_table import (
     batch_to_table,
     column_from_feature_spec,
 )
+from transforms.format.manifest_format import FEATURE_SPEC_NAME
 from transforms.format.tfrecord_reader import TFRecordCorruptError, iter_records
 from transforms.tfrecord_io import listed_shard_paths
 
@@ -53,14 +48,12 @@ BATCH_RECORDS = 65536
 _BATCH_BYTES = 64 << 20
 _READ_STEP = 1024  # records read between checks of the batch's size
 _FRAME_BYTES = 16  # a TFRecord frame's length, length CRC and payload CRC
-_FEATURE_SPEC = "feature_spec.json"
 _MAX_SIDE_FILE_BYTES = 64 << 20
 
 
 @dataclasses.dataclass(frozen=True)
 class _Source:
-    """The TFRecord files of one Parquet output and how they are compressed (None: each
-    file's own, from its name or sniffed)."""
+    """The TFRecord files of one Parquet output; `compression` None: each file's own."""
 
     name: str  # the split, or "" for plain files
     files: tuple[str, ...]
@@ -86,13 +79,9 @@ class _Batch:
 
 def export_command(path: str, to: str, out: str, split: str | None = None) -> None:
     """Exports the Examples at `path` to Parquet at `out`; prints one line per file written.
-
-    Raises:
-      UsageError: unknown format, nothing at `path`, unknown split, SequenceExample output,
-        or an OUT that cannot hold the splits.
-      OutputProblems: corrupt input (file and byte offset named), a payload that is not an
-        Example, or a record that does not fit the columns.
-    """
+    Raises `UsageError` (unknown format, nothing at `path`, unknown split, SequenceExample
+    output, an OUT that cannot hold the splits) or `OutputProblems` (corrupt input, file and
+    byte offset named; a payload that is not an Example; a record that does not fit)."""
     if to != "parquet":
         raise UsageError(f"cannot export to {to!r}; supported: parquet")
     sources, columns = _plan(path, split)
@@ -101,18 +90,16 @@ def export_command(path: str, to: str, out: str, split: str | None = None) -> No
         columns = _complete_columns(columns, sources)
     # All or nothing: every file is written under a temporary name first, so an export that
     # fails on a later split leaves no earlier split's file behind (nor replaces one).
-    written: list[tuple[str, str, int]] = []
+    temporaries = [f"{target}.tmp-{uuid.uuid4().hex[:12]}" for target in targets]
     try:
-        for source, target in zip(sources, targets, strict=True):
-            temporary = f"{target}.tmp-{uuid.uuid4().hex[:12]}"
-            written.append((temporary, target, 0))
-            written[-1] = (temporary, target, _write_parquet(source, columns, temporary))
+        rows = [_write_parquet(source, columns, temporary)
+                for source, temporary in zip(sources, temporaries, strict=True)]
     except BaseException:
-        fs.delete([temporary for temporary, _, _ in written if FileSystems.exists(temporary)])
+        fs.delete([temporary for temporary in temporaries if FileSystems.exists(temporary)])
         raise
-    for temporary, target, rows in written:
+    for temporary, target, count in zip(temporaries, targets, rows, strict=True):
         _replace(temporary, target)
-        print(f"wrote {target} ({rows} rows)")
+        print(f"wrote {target} ({count} rows)")
 
 
 # ------------------------------------------------------------------------------ planning
@@ -150,38 +137,28 @@ def _plan(path: str, split: str | None) -> tuple[list[_Source], list[ColumnSchem
                      for column in _spec_columns(folder)]
 
 
-def _read_side_file(folder: str, name: str) -> bytes | None:
-    path = fs.join_path(folder, name)
-    if not FileSystems.exists(path):
-        return None
-    with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
-        return handle.read(_MAX_SIDE_FILE_BYTES)
-
-
 def _spec_columns(folder: str) -> list[ColumnSchema]:
     """The columns `feature_spec.json` declares ([] without one: learnt from the records)."""
-    raw = _read_side_file(folder, _FEATURE_SPEC)
-    if raw is None:
+    path = fs.join_path(folder, FEATURE_SPEC_NAME)
+    if not FileSystems.exists(path):
         return []
+    with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
+        raw = handle.read(_MAX_SIDE_FILE_BYTES)
     try:
         feature_spec = json.loads(raw)
-        if "sequence" in feature_spec or "context" in feature_spec:
-            raise UsageError(f"{folder} holds SequenceExamples: export supports Examples only")
-        columns = [column_from_feature_spec(name, entry)
-                   for name, entry in sorted(feature_spec["features"].items(),
-                                             key=lambda item: item[0].encode("utf-8"))]
+        sequences = "sequence" in feature_spec or "context" in feature_spec
+        features = {} if sequences else feature_spec["features"]
+        columns = [column_from_feature_spec(name, features[name])
+                   for name in sorted(features, key=lambda name: name.encode("utf-8"))]
     except (ValueError, KeyError, TypeError, AttributeError) as error:
-        if isinstance(error, UsageError):
-            raise
-        raise OutputProblems(f"{fs.join_path(folder, _FEATURE_SPEC)} is not a valid feature "
-                             f"spec: {error}") from None
+        raise OutputProblems(f"{path} is not a valid feature spec: {error}") from None
+    if sequences:
+        raise UsageError(f"{folder} holds SequenceExamples: export supports Examples only")
     return columns
 
 
 def _targets(sources: list[_Source], out: str, from_folder: bool) -> list[str]:
-    if not from_folder:
-        return [out]
-    if len(sources) == 1 and out.endswith(".parquet"):
+    if not from_folder or (len(sources) == 1 and out.endswith(".parquet")):
         return [out]
     if out.endswith(".parquet"):
         raise UsageError(f"{len(sources)} splits are exported: OUT must be a folder, got {out}",

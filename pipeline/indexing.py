@@ -1,28 +1,24 @@
 """`tfrecord-pipeline index PATH...`: write a `.tfindex` sidecar beside existing uncompressed
 TFRecord files (ours, TensorFlow's, Beam's), for the `tfrecord` package and NVIDIA DALI.
 
-PATH is a file, a glob or a folder, resolved as `verify` resolves it. For an output folder
-with a manifest, the shards the manifest lists are indexed and the manifest is rewritten
-with each shard's `index` entry (path, bytes, sha256), so that `verify` checks the indexes
-and later runs know the files are the tool's own; the folder is locked meanwhile, as a
-conversion locks it. Every file is checked up front: a compressed one is refused before
-anything is written (an index holds byte offsets, and a gzip or zlib stream cannot be
-entered at an offset). A corrupt file (a bad length or data CRC, a truncated record) gets
-no index; the others still do, and the command then fails naming the first corruption.
-One line is printed per index written.
+PATH is resolved as `verify` resolves it. For an output folder with a manifest, the shards it
+lists are indexed and the manifest is rewritten with each shard's `index` entry, so that
+`verify` checks the indexes and later runs know the files are the tool's own; the folder is
+locked meanwhile, as a conversion locks it. Every file is checked up front: a compressed one
+is refused before anything is written (a gzip or zlib stream cannot be entered at an
+offset). A corrupt file gets no index; the others still do, and the command then fails
+naming the first corruption.
 """
-
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
 from pipeline.errors import OutputProblems, UsageError
 from pipeline.output_lock import output_lock
-from pipeline.verify import compression_of_file, resolve_tfrecord_paths
+from pipeline.verify import HashingFile, compression_of_file, resolve_tfrecord_paths
 from transforms import fs
 from transforms import manifest as manifest_lib
 from transforms.format.compression import Compression
@@ -50,21 +46,6 @@ class _Target:
     path: str
     output: _Output | None = None
     entry: ShardEntry | None = None
-
-
-class _HashingSink:
-    """A write-only wrapper that counts and hashes what passes through to `raw`."""
-
-    def __init__(self, raw):
-        self._raw = raw
-        self.sha256 = hashlib.sha256()
-        self.bytes = 0
-
-    def write(self, data: bytes) -> int:
-        self._raw.write(data)
-        self.sha256.update(data)
-        self.bytes += len(data)
-        return len(data)
 
 
 def _refuse_compressed(what: str, name: str) -> None:
@@ -100,7 +81,7 @@ def _write_one(path: str) -> tuple[int, int, str]:
     try:
         with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as raw:
             with FileSystems.create(partial, compression_type=CompressionTypes.UNCOMPRESSED) as out:
-                sink = _HashingSink(out)
+                sink = HashingFile(out)
                 # Payload CRCs too: an index vouches for the records a reader seeks to.
                 records = write_index(raw, sink, path=path, check_payloads=True)
     except BaseException:
@@ -159,8 +140,7 @@ def index_command(paths: list[str]) -> None:
         if compression is not Compression.NONE:
             _refuse_compressed(f"{target.path} is", compression.value)
     outputs = {id(t.output): t.output for t in targets if t.output is not None}
-    loose = [target for target in targets if target.output is None]
-    corrupt = _index_targets(loose)
+    corrupt = _index_targets([target for target in targets if target.output is None])
     for output in outputs.values():
         # A conversion into the folder would rewrite the manifest under us: take its lock.
         with output_lock(output.folder):

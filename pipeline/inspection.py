@@ -43,22 +43,18 @@ class FeatureSummary:
         self.max_values = max(self.max_values, count)
 
 
-def _files(path: str) -> list[str]:
-    files, manifest = resolve_tfrecord_paths(path)
-    if manifest is not None:
-        return listed_shard_paths(path.rstrip("/"), manifest)
-    if not files:
-        raise FileNotFoundError(f"no TFRecord file found at {path}")
-    return files
-
-
 #: Bytes values longer than this are shown as their length and a prefix of this many bytes.
 DEFAULT_MAX_BYTES = 64
 
 
 def _records(paths: Sequence[str]) -> Iterator[tuple[str, int, bytes]]:
     for path in paths:
-        for file_path in _files(path):
+        files, manifest = resolve_tfrecord_paths(path)
+        if manifest is not None:
+            files = listed_shard_paths(path.rstrip("/"), manifest)
+        elif not files:
+            raise FileNotFoundError(f"no TFRecord file found at {path}")
+        for file_path in files:
             # Sniffed when the name does not say (Beam's suffix-less shards), as verify does.
             compression = compression_of_file(file_path)
             for index, payload in enumerate(read_tfrecord_file(file_path, compression)):
@@ -74,21 +70,16 @@ def _float(value: float) -> float | str:
 
 
 def _bytes(value: bytes, max_bytes: int | None) -> str | dict[str, Any]:
-    def b64(data: bytes) -> str:
-        return base64.b64encode(data).decode("ascii")
-
-    if max_bytes is None or len(value) <= max_bytes:
-        try:
-            return value.decode("utf-8")
-        except UnicodeDecodeError:
-            return {"base64": b64(value)}
-    prefix = value[:max_bytes]
+    whole = max_bytes is None or len(value) <= max_bytes
     try:
-        value.decode("utf-8")
+        text = value.decode("utf-8")
     except UnicodeDecodeError:
-        return {"length": len(value), "base64_prefix": b64(prefix)}
+        encoded = base64.b64encode(value if whole else value[:max_bytes]).decode("ascii")
+        return {"base64": encoded} if whole else {"length": len(value), "base64_prefix": encoded}
+    if whole:
+        return text
     # A prefix may cut a multi-byte character: drop the partial character.
-    return {"length": len(value), "prefix": prefix.decode("utf-8", errors="ignore")}
+    return {"length": len(value), "prefix": value[:max_bytes].decode("utf-8", errors="ignore")}
 
 
 def _render_values(kind: str | None, values: list, max_bytes: int | None) -> list:
@@ -104,31 +95,11 @@ def _render_features(decoded: dict, max_bytes: int | None) -> dict[str, Any]:
             for name, (kind, values) in sorted(decoded.items())}
 
 
-def render_example(payload: bytes, max_bytes: int | None = DEFAULT_MAX_BYTES) -> dict[str, Any]:
-    """The strict-JSON view of one serialized Example (see the module docstring)."""
-    return _render_features(decode_example(payload), max_bytes)
-
-
-def render_sequence_example(payload: bytes, max_bytes: int | None = DEFAULT_MAX_BYTES) -> dict[str, Any]:
-    """{"context": ..., "feature_lists": ...} of one serialized SequenceExample."""
-    context, lists = decode_sequence_example(payload)
-    return {
-        "context": _render_features(context, max_bytes),
-        "feature_lists": {
-            name: ({} if kind is None else
-                   {kind: [_render_values(kind, step, max_bytes) for step in steps]})
-            for name, (kind, steps) in lists.items()
-        },
-    }
-
-
 def inspect_paths(
     paths: Sequence[str], limit: int | None, out: TextIO, max_bytes: int | None = DEFAULT_MAX_BYTES
 ) -> tuple[int, dict[str, FeatureSummary]]:
-    """Writes up to `limit` examples as JSON lines to `out`; `max_bytes=None` shows bytes whole.
-
-    Returns (examples printed, feature summary over them).
-    """
+    """Writes up to `limit` examples as JSON lines to `out` (`max_bytes=None`: bytes whole);
+    returns (examples printed, feature summary over them)."""
     summary: dict[str, FeatureSummary] = {}
     printed = 0
     for path, index, payload in _records(paths):
@@ -137,12 +108,15 @@ def inspect_paths(
         printed += 1
         line: dict[str, Any] = {"file": path, "record": index}
         if is_sequence_example(payload):
-            line.update(render_sequence_example(payload, max_bytes))
             context, lists = decode_sequence_example(payload)
-            counted = {**context, **{name: (kind, steps) for name, (kind, steps) in lists.items()}}
+            line["context"] = _render_features(context, max_bytes)
+            line["feature_lists"] = {name: {} if kind is None else {
+                kind: [_render_values(kind, step, max_bytes) for step in steps]}
+                for name, (kind, steps) in lists.items()}
+            counted = {**context, **lists}
         else:
-            line["features"] = render_example(payload, max_bytes)
             counted = decode_example(payload)
+            line["features"] = _render_features(counted, max_bytes)
         out.write(json.dumps(line, ensure_ascii=False, sort_keys=True, allow_nan=False))
         out.write("\n")
         for name, (kind, values) in counted.items():
@@ -155,11 +129,8 @@ def format_summary(summary: dict[str, FeatureSummary], examples: int) -> str:
     rows = [("feature", "type", "present", "values/example")]
     for name in sorted(summary):
         entry = summary[name]
-        spread = (
-            str(entry.max_values)
-            if entry.min_values == entry.max_values
-            else f"{entry.min_values}..{entry.max_values}"
-        )
+        spread = (str(entry.max_values) if entry.min_values == entry.max_values
+                  else f"{entry.min_values}..{entry.max_values}")
         rows.append((name, "|".join(sorted(entry.kinds)), f"{entry.examples}/{examples}", spread))
     widths = [max(len(row[i]) for row in rows) for i in range(4)]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)) for row in rows]

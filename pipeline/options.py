@@ -126,15 +126,10 @@ _PLACEHOLDER_LIKE = re.compile(r"\{[A-Za-z]+\}")
 
 
 def fill_date_template(path: str, run_date: datetime.date, span: int | None = None) -> str:
-    """Fills {YYYY}, {MM}, {DD} and {SPAN} in a path.
-
-    {SPAN} is `span` when given, else the run date's day number since 1970-01-01, so daily
-    runs get increasing span numbers as TFX ExampleGen expects.
-
-    Raises:
-      ValueError: `path` holds another word in braces ({D}, {yyyy}): kept as text, a
-        misspelt placeholder would make every day's run write into the same folder.
-    """
+    """Fills {YYYY}, {MM}, {DD} and {SPAN} in a path; {SPAN} is `span` when given, else the
+    run date's day number since 1970-01-01, so daily runs get increasing span numbers as TFX
+    ExampleGen expects. Raises ValueError for another word in braces ({D}, {yyyy}): kept as
+    text, a misspelt placeholder would make every day's run write into the same folder."""
     for token in _PLACEHOLDER_LIKE.findall(path):
         if token not in _PLACEHOLDERS:
             close = difflib.get_close_matches(token.upper(), _PLACEHOLDERS, n=1, cutoff=0.4)
@@ -161,13 +156,10 @@ _DRY_RUN_DEST = "convert_dry_run"
 
 def _flag(parser, name: str, *, output: bool = False, formats: Sequence[str] = (),
           **kwargs) -> None:
-    """Adds `--a-b` together with its Beam-style alias `--a_b`.
-
-    `output=True` marks a flag that changes what is written: `output_options()` lists those,
-    and they go into the manifest's "options" record and the run fingerprint. `formats`: the
-    only --format values the flag applies to (`check_arguments` refuses it with the others,
-    which would ignore it); empty: all.
-    """
+    """Adds `--a-b` with its Beam-style alias `--a_b`. `output=True`: the flag changes what
+    is written (`output_options()`, which go into the manifest's "options" and the run
+    fingerprint); `formats`: the only --format values it applies to (`check_arguments`
+    refuses it with the others, which would ignore it), () for all."""
     names = [f"--{name}"]
     if name == "dry-run":
         kwargs.setdefault("dest", _DRY_RUN_DEST)

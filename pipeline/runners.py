@@ -1,33 +1,27 @@
 """Choosing and starting the Beam runner for a conversion.
 
-* Local (default, `--runner direct`/`DirectRunner`): Beam's FnApiRunner, chosen explicitly.
-  Beam 2.77's DirectRunner first tries to download the Prism runner binary from the
-  internet, which stalls on networks that hang instead of refusing; the FnApiRunner needs
-  no network. Conversions run in one process whatever their size: the plan's work units
-  travel as one element converted on forked children, which start in milliseconds and write
-  their own shards (`runs_in_process`, `pipeline.graph.ConvertOnForkedProcesses`,
-  `transforms.forked_pool`); measured faster than Beam's worker processes at 1.5 GB, with
-  half the memory (see `pipeline.convert`). Where fork is missing, an input of several work
-  units larger than `LOCAL_PARALLEL_MIN_BYTES` (images: `LOCAL_PARALLEL_MIN_IMAGE_BYTES`)
-  runs in `multi_processing` mode with one worker per core, because a worker process costs
-  seconds to start (it imports Beam). Explicit `--direct_running_mode` /
-  `--direct_num_workers` always win. `multi_threading` was seen to lose elements in Beam
-  2.77 and is refused.
+* Local (default, `--runner direct`/`DirectRunner`): Beam's FnApiRunner, chosen explicitly:
+  Beam 2.77's DirectRunner first tries to download the Prism runner binary, which stalls on
+  networks that hang instead of refusing. Conversions run in one process whatever their
+  size: the plan's work units travel as one element converted on forked children, which
+  start in milliseconds and write their own shards (`runs_in_process`,
+  `pipeline.graph.ConvertOnForkedProcesses`); measured faster than Beam's worker processes
+  at 1.5 GB, with half the memory (see `pipeline.convert`). Where fork is missing, an input
+  of several work units above `LOCAL_PARALLEL_MIN_BYTES` (images: `..._IMAGE_BYTES`) runs in
+  `multi_processing` mode, one worker per core, because a worker process costs seconds to
+  start (it imports Beam). Explicit `--direct_running_mode` / `--direct_num_workers` win;
+  `multi_threading` was seen to lose elements in Beam 2.77 and is refused.
 * `--runner dask`: Beam's DaskRunner on the scheduler at `--dask_client_address`, or on a
   `dask.distributed.LocalCluster` started (and stopped) for the run. The DaskRunner puts up
   to 128 elements of a `beam.Create` in one bag partition, so a plan of 8 work units ran on
   one worker: the work units are cut into `dask_partitions` partitions instead, sized to the
-  cluster (unless `--dask_npartitions`/`--dask_partition_size` is given); a cluster at an
-  address finds the record starts of large text files' byte ranges in tasks of its own
-  before the run (`dask_cluster`, `workers_cut_large_files`), exactly where the launcher
-  would. Dask's `dataframe.shuffle.method` is set to "tasks" for the run unless configured:
-  the bag groupby's default reaches "tasks" too, but only after importing dask.dataframe.
+  cluster (unless `--dask_npartitions`/`--dask_partition_size` is given). A cluster at an
+  address finds the record starts of large text files in tasks of its own before the run
+  (`dask_cluster`, `workers_cut_large_files`), exactly where the launcher would.
 * Anything else (DataflowRunner, FlinkRunner, SparkRunner, PortableRunner, ...) is passed
-  to Beam unchanged. `DataflowRunner` needs the `dataflow` extra (Beam's gcp extra, with the
-  Dataflow client), which the default install leaves out because importing it costs every
-  local run ~0.25 s (`check_runner_installed` names a missing extra before anything is read).
+  to Beam unchanged. `DataflowRunner` needs the `dataflow` extra (Beam's gcp extra), left
+  out of the default install because importing it costs every local run ~0.25 s.
 """
-
 from __future__ import annotations
 
 import contextlib
@@ -39,6 +33,7 @@ from collections.abc import Callable, Iterator, Sequence
 
 from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, StandardOptions
 
+from pipeline.errors import UsageError
 from pipeline.quiet_logs import beam_worker_log_levels
 
 __all__ = ["LOCAL_PARALLEL_MIN_BYTES", "LOCAL_PARALLEL_MIN_IMAGE_BYTES", "DaskCluster", "RunnerError",
@@ -66,12 +61,8 @@ _RUNNER_EXTRAS = {
 }
 
 
-class RunnerError(ValueError):
+class RunnerError(UsageError):
     """The requested runner configuration is refused; `hint`: what to do instead."""
-
-    def __init__(self, message: str, *, hint: str | None = None):
-        super().__init__(message)
-        self.hint = hint
 
 
 def _explicit(argv: Sequence[str], flag: str) -> bool:
@@ -96,15 +87,10 @@ _MISSING_OPTION = re.compile(r"Missing (?:GCS path |required )?option: (\w+)\.?"
 
 
 def check_runner_options(options: PipelineOptions, no_wait: bool = False) -> None:
-    """Raises `RunnerError` (one line) when a runner Beam starts itself (DataflowRunner and
-    the others passed to Beam unchanged) is missing options or given invalid ones, before
-    anything is read: Beam checks them only when the pipeline is built, after planning, in a
-    message of one line per problem.
-
-    `no_wait` (--no-wait) is refused on the runners whose job cannot outlive the command:
-    the local runner runs it in this process, and a Dask scheduler cancels the job's tasks
-    once the client that submitted them disconnects.
-    """
+    """Raises `RunnerError` (one line) when a runner Beam starts itself is missing options or
+    given invalid ones, before anything is read: Beam checks them only when the pipeline is
+    built, after planning, in a message of one line per problem. `no_wait` is refused on the
+    runners whose job cannot outlive the command (local, Dask)."""
     name = _runner_name(options)
     if name in _LOCAL_NAMES or name in _DASK_NAMES:
         if no_wait:
@@ -129,11 +115,8 @@ def check_runner_options(options: PipelineOptions, no_wait: bool = False) -> Non
     finally:
         beam_options_log.setLevel(level)
     if errors:
-        raise RunnerError(_validation_message(runner, errors),
-                          hint=_DATAFLOW_HINT if name in _DATAFLOW_NAMES else None)
-
-
-_DATAFLOW_HINT = "Dataflow needs --project, --region and a gs:// --temp_location"
+        hint = "Dataflow needs --project, --region and a gs:// --temp_location"
+        raise RunnerError(_validation_message(runner, errors), hint=hint if name in _DATAFLOW_NAMES else None)
 
 
 def _validation_message(runner: str, errors: Sequence[str]) -> str:
@@ -141,11 +124,11 @@ def _validation_message(runner: str, errors: Sequence[str]) -> str:
     Either of --temp_location and --staging_location stands in for the other."""
     missing = [m.group(1) for m in map(_MISSING_OPTION.fullmatch, errors) if m]
     others = [" ".join(e.split()).rstrip(".") for e in errors if not _MISSING_OPTION.fullmatch(e)]
-    flags = [f"--{option}" for option in missing if option != "staging_location"]
-    if "staging_location" in missing and "temp_location" not in missing:
+    either = "staging_location" in missing
+    flags = [f"--{option}" + (" (or --staging_location)" if either and option == "temp_location" else "")
+             for option in missing if option != "staging_location"]
+    if either and "temp_location" not in missing:
         flags.append("--staging_location")
-    flags = [f"{flag} (or --staging_location)" if flag == "--temp_location"
-             and "staging_location" in missing else flag for flag in flags]
     parts = ([f"missing {', '.join(flags)}"] if flags else []) + others
     return f"--runner {runner}: {'; '.join(parts)}"
 
@@ -204,24 +187,20 @@ def dask_cluster(options: PipelineOptions) -> Iterator[DaskCluster | None]:
 
 
 def cluster_threads(options: PipelineOptions, cluster: DaskCluster | None) -> int | None:
-    """How many work units the runner converts at once, where the launcher can tell before
-    the run: the worker threads of `cluster` (see `dask_cluster`), or of the LocalCluster a
-    Dask run without an address starts (one per CPU). None for other runners: the local
-    runner uses the planner's own processes, Dataflow and others scale their workers."""
+    """How many work units a Dask run converts at once: the worker threads of `cluster` (see
+    `dask_cluster`), or of the LocalCluster it starts without an address (one per CPU). None
+    for other runners: the local one uses the planner's processes, others scale their own."""
     if cluster is not None:
         return cluster.threads
-    if _runner_name(options) in _DASK_NAMES:
-        return os.cpu_count() or 1
-    return None
+    return (os.cpu_count() or 1) if _runner_name(options) in _DASK_NAMES else None
 
 
 def workers_cut_large_files(options: PipelineOptions) -> bool:
     """Whether large text files are cut where the workers run (`transforms.tabular.
     range_cuts`) rather than scanned on the launcher: not on the local runner, nor on a
     Dask run's own LocalCluster, whose workers share the launcher's machine and disk."""
-    if is_local(options):
-        return False
-    return _runner_name(options) not in _DASK_NAMES or _dask_address(options) is not None
+    return not is_local(options) and (_runner_name(options) not in _DASK_NAMES
+                                      or _dask_address(options) is not None)
 
 
 @contextlib.contextmanager
@@ -229,14 +208,11 @@ def runner_for(
     options: PipelineOptions, argv: Sequence[str], parallel: bool = True, work_units: int = 1,
     threads: int | None = None,
 ) -> Iterator[object]:
-    """Yields the runner (an instance or a Beam runner name) for `options`.
-
-    May adjust `options` (local worker count and mode, Dask scheduler address and bag
-    partitions) and, for Dask without an address, keeps a LocalCluster alive for the duration
-    of the block. `parallel=False` says the input cannot use more than one local worker;
-    `work_units` is how many elements the plan feeds the converter; `threads`: the cluster's
-    `cluster_threads`, when known (else a Dask cluster is asked).
-    """
+    """Yields the runner (an instance or a Beam runner name) for `options`, which it may
+    adjust (local worker count and mode, Dask scheduler address and bag partitions); for
+    Dask without an address, keeps a LocalCluster alive for the block. `parallel=False`: the
+    input cannot use more than one local worker; `work_units`: how many elements the plan
+    feeds the converter; `threads`: the cluster's `cluster_threads`, when known."""
     name = _runner_name(options)
     if name in _LOCAL_NAMES:
         yield _local_runner(options, argv, parallel)
@@ -300,15 +276,12 @@ def _distributed():
     return dask.distributed
 
 
-#: Libraries that log routine lifecycle events at INFO (Dask's scheduler, Beam's runners).
-_CHATTY_LOGGERS = ("distributed", "apache_beam")
-
-
 def follow_log_level() -> None:
-    """Sets the chatty libraries' loggers to the root logger's level (`--log-level`), at
-    least WARNING: their INFO lines are routine start-up and shut-down events."""
+    """Sets the loggers of Dask's scheduler and Beam's runners to the root logger's level
+    (`--log-level`), at least WARNING: their INFO lines are routine start-up and shut-down
+    events."""
     level = max(logging.getLogger().getEffectiveLevel(), logging.WARNING)
-    for name in _CHATTY_LOGGERS:
+    for name in ("distributed", "apache_beam"):
         logging.getLogger(name).setLevel(level)
 
 

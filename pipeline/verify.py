@@ -2,20 +2,18 @@
 
 For every file: every record's length and data CRCs, and that every payload parses as a
 `tf.train.Example` or `tf.train.SequenceExample` (which `sequence:` specs write). For an
-output folder with a manifest, also that the shards listed
-exist with the recorded size, sha256 and record count, that dead-letter files, side files
-(`files`: feature_spec.json, stats.json, ...) and the files of the previous generation kept
-for its readers (`superseded`, never read as shards) match their size and sha256, that no stray
-shard sits beside them, and that the counts reconcile. A shard's `.tfindex`
-sidecar (listed in the manifest, or beside a bare file) must match the shard's records
-(and the manifest's size and sha256).
+output folder with a manifest, also that the shards listed exist with the recorded size,
+sha256 and record count, that dead-letter files, side files (`files`) and the previous
+generation's files kept for its readers (`superseded`, never read as shards) match their
+size and sha256, that no stray shard sits beside them, and that the counts reconcile. A
+shard's `.tfindex` sidecar (listed in the manifest, or beside a bare file) must match the
+shard's records (and the manifest's size and sha256).
 
-A file's compression comes from its name (`.gz`; `.zz`, `.zlib`, Beam's `.deflate`); a name
-that says nothing (Beam's suffix-less `prefix-00000-of-00001`) is sniffed from its first
-bytes. A folder without a manifest stands for its `*.tfrecord*` files and its files named
-like shards (`*-NNNNN-of-NNNNN`, optionally with a compression suffix), never its indexes.
+A file's compression comes from its name (`.gz`; `.zz`, `.zlib`, Beam's `.deflate`), else
+is sniffed from its first bytes (Beam's suffix-less `prefix-00000-of-00001`). A folder
+without a manifest stands for its `*.tfrecord*` files and its files named like shards
+(`*-NNNNN-of-NNNNN`, optionally with a compression suffix), never its indexes.
 """
-
 from __future__ import annotations
 
 import dataclasses
@@ -43,7 +41,8 @@ from transforms.format.tfrecord_reader import (
     sniff_compression,
 )
 
-__all__ = ["Problem", "compression_of_file", "format_report", "resolve_tfrecord_paths", "verify_paths"]
+__all__ = ["HashingFile", "Problem", "compression_of_file", "format_report", "resolve_tfrecord_paths",
+           "verify_paths"]
 
 _READ_CHUNK = 8 * 1024 * 1024
 
@@ -81,19 +80,25 @@ class _FileResult:
     index_bytes: int = 0
 
 
-class _HashingReader:
-    """Reads a raw file while hashing and counting every byte that passes through."""
+class HashingFile:
+    """A raw file that hashes and counts every byte read from it or written to it."""
 
     def __init__(self, raw):
         self._raw = raw
         self.sha256 = hashlib.sha256()
         self.bytes = 0
 
-    def read(self, size: int = -1) -> bytes:
-        data = self._raw.read(size)
+    def _count(self, data: bytes) -> bytes:
         self.sha256.update(data)
         self.bytes += len(data)
         return data
+
+    def read(self, size: int = -1) -> bytes:
+        return self._count(self._raw.read(size))
+
+    def write(self, data: bytes) -> int:
+        self._raw.write(self._count(data))
+        return len(data)
 
     def drain(self) -> None:
         while self.read(_READ_CHUNK):
@@ -122,7 +127,7 @@ def _check_file(path: str, problems: list[Problem], with_index: bool = False) ->
     result.compressed = compression is not Compression.NONE
     index_hash = hashlib.sha256() if with_index and not result.compressed else None
     with raw:
-        reader = _HashingReader(raw)
+        reader = HashingFile(raw)
         try:
             for info in iter_records(reader, compression, path=path):
                 result.records += 1
@@ -133,10 +138,8 @@ def _check_file(path: str, problems: list[Problem], with_index: bool = False) ->
                 try:
                     decode_example(info.payload)
                 except ValueError as error:
-                    problems.append(
-                        Problem(path, f"payload is not a tf.train.Example: {error}",
-                                info.offset, info.index)
-                    )
+                    problems.append(Problem(path, f"payload is not a tf.train.Example: {error}",
+                                            info.offset, info.index))
         except TFRecordCorruptError as error:
             problems.append(Problem(path, error.reason, error.offset, error.index))
         reader.drain()
@@ -149,24 +152,22 @@ def _check_file(path: str, problems: list[Problem], with_index: bool = False) ->
 
 def _check_index(index_path: str, shard_path: str, shard: _FileResult, problems: list[Problem],
                  listed: FileEntry | None = None) -> None:
-    """Checks a shard's index sidecar: present, as the manifest lists it (`listed`: its
-    entry), and equal to the index of the shard's records."""
-    if not FileSystems.exists(index_path):
-        problems.append(Problem(index_path, "index listed in the manifest but missing"))
+    """Checks a shard's index sidecar: as the manifest lists it (`listed`: its entry), and
+    equal to the index of the shard's records."""
+    found = _file_digest(index_path) if listed is None else _check_listed_file(
+        index_path, listed, problems, "index ")
+    if found is None:
         return
-    size, digest = _file_digest(index_path)
-    if listed is not None:
-        _check_sizes(index_path, listed, {"bytes": size, "sha256": digest}, problems, "index ")
     if shard.compressed:
         problems.append(Problem(index_path, f"an index beside {shard_path}, which is compressed: "
                                             f"offsets in a compressed stream are not seekable"))
-    elif shard.index_sha256 is not None and (size, digest) != (shard.index_bytes, shard.index_sha256):
+    elif shard.index_sha256 is not None and found != (shard.index_bytes, shard.index_sha256):
         problems.append(Problem(index_path, f"index does not match the records of {shard_path}"))
 
 
 def _file_digest(path: str) -> tuple[int, str]:
     with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as raw:
-        reader = _HashingReader(raw)
+        reader = HashingFile(raw)
         reader.drain()
     return reader.bytes, reader.sha256.hexdigest()
 
@@ -179,14 +180,16 @@ def _check_sizes(path: str, entry: FileEntry | ShardEntry, actual: dict[str, obj
             problems.append(Problem(path, f"{what}{key} is {value!r}, manifest says {getattr(entry, key)!r}"))
 
 
-def _check_listed_file(path: str, entry: FileEntry | ShardEntry, problems: list[Problem]) -> None:
+def _check_listed_file(path: str, entry: FileEntry | ShardEntry, problems: list[Problem],
+                       what: str = "") -> tuple[int, str] | None:
     """Checks a file the manifest lists by size and sha256 only (dead letters, side files,
-    superseded files)."""
+    superseded files, indexes); returns its (size, sha256), None when it is missing."""
     if not FileSystems.exists(path):
-        problems.append(Problem(path, "listed in the manifest but missing"))
-        return
+        problems.append(Problem(path, f"{what}listed in the manifest but missing"))
+        return None
     size, digest = _file_digest(path)
-    _check_sizes(path, entry, {"bytes": size, "sha256": digest}, problems)
+    _check_sizes(path, entry, {"bytes": size, "sha256": digest}, problems, what)
+    return size, digest
 
 
 def _verify_output_dir(output_dir: str, manifest: Manifest, problems: list[Problem]) -> int:
@@ -208,30 +211,21 @@ def _verify_output_dir(output_dir: str, manifest: Manifest, problems: list[Probl
                                    "sha256": result.sha256}, problems)
     for entry in manifest.dead_letter_files + manifest.files + manifest.superseded:
         _check_listed_file(fs.join_path(output_dir, entry.path), entry, problems)
-    for result in fs.match([fs.join_path(fs.literal(output_dir), "*.tfrecord*")]):
-        for metadata in result.metadata_list:
-            relative = metadata.path[len(output_dir):].lstrip("/")
-            # No shard name starts with "." (split names cannot): hidden files are not shards.
-            if relative not in listed and not relative.startswith("."):
-                problems.append(Problem(metadata.path, "shard not listed in the manifest"))
+    for metadata in fs.match([fs.join_path(fs.literal(output_dir), "*.tfrecord*")])[0].metadata_list:
+        relative = metadata.path[len(output_dir):].lstrip("/")
+        # No shard name starts with "." (split names cannot): hidden files are not shards.
+        if relative not in listed and not relative.startswith("."):
+            problems.append(Problem(metadata.path, "shard not listed in the manifest"))
     counts = manifest.counts
     # SequenceExamples hold several input rows each: input rows reconcile with written_rows.
     if counts.input != counts.rows_written + counts.dead_letter:
         problems.append(Problem(manifest_path, f"counts do not reconcile: {counts.to_dict()}"))
     for split, entry in counts.splits.items():
-        if entry.written != records_per_split.get(split, 0):
-            problems.append(Problem(
-                manifest_path,
-                f"split {split!r}: manifest counts {entry.written} written records, "
-                f"shards hold {records_per_split.get(split, 0)}",
-            ))
+        held = records_per_split.get(split, 0)
+        if entry.written != held:
+            problems.append(Problem(manifest_path, f"split {split!r}: manifest counts {entry.written} "
+                                                   f"written records, shards hold {held}"))
     return checked
-
-
-def _is_file(path: str) -> bool:
-    if "://" not in path and os.path.isdir(path):
-        return False
-    return FileSystems.exists(path)
 
 
 def resolve_tfrecord_paths(path: str) -> tuple[list[str], Manifest | None]:
@@ -246,7 +240,7 @@ def resolve_tfrecord_paths(path: str) -> tuple[list[str], Manifest | None]:
         matched = fs.match([path])[0].metadata_list
         # Index sidecars sit beside the shards a glob names, but are no TFRecord files.
         return sorted(m.path for m in matched if not m.path.endswith(INDEX_SUFFIX)), None
-    if _is_file(path):
+    if ("://" in path or not os.path.isdir(path)) and FileSystems.exists(path):
         return [path], None
     matched = fs.match([fs.join_path(fs.literal(path), "*")])[0].metadata_list
     names = [(m.path, m.path.rstrip("/").rsplit("/", 1)[-1]) for m in matched]
@@ -260,11 +254,14 @@ def _stands_for_tfrecord(name: str) -> bool:
     return ".tfrecord" in name or bool(_SHARD_NAME.match(name))
 
 
-def _resolve_all(paths: Sequence[str],
-                 problems: list[Problem]) -> list[tuple[str, list[str], Manifest | None]]:
-    """Every path resolved up front: one that stands for nothing is a usage error (exit 2,
-    as for inspect, index and export), raised before any file is checked; an unreadable
-    manifest is a problem of its folder."""
+def verify_paths(paths: Sequence[str]) -> tuple[int, list[Problem]]:
+    """Verifies files, globs or output folders; returns (files checked, problems).
+
+    Every path is resolved first: one that stands for nothing raises `UsageError` (exit 2, as
+    for inspect, index and export) before any file is checked; an unreadable manifest is a
+    problem of its folder.
+    """
+    problems: list[Problem] = []
     resolved = []
     for path in paths:
         try:
@@ -275,17 +272,8 @@ def _resolve_all(paths: Sequence[str],
         if manifest is None and not files:
             raise UsageError(f"no TFRecord file found at {path}")
         resolved.append((path, files, manifest))
-    return resolved
-
-
-def verify_paths(paths: Sequence[str]) -> tuple[int, list[Problem]]:
-    """Verifies files, globs or output folders; returns (files checked, problems).
-
-    Raises `UsageError` when a path stands for no TFRecord file.
-    """
-    problems: list[Problem] = []
     checked = 0
-    for path, files, manifest in _resolve_all(paths, problems):
+    for path, files, manifest in resolved:
         if manifest is not None:
             checked += _verify_output_dir(path.rstrip("/"), manifest, problems)
             continue
@@ -301,9 +289,5 @@ def verify_paths(paths: Sequence[str]) -> tuple[int, list[Problem]]:
 
 def format_report(checked: int, problems: Iterable[Problem]) -> str:
     problems = list(problems)
-    lines = [str(problem) for problem in problems]
-    lines.append(
-        json.dumps({"files_checked": checked, "problems": len(problems),
-                    "status": "ok" if not problems else "corrupt"})
-    )
-    return "\n".join(lines)
+    summary = {"files_checked": checked, "problems": len(problems), "status": "corrupt" if problems else "ok"}
+    return "\n".join([*map(str, problems), json.dumps(summary)])

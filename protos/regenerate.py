@@ -70,7 +70,6 @@ def check_pinned_protoc() -> None:
 def generate(out_dir: Path) -> list[Path]:
     """Generate GENERATED_FILES under `out_dir` (which mirrors REPO_ROOT); returns their paths."""
     check_pinned_protoc()
-    out_dir = Path(out_dir)
     result = _protoc(f"--proto_path={REPO_ROOT}", f"--python_out={out_dir}", f"--pyi_out={out_dir}",
                      *PROTO_FILES)
     if result.returncode != 0:

@@ -27,10 +27,8 @@ def tool_version() -> str:
 
 
 def read_manifest(output_dir: str) -> Manifest | None:
-    """Returns the manifest of `output_dir`, or None when there is none.
-
-    Raises ValueError when a manifest exists but is not valid JSON of the expected shape.
-    """
+    """The manifest of `output_dir`, or None when there is none; raises ValueError when a
+    manifest exists but is not valid JSON of the expected shape."""
     path = join_path(output_dir, MANIFEST_NAME)
     if not FileSystems.exists(path):
         return None

@@ -4,8 +4,8 @@ A file in `DIR` is the tool's own when one of these records names it:
   - the committed `manifest.json` (shards, their index sidecars, dead-letter files, side files,
     the previous generation's files it keeps as `superseded`, and `report.html`, which is
     derived from the output and so not listed);
-  - `dead_letter/failed_run.json`, which a run that committed only its dead letters (exit 3
-    or 5) writes beside them;
+  - `dead_letter/failed_run.json`, which a run that committed only its dead letters (exit 3,
+    5 or 6) writes beside them;
   - the commit journal `DIR/.tmp-<run id>/commit-journal.json` of a run killed while it
     committed: written before the commit changes anything, it names every final file that
     commit may create or replace.
@@ -38,22 +38,9 @@ from transforms.format.tfrecord_index import INDEX_SUFFIX
 from transforms.manifest import read_manifest
 from transforms.shard_writers import DEAD_LETTER_DIR, TEMP_PREFIX
 
-__all__ = [
-    "DRIFT_DETECTED",
-    "ERROR_RATE_EXCEEDED",
-    "FAILED_RUN_NAME",
-    "JOURNAL_NAME",
-    "NOTHING_CONVERTED",
-    "REPORT_NAME",
-    "committed_manifest",
-    "discard_interrupted_runs",
-    "foreign_files",
-    "interrupted_runs",
-    "listed_paths",
-    "listed_size_problems",
-    "owned_paths",
-    "read_failed_run",
-]
+__all__ = ["DRIFT_DETECTED", "ERROR_RATE_EXCEEDED", "FAILED_RUN_NAME", "JOURNAL_NAME", "NOTHING_CONVERTED",
+           "REPORT_NAME", "committed_manifest", "discard_interrupted_runs", "foreign_files",
+           "interrupted_runs", "listed_paths", "listed_size_problems", "owned_paths", "read_failed_run"]
 
 _LOG = logging.getLogger(__name__)
 
@@ -99,13 +86,8 @@ def listed_size_problems(output_dir: str, manifest: Manifest) -> list[str]:
     prefix = output_dir.rstrip("/") + "/"
     found = {m.path[len(prefix):]: m.size_in_bytes
              for m in fs.match([fs.literal(prefix) + "**"])[0].metadata_list}
-    problems = []
-    for path, size in sorted(expected.items()):
-        if path not in found:
-            problems.append(f"{path} is missing")
-        elif found[path] != size:
-            problems.append(f"{path} has {found[path]} bytes, not the {size} listed")
-    return problems
+    return [f"{path} has {found[path]} bytes, not the {size} listed" if path in found
+            else f"{path} is missing" for path, size in sorted(expected.items()) if found.get(path) != size]
 
 
 def _read_json(path: str) -> Any:
@@ -122,10 +104,7 @@ def _read_json(path: str) -> Any:
 
 def read_failed_run(output_dir: str) -> dict[str, Any] | None:
     """The record a failed run left beside its dead letters, or None."""
-    path = fs.join_path(output_dir, FAILED_RUN_NAME)
-    if not FileSystems.exists(path):
-        return None
-    record = _read_json(path)
+    record = _read_json(fs.join_path(output_dir, FAILED_RUN_NAME))
     return record if isinstance(record, dict) else None
 
 
@@ -159,9 +138,10 @@ def _files_under(folder: str) -> list[str]:
             for root, _, names in os.walk(folder) for name in names]
 
 
-def _temp_folders(output_dir: str, warn: bool = False) -> list[str]:
-    """The temporary folders of this tool's runs in `output_dir`: named as a run names them
-    and holding nothing it does not write; `warn` about folders so named that hold more."""
+def interrupted_runs(output_dir: str, warn: bool = False) -> list[str]:
+    """The temporary folders interrupted runs of this tool left in `output_dir`: named as a
+    run names them and holding nothing it does not write; `warn` about folders so named that
+    hold more."""
     prefix = fs.join_path(output_dir, TEMP_PREFIX)
     if "://" in output_dir:
         matched = fs.match([fs.literal(prefix) + "*/**"])[0].metadata_list
@@ -202,7 +182,7 @@ def owned_paths(output_dir: str, manifest: Manifest | None = None) -> set[str]:
     if manifest is None:
         manifest = committed_manifest(output_dir)
     owned = _recorded_paths(output_dir, manifest)
-    for folder in _temp_folders(output_dir):
+    for folder in interrupted_runs(output_dir):
         owned |= _journal_paths(_read_json(fs.join_path(folder, JOURNAL_NAME)))
     return owned
 
@@ -210,14 +190,11 @@ def owned_paths(output_dir: str, manifest: Manifest | None = None) -> set[str]:
 def _candidates(output_dir: str, side_files: Iterable[str]) -> set[str]:
     """Relative paths in `output_dir` under names this tool writes."""
     folder = fs.literal(output_dir)
-    patterns = [fs.join_path(folder, SHARD_GLOB), fs.join_path(folder, DEAD_LETTER_DIR, "*")]
-    patterns += [fs.join_path(folder, fs.literal(name)) for name in side_files]
-    patterns.append(fs.join_path(folder, MANIFEST_NAME))
-    found = set()
-    for result in fs.match(patterns):
-        for metadata in result.metadata_list:
-            found.add(metadata.path[len(output_dir):].lstrip("/"))
-    return found
+    patterns = [fs.join_path(folder, SHARD_GLOB), fs.join_path(folder, DEAD_LETTER_DIR, "*"),
+                *(fs.join_path(folder, fs.literal(name)) for name in side_files),
+                fs.join_path(folder, MANIFEST_NAME)]
+    return {metadata.path[len(output_dir):].lstrip("/")
+            for result in fs.match(patterns) for metadata in result.metadata_list}
 
 
 def foreign_files(output_dir: str, side_files: Iterable[str] = (),
@@ -225,8 +202,7 @@ def foreign_files(output_dir: str, side_files: Iterable[str] = (),
     """Files under names this tool writes that no record of the tool names, sorted."""
     if "://" not in output_dir and not FileSystems.exists(output_dir):
         return []
-    owned = owned_paths(output_dir, manifest)
-    return sorted(_candidates(output_dir, side_files) - owned)
+    return sorted(_candidates(output_dir, side_files) - owned_paths(output_dir, manifest))
 
 
 def _move_back(output_dir: str, folder: str, journal: Any, recorded: set[str]) -> None:
@@ -246,31 +222,25 @@ def _move_back(output_dir: str, folder: str, journal: Any, recorded: set[str]) -
             FileSystems.rename([final], [temp_path])
 
 
-def interrupted_runs(output_dir: str) -> list[str]:
-    """The temporary folders interrupted runs of this tool left in `output_dir`."""
-    return _temp_folders(output_dir)
-
-
 def discard_interrupted_runs(output_dir: str, keep: str | None = None) -> list[str]:
     """Removes what interrupted runs left: the final files their commit journals name that
     the committed manifest does not list, then their temp folders, except the folder `keep`
     (a run resumes in it), of which only the journal and progress files go. Returns the
     folders removed."""
-    folders = _temp_folders(output_dir, warn=True)
+    folders = interrupted_runs(output_dir, warn=True)
     if not folders:
         return []
     recorded = _recorded_paths(output_dir, committed_manifest(output_dir))
     removed = []
     for folder in folders:
         journal = fs.join_path(folder, JOURNAL_NAME)
-        if folder.rstrip("/") == (keep or "").rstrip("/"):
+        resumed = folder.rstrip("/") == (keep or "").rstrip("/")
+        if resumed:
             _move_back(output_dir, folder, _read_json(journal), recorded)
         partial = _journal_paths(_read_json(journal)) - recorded
-        paths = [fs.join_path(output_dir, name) for name in sorted(partial)]
-        paths = [path for path in paths if FileSystems.exists(path)]
-        if paths:
-            fs.delete(paths)
-        if folder.rstrip("/") == (keep or "").rstrip("/"):
+        fs.delete([path for path in (fs.join_path(output_dir, name) for name in sorted(partial))
+                   if FileSystems.exists(path)])
+        if resumed:
             fs.delete([path for path in (journal, fs.join_path(folder, "_progress"))
                        if FileSystems.exists(path)])
             continue

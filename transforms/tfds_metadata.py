@@ -1,18 +1,13 @@
 """TensorFlow Datasets metadata for an output: the `dataset_info.json` and `features.json`
 that `tfds.builder_from_directory(DIR)` reads, built as plain JSON (TFDS is never imported).
 
-`tfds_metadata` is a pure function of the manifest's shards, the parsed `feature_spec.json`
-and the labels; `tfds_side_files` decides, for the commit, whether an output gets them.
-
 What TFDS is told, and why:
   - Splits: each split's `shardLengths` (records per shard, in shard order), `numBytes` and
     `filepathTemplate` `{SPLIT}-{SHARD_X_OF_Y}.tfrecord`, which TFDS expands to exactly our
     shard names (`train-00000-of-00004.tfrecord`), so the shards stay where they are.
     A split without records (a declared split's one empty shard) is left out, as TFDS
-    itself never writes one: TFDS refuses to read a split of no examples ("Instruction []
-    corresponds to no data"), and `as_dataset()` reads every split listed, so one empty
-    split would make the whole dataset unreadable. `as_dataset()` then gives the splits
-    with records, and asking for the empty one names the splits there are.
+    itself never writes one: TFDS refuses a split of no examples ("Instruction []
+    corresponds to no data"), and `as_dataset()` reads every split listed.
   - Features: a flat `FeaturesDict` keyed by our feature names ("image/encoded" included:
     TFDS flattens nested dicts with "/", so a flat "/" name parses the same feature).
     A dense feature (the `transforms.reading` rule, shared by every reader: from the spec
@@ -48,16 +43,8 @@ from typing import Any
 from transforms.format.manifest_format import FEATURE_SPEC_NAME, SHARD_NAME, ShardEntry, shard_name
 from transforms.reading.features import feature_layout, shapes_counted
 
-__all__ = [
-    "DATASET_INFO_NAME",
-    "DEFAULT_DATASET_NAME",
-    "FEATURES_NAME",
-    "TFDS_FILE_NAMES",
-    "TFDS_VERSION",
-    "dataset_name_for",
-    "tfds_metadata",
-    "tfds_side_files",
-]
+__all__ = ["DATASET_INFO_NAME", "DEFAULT_DATASET_NAME", "FEATURES_NAME", "TFDS_FILE_NAMES", "TFDS_VERSION",
+           "dataset_name_for", "tfds_metadata", "tfds_side_files"]
 
 _LOG = logging.getLogger(__name__)
 
@@ -105,22 +92,21 @@ def _split_infos(shards: Iterable[ShardEntry]) -> list[dict[str, Any]]:
         by_split[split].append((int(match["index"]), shard))
     infos = []
     for split in sorted(by_split):
-        if not any(shard.records for _, shard in by_split[split]):
+        ordered = [shard for _, shard in sorted(by_split[split], key=lambda pair: pair[0])]
+        if not any(shard.records for shard in ordered):
             continue
         if not _TFDS_SPLIT_NAME.match(split):
             raise ValueError(f"split {split!r}: TFDS selects only splits named with letters, "
                              f"digits, '_' and '-'")
-        ordered = sorted(by_split[split], key=lambda pair: pair[0])
-        total = len(ordered)
-        for index, (_, shard) in enumerate(ordered):
-            expected = shard_name(split, index, total, ".tfrecord")
+        for index, shard in enumerate(ordered):
+            expected = shard_name(split, index, len(ordered), ".tfrecord")
             if shard.path != expected:
                 raise ValueError(f"shard {shard.path!r}: TFDS would look for {expected!r}")
         infos.append({
             "name": split,
             # int64 fields are strings in proto3 JSON, as TFDS writes them.
-            "shardLengths": [str(shard.records) for _, shard in ordered],
-            "numBytes": str(sum(shard.bytes for _, shard in ordered)),
+            "shardLengths": [str(shard.records) for shard in ordered],
+            "numBytes": str(sum(shard.bytes for shard in ordered)),
             "filepathTemplate": SHARD_TEMPLATE,
         })
     return infos
@@ -161,14 +147,8 @@ def _dumps(document: Mapping[str, Any]) -> bytes:
 def tfds_metadata(shards: Sequence[ShardEntry], feature_spec: Mapping[str, Any],
                   labels: Sequence[str] | None = None, *, name: str = DEFAULT_DATASET_NAME,
                   compression: str = "none") -> dict[str, bytes]:
-    """`{"dataset_info.json": bytes, "features.json": bytes}` for an output.
-
-    Args:
-      shards: the output's shards (`Manifest.shards`).
-      feature_spec: the parsed `feature_spec.json` of tf.train.Example records.
-      labels: the label names (labels.txt), for `image/class/label`; None or empty: none.
-      name: the TFDS dataset name (see `dataset_name_for`).
-      compression: the shards' codec.
+    """`{"dataset_info.json": bytes, "features.json": bytes}` for an output: a pure function of
+    its shards, its parsed `feature_spec.json` and its label names (for `image/class/label`).
 
     Raises:
       ValueError: when TFDS cannot read the output as described (see the module docstring).
@@ -195,13 +175,6 @@ def tfds_metadata(shards: Sequence[ShardEntry], feature_spec: Mapping[str, Any],
     return {DATASET_INFO_NAME: _dumps(info), FEATURES_NAME: _dumps(features)}
 
 
-def _labels(labels_txt: bytes | None) -> list[str] | None:
-    """labels.txt's names: one per line, line number = index (as `ImagePlan.labels_txt`)."""
-    if labels_txt is None:
-        return None
-    return labels_txt.decode("utf-8").split("\n")[:-1] if labels_txt else []
-
-
 def tfds_side_files(output_dir: str, compression: str, shards: Sequence[ShardEntry],
                     extra_files: Iterable[tuple[str, bytes]]) -> dict[str, bytes]:
     """The TFDS files the commit writes beside an output, or {} for an output TFDS cannot
@@ -216,8 +189,10 @@ def tfds_side_files(output_dir: str, compression: str, shards: Sequence[ShardEnt
         feature_spec = json.loads(files[FEATURE_SPEC_NAME])
         if "sequence" in feature_spec:
             return {}
-        return tfds_metadata(shards, feature_spec, _labels(files.get("labels.txt")),
-                             name=dataset_name_for(output_dir))
+        labels_txt = files.get("labels.txt")
+        # One name per line, line number = index (as `ImagePlan.labels_txt`).
+        labels = None if labels_txt is None else labels_txt.decode("utf-8").split("\n")[:-1]
+        return tfds_metadata(shards, feature_spec, labels, name=dataset_name_for(output_dir))
     except ValueError as error:
         _LOG.warning("no TFDS metadata written for %s: %s", output_dir, error)
         return {}

@@ -42,16 +42,8 @@ def listed_shard_paths(output_dir: str, manifest: Manifest, split: str | None = 
 
 
 def read_tfrecord_file(path: str, compression: str | Compression | None = None) -> Iterator[bytes]:
-    """Yields the payloads of one TFRecord file on any Beam filesystem.
-
-    Args:
-      path: file path or URI.
-      compression: the file's compression; None guesses it from the suffix
-        (see `compression_from_path`).
-
-    Raises:
-      TFRecordCorruptError: see `iter_records`.
-    """
+    """Yields the payloads of one TFRecord file on any Beam filesystem; `compression` None:
+    from the file's suffix (`compression_from_path`). Raises `TFRecordCorruptError`."""
     resolved = compression_from_path(path) if compression is None else parse_compression(compression)
     # Open raw: decompression is ours, so gzip errors get a record offset and index.
     with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
@@ -74,19 +66,12 @@ def _existing_files(paths: Sequence[str]):
         yield path
 
 
-def _examples_as_dicts(payload: bytes) -> dict:
-    return {name: values for name, (_, values) in decode_example(payload).items()}
-
-
 class ReadTFRecordFiles(beam.PTransform):
     """Reads TFRecord files matching glob patterns, yielding payloads or Example dicts.
 
-    Args:
-      patterns: a glob or list of globs on any Beam filesystem.
-      compression: "none" | "gzip" | "zlib"; None (default) decides per file by suffix
-        (.gz -> gzip, .zz/.zlib -> zlib, otherwise none).
-      parse: yield each record as an Example dict {feature name: list of values} instead
-        of the serialized bytes.
+    `patterns`: a glob or globs on any Beam filesystem; `compression`: "none", "gzip" or
+    "zlib", or None (default) to decide per file by suffix (.gz: gzip, .zz/.zlib: zlib);
+    `parse`: yield each record as a dict {feature name: list of values}, not as bytes.
 
     Use `ReadTFRecordFiles.from_output(dir, split)` to read exactly what a committed
     output's manifest lists.
@@ -116,5 +101,6 @@ class ReadTFRecordFiles(beam.PTransform):
             | "ReadRecords" >> beam.FlatMap(read_tfrecord_file, self._compression)
         )
         if self._parse:
-            records = records | "ParseExamples" >> beam.Map(_examples_as_dicts)
+            records = records | "ParseExamples" >> beam.Map(
+                lambda payload: {name: values for name, (_, values) in decode_example(payload).items()})
         return records

@@ -27,7 +27,7 @@ from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
 from pipeline.errors import UsageError
-from transforms import fs
+from transforms import fs, output_files
 from transforms import manifest as manifest_lib
 from transforms.format.compression import Compression, compression_from_path
 from transforms.format.example_codec import decode_example
@@ -211,6 +211,9 @@ def _verify_output_dir(output_dir: str, manifest: Manifest, problems: list[Probl
                                    "sha256": result.sha256}, problems)
     for entry in manifest.dead_letter_files + manifest.files + manifest.superseded:
         _check_listed_file(fs.join_path(output_dir, entry.path), entry, problems)
+    # The files an interrupted commit's journal names (an append's next generation, before
+    # its manifest) are not this generation's, nor strangers: the same command finishes them.
+    listed |= output_files.owned_paths(output_dir, manifest)
     for metadata in fs.match([fs.join_path(fs.literal(output_dir), "*.tfrecord*")])[0].metadata_list:
         relative = metadata.path[len(output_dir):].lstrip("/")
         # No shard name starts with "." (split names cannot): hidden files are not shards.

@@ -1,7 +1,6 @@
 """stats.json: every batch's statistics merged per split, as one JSON document (Beam-free).
 
-The commit hands `merge_units` every unit's result (`transforms.unit_result.UnitResult`);
-`stats_document` renders the result:
+The commit merges every unit's result (`merge_units`) and renders (`stats_document`):
 
     {"schema_version": 1,
      "splits": {SPLIT: {"records": N,
@@ -59,9 +58,8 @@ class SplitStats(StatsTotal):
 
 
 def merge_units(results: Sequence[Any]) -> tuple[dict[str, SplitStats], dict[str, list[dict]]]:
-    """Each split's statistics and the dead-letter examples, from the units' results
-    (`transforms.unit_result.UnitResult`), merged in owner order. Dead letters of no split
-    (`DEAD_LETTER_SPLIT`) give examples, no split."""
+    """Each split's statistics and the dead-letter examples, merged in owner order. Dead
+    letters of no split (`DEAD_LETTER_SPLIT`) give examples, no split."""
     merged: dict[str, SplitStats] = {}
     examples = []
     for result in sorted(results, key=lambda result: result.owner):
@@ -167,9 +165,8 @@ def _images(images: ImageTotal, features: Mapping[str, FeatureTotal]) -> dict[st
 def stats_document(merged: Mapping[str, SplitStats], totals: Mapping[str, Any],
                    splits: Sequence[str] = (), declared: Mapping[str, str] | None = None,
                    examples: Mapping[str, list] | None = None) -> dict[str, Any]:
-    """The stats.json document. `totals` is the manifest's "counts" (records per split,
-    dead letters by reason); `splits` the declared splits; `declared` the feature kinds of
-    feature_spec.json (features no record carries are listed with 0 records)."""
+    """The stats.json document. `totals`: the manifest's "counts"; `declared`: the feature
+    kinds of feature_spec.json."""
     per_split = totals.get("splits") or {}
     out_splits: dict[str, Any] = {}
     for split in sorted(set(per_split) | set(splits) | set(merged)):

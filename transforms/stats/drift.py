@@ -59,8 +59,7 @@ def _cdf(values: list[float], ranks: list[float], x: float) -> float:
 
 
 def population_stability_index(previous_quantiles: list, current_quantiles: list) -> float | None:
-    """PSI of the current distribution over the previous run's quantile bins; both
-    distributions are read from their quantiles alike, so equal quantiles give 0."""
+    """PSI of the current distribution over the previous run's quantile bins (see above)."""
     edges, previous_cdf = _cdf_points(previous_quantiles)
     values, ranks = _cdf_points(current_quantiles)
     if not edges or not values:
@@ -123,8 +122,7 @@ def _compare_split(split: str, previous: Mapping[str, Any], current: Mapping[str
 
 def compare(previous: Mapping[str, Any], current: Mapping[str, Any],
             compared_to: str) -> dict[str, Any]:
-    """drift.json: this run's stats.json document (`current`) against a previous run's
-    (`previous`, read from the folder `compared_to`)."""
+    """drift.json: this run's stats.json document against the one of the folder `compared_to`."""
     out: dict[str, list] = {"schema": [], "labels": [], "presence": [], "distribution": []}
     before, now = previous.get("splits") or {}, current.get("splits") or {}
     for split in sorted(set(before) | set(now)):

@@ -182,9 +182,7 @@ class _BackgroundIO:
 class TempShard:
     """One temporary output file and what the commit learns of it (`close()`)."""
 
-    def __init__(
-        self, config: SinkConfig, kind: str, split: str, first_key: str, path: str | None = None
-    ):
+    def __init__(self, config: SinkConfig, kind: str, split: str, first_key: str, path: str | None = None):
         self.kind = kind
         self.split = split
         self.first_key = first_key
@@ -197,11 +195,8 @@ class TempShard:
         self.path = path
         self._raw = FileSystems.create(self.path, compression_type=CompressionTypes.UNCOMPRESSED)
         self._hashing = _HashingWriter(self._raw)
-        self._writer = (
-            TFRecordWriter(self._hashing, config.compression, config.compression_level)
-            if kind == TFRECORD_KIND
-            else None
-        )
+        self._writer = (TFRecordWriter(self._hashing, config.compression, config.compression_level)
+                        if kind == TFRECORD_KIND else None)
         self.records = 0
         self.logical_bytes = 0
         self.dead_letters_by_split: dict[str, int] = defaultdict(int)
@@ -393,13 +388,8 @@ def write_unit(config: SinkConfig, batches: Iterable[RecordBatch]) -> UnitResult
         writer.abandon()
         raise
     files = writer.close()
-    return UnitResult(
-        owner=owner,
-        splits=tuple(totals.result(split) for split, totals in sorted(splits.items())),
-        files=files,
-        dead_letter_reasons=tuple(sorted(reasons.items())),
-        examples=first_examples(examples),
-    )
+    return UnitResult(owner, tuple(totals.result(split) for split, totals in sorted(splits.items())),
+                      files, tuple(sorted(reasons.items())), first_examples(examples))
 
 
 _RESHARD_BATCH = 1024  # records written to a resharded shard at once

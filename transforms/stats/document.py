@@ -15,15 +15,12 @@ The commit merges every unit's result (`merge_units`) and renders (`stats_docume
         "images": {"formats", "width", "height", "channels", "labels"}}},
      "dead_letters": {"total", "by_reason", "examples"}}
 
-A split whose records some converter did not describe (SequenceExample outputs; runs with
-statistics switched off) has `"features": {}`. Features the feature spec declares but no
-record carries are listed with 0 records. Quantiles 0.0 and 1.0 are the exact min and max;
-the others and the histogram (10 equal-width bins over [min, max], each holding the values
->= its left edge and < its right edge, the last also its right edge) are exact while
-"quantiles_exact", else any value's rank in them is off by at most "rank_error" (a share of
-the count). Distinct counts and top values are exact while "distinct_exact"/"top_exact",
-else a top count is at most "top_error" below the truth, never above, and the distinct count
-lies in "distinct_range" at two standard deviations (see `transforms.stats.sketches`).
+A split whose records some converter did not describe (SequenceExample outputs; statistics
+switched off) has `"features": {}`; features declared but carried by no record have 0 records.
+Quantiles 0.0 and 1.0 are the exact min and max. The histogram has 10 equal-width bins over
+[min, max], each holding the values >= its left edge and < its right edge, the last also its
+right edge. "rank_error" is a share of the count; "distinct_range" spans two standard
+deviations (the estimates: README, `transforms.stats.sketches`).
 """
 
 from __future__ import annotations

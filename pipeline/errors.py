@@ -16,10 +16,8 @@ class CommandError(Exception):
 
 
 class UsageError(CommandError, ValueError):
-    """The command line or its inputs are wrong (bad flag, no file matches, ...).
-
-    `hint`: an optional second line telling the user what to do instead.
-    """
+    """The command line or its inputs are wrong; `hint`: an optional second line telling the
+    user what to do instead."""
 
     def __init__(self, message: str, *, hint: str | None = None):
         super().__init__(message)

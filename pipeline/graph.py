@@ -2,15 +2,12 @@
 
     PlanWorkUnits (Create) [-> CutByteRanges] -> Convert<Format> (convert and write) -> Commit
 
-Work units are planned on the launcher. Each is converted and written by one call of
-`transforms.sink.ConvertAndWrite`, which hands the commit a `UnitResult`: no record travels
-between steps. Sequences read rows per unit, shuffle them by bucket (`GroupRows`) and convert
-and write each bucket. Where the launcher left large text files to be cut by the workers
-(distributed runners), `CutByteRanges` first finds their record starts there.
-
-On the local in-process runner the work units travel as one element into
-`ConvertOnForkedProcesses`, which runs the same per-unit step on forked processes, in unit
-order: the output depends on the work units alone, whatever the processes.
+Each work unit is converted and written by one `transforms.sink.ConvertAndWrite` call, which
+hands the commit a `UnitResult`: no record travels between steps. Sequences read rows per unit,
+shuffle them by bucket (`GroupRows`) and convert and write each bucket. `CutByteRanges` finds
+the record starts of large text files the launcher left to the workers (distributed runners).
+On the local in-process runner the units go as one element to `ConvertOnForkedProcesses`,
+which runs the same step on forked processes, in unit order.
 """
 
 from __future__ import annotations
@@ -40,19 +37,15 @@ class ConversionPlan:
 
     Attributes:
       converter_label: the stable step label, e.g. "ConvertCsv".
-      work_units: the input, split into independently readable pieces.
       converter: the DoFn turning one WorkUnit into its RecordBatches, in key order; with
-        `assemble`, into the keyed rows `assemble` takes after a GroupByKey (sequences).
-      assemble: for sequences, the DoFn turning one shuffled bucket into RecordBatches.
-      splits: declared split names (empty shards are written for those without records).
-      extra_files: files committed beside the shards ({relative path: bytes}).
-      manifest_metadata: extra manifest keys ("options", "fingerprint", "labels", ...).
+        `assemble` (sequences), into the keyed rows `assemble` takes after a GroupByKey and
+        turns, per bucket, into RecordBatches.
+      splits, extra_files, manifest_metadata: as `transforms.sink.WriteToShardedTFRecord`.
       summary: human-readable facts for --dry-run and logs.
       input_bytes: total size of the input files, when known.
-      local_processes: processes the local in-process runner may fork to convert the work
-        units at once; 1: never.
-      cut_units: a step from the planned work units to the ones the converter reads (the
-        workers find the record starts of byte ranges); None: they are read as planned.
+      local_processes: processes the local in-process runner may fork; 1: never.
+      cut_units: the step that finds the record starts of byte ranges on the workers; None:
+        units are read as planned.
     """
 
     converter_label: str
@@ -76,8 +69,8 @@ def local_processes(plan: ConversionPlan) -> int:
 
 
 class ConvertOnForkedProcesses(beam.DoFn):
-    """Every work unit (the one element, a tuple) through `step` on `processes` forked
-    processes; yields what `step` yields for each unit, in unit order."""
+    """Every work unit (the one element, a tuple) through `step` on forked processes; yields
+    what `step` yields for each unit, in unit order."""
 
     def __init__(self, step: beam.DoFn, processes: int):
         self._step = step
@@ -95,9 +88,9 @@ class ConvertOnForkedProcesses(beam.DoFn):
 def build_pipeline(pipeline: beam.Pipeline, plan: ConversionPlan, config: SinkConfig,
                    in_process: bool = False, reused: Mapping[int, UnitResult] | None = None):
     """Adds the conversion to `pipeline`; returns the PCollection of the manifest path.
-    `in_process`: the pipeline runs on the local in-process runner, which then converts on
-    forked processes (`local_processes`). `reused`: {position in the plan: result} of work
-    units an interrupted run wrote (`transforms.resume`), committed without converting them."""
+    `in_process`: on the local in-process runner, which converts on forked processes.
+    `reused`: {position in the plan: result} of work units an interrupted run wrote
+    (`transforms.resume`), committed without converting them."""
     reused = reused or {}
     todo = [unit for position, unit in enumerate(plan.work_units) if position not in reused]
     plan = dataclasses.replace(plan, work_units=todo)

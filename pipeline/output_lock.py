@@ -1,19 +1,18 @@
 """One conversion at a time per local output folder, for any two processes on the machine.
 
-Two runs writing the same folder at once would spoil each other: each cleans up the
-other's temporary files at start and renames shards over the other's at commit. Cron
-jobs that overrun, a scheduler retrying a task whose first attempt still runs, or a
-backfill by hand beside a systemd unit (with its own private /tmp) do exactly that. A run
-that writes therefore holds an exclusive `flock` on `LOCK_NAME` inside the output folder,
-the same file for every process whatever its temp folder or working directory (a lock in
-the run's own `.tmp-<run id>` folder would not be: each run has its own). The kernel drops
-the lock when the process ends, however it ends: a dead run's lock is taken by the next.
+Two runs writing the same folder at once would spoil each other: each cleans up the other's
+temporary files at start and renames shards over the other's at commit. Overrunning cron jobs,
+a scheduler retrying a task whose first attempt still runs, or a backfill by hand beside a
+systemd unit (with its own private /tmp) do exactly that. A run that writes therefore holds an
+exclusive `flock` on `LOCK_NAME` inside the output folder: the same file for every process,
+whatever its temp folder or working directory (unlike the run's own `.tmp-<run id>`). The
+kernel drops the lock when the process ends, however it ends. Runs that write nothing take no
+lock.
 
-The file is removed when the run ends, so `DIR` holds only the output (and a folder the
-lock created is removed if left empty): the holder unlinks it while still holding the lock,
-and a run that took a lock checks that the file it locked is still the one under the name
-(else it locked a removed file, and tries again), so two runs never both hold it. Runs that
-write nothing (a refused command, a re-run with nothing to do) take no lock.
+The file is removed when the run ends, so `DIR` holds only the output: the holder unlinks it
+while still holding the lock, and a run that took a lock checks that the file it locked is
+still the one under the name (else it locked a removed file, and tries again), so two runs
+never both hold it.
 
 Outputs on a remote filesystem (gs://, ...) are not locked: that would need the store's
 own preconditions or a lease. Where `fcntl` does not exist (Windows) nothing is locked.
@@ -42,7 +41,6 @@ class OutputBusyError(RuntimeError):
 
 
 def lock_path(output: str) -> str:
-    """The lock file of a local output folder."""
     return os.path.join(output, LOCK_NAME)
 
 

@@ -1,11 +1,10 @@
 """What a local conversion shows while it runs: its phases, then progress read from the
 sink's heartbeat files (records, dead letters, and the work units each writer started).
 
-On a terminal each phase gets a line ("planning ...", "converting ...", "committing ...") and
-the conversion a `tqdm` bar: done/total of the plan's input bytes (work units when their sizes
-are not known), rate and time left, with the records written. Anywhere else (a log file, a
-scheduler's captured output) no bar: whole progress lines with the same figures, at a longer
-interval, so they never run together.
+On a terminal each phase gets a line and the conversion a `tqdm` bar over the plan's input
+bytes (work units when their sizes are not known). Anywhere else (a log file, a scheduler's
+captured output) whole progress lines with the same figures, at a longer interval, so they
+never run together.
 
 A work unit counts as done once the writer that started it has started a later one (or the
 run commits): each writer converts its units in plan order, one at a time, so its highest
@@ -44,8 +43,8 @@ def _postfix(written: int, dead: int) -> str:
 
 
 def show_phase(text: str, stream=None) -> None:
-    """Shows the phase the run enters ("planning: ...") as a line of its own, on a terminal
-    only: a log gets the progress lines and the summary."""
+    """Shows the phase the run enters ("planning: ...") on a terminal only: a log gets the
+    progress lines and the summary."""
     stream = sys.stderr if stream is None else stream
     if _is_terminal(stream):
         print(text, file=stream, flush=True)
@@ -54,7 +53,6 @@ def show_phase(text: str, stream=None) -> None:
 class Progress(threading.Thread):
     """Shows the conversion of the work units of a plan while a local run works."""
 
-    #: Seconds between lines where the stream is not a terminal.
     LOG_INTERVAL = 15.0
 
     def __init__(self, temp_dir: str, work_units: Sequence[WorkUnit], stream=None,
@@ -103,7 +101,6 @@ class Progress(threading.Thread):
         return done, written, dead
 
     def line(self) -> str | None:
-        """The whole progress line as of now (see `counts`)."""
         counts = self.counts()
         return None if counts is None else self._line(*counts)
 
@@ -112,7 +109,6 @@ class Progress(threading.Thread):
                                  bar_format=_LINE_FORMAT, postfix=_postfix(written, dead), **self._meter)
 
     def show(self) -> None:
-        """Shows progress as of now: the bar on a terminal, else a whole line."""
         counts = self.counts()
         if counts is None:
             return

@@ -3,15 +3,12 @@ logs of a failure the command reports itself. They are chosen by logger and leve
 the text of a message. Import-light (`logging`, `sys`): the console entry point uses it
 before anything else is imported.
 
-* Importing Beam without its gcp extra (our default install) logs a warning about BigQuery,
-  which this tool never uses (`import_beam_quietly`).
-* A failed job's exception is logged, with its traceback, where a DoFn raised it, by the Beam
-  worker process that ran the bundle and by the Dask worker that ran the task. The command
-  prints the failure as one line and exits with its code, so those loggers are raised to
-  CRITICAL: in this process (`drop_runner_noise`), in Beam's local worker processes
-  (`beam_worker_log_levels`) and in Dask's LocalCluster workers (`dask_setup`).
-  `--log-level debug` leaves Beam's loggers alone, and the command then logs the traceback
-  itself.
+Importing Beam without its gcp extra (our default install) logs a warning about BigQuery,
+which this tool never uses. A failed job's exception is logged, with its traceback, where a
+DoFn raised it, by the Beam worker process that ran the bundle and by the Dask worker that ran
+the task; the command prints the failure as one line, so those loggers are raised to CRITICAL
+(in this process, Beam's local workers and Dask's LocalCluster workers). `--log-level debug`
+leaves Beam's loggers alone, and the command then logs the traceback itself.
 """
 
 from __future__ import annotations
@@ -21,15 +18,13 @@ import sys
 
 __all__ = ["dask_setup", "drop_runner_noise", "import_beam_quietly", "beam_worker_log_levels"]
 
-#: Beam's loggers of the exception that failed a job: where the DoFn raised it, and the
-#: worker process's log of the failed bundle.
 _BEAM_FAILURE_LOGGERS = ("apache_beam.runners.common", "apache_beam.runners.worker.sdk_worker")
 
 #: The logger of Beam's worker process's main module (`python -m ...sdk_worker_main`), which
 #: warns on every start that it has no staging folder (local runs have none).
 _BEAM_WORKER_START = "__main__"
 
-#: Dask's worker logs a task that raised ("Compute Failed", with the traceback).
+#: Logs a task that raised ("Compute Failed", with the traceback).
 _DASK_WORKER = "distributed.worker"
 
 
@@ -39,8 +34,7 @@ def _debugging() -> bool:
 
 def import_beam_quietly() -> None:
     """Imports Beam with a handler of ours on the root logger that prints errors only: its
-    warnings are dropped, and do not configure the root logger (`logging.warning` would
-    configure a root logger that has no handler)."""
+    warnings are dropped, and do not configure a root logger that has no handler."""
     handler = logging.StreamHandler(sys.stderr)
     handler.setLevel(logging.ERROR)
     root = logging.getLogger()
@@ -52,15 +46,13 @@ def import_beam_quietly() -> None:
 
 
 def drop_runner_noise() -> None:
-    """Raises Beam's loggers of a failed job's exception in this process to CRITICAL,
-    unless the root logger is at DEBUG."""
     if not _debugging():
         for name in _BEAM_FAILURE_LOGGERS:
             logging.getLogger(name).setLevel(logging.CRITICAL)
 
 
 def beam_worker_log_levels(options) -> dict[str, str] | None:
-    """The log levels Beam's local worker processes are to set, by logger: the user's
+    """The log levels of Beam's local worker processes: the user's
     `--sdk_harness_log_level_overrides`, else the failure loggers at CRITICAL (None at DEBUG)."""
     from apache_beam.options.pipeline_options import WorkerOptions
 
@@ -71,9 +63,8 @@ def beam_worker_log_levels(options) -> dict[str, str] | None:
 
 
 def dask_setup(worker) -> None:
-    """Dask's preload hook (`LocalCluster(preload=[__name__])`): the worker process imports
-    Beam without its import-time warnings (its first task would print them) and does not
-    log a task that raised (the command reports the job's failure)."""
+    """Dask's preload hook (`LocalCluster(preload=[__name__])`): the worker imports Beam
+    quietly (its first task would print the warnings) and does not log a task that raised."""
     del worker  # the hook's signature
     import_beam_quietly()
     logging.getLogger(_DASK_WORKER).setLevel(logging.CRITICAL)

@@ -1,10 +1,5 @@
-"""`tfrecord-pipeline report DIR [--output FILE]`, and the report every conversion writes.
-
-The page itself is built by `transforms.report` from the committed output alone; this module
-maps its outcomes onto the command line's: a folder without a manifest, or an `--output`
-that is a folder, is a usage error, and after a conversion a report that cannot be written
-is a warning, never a failed run (the output is committed and sound either way; `report`
-rebuilds the page later).
+"""`tfrecord-pipeline report DIR [--output FILE]`, and the report every conversion writes: the
+outcomes of `transforms.report` (which builds the page) as the command line's.
 """
 
 from __future__ import annotations
@@ -21,9 +16,9 @@ _LOG = logging.getLogger("tfrecord_pipeline")
 
 
 def report_command(output_dir: str, destination: str | None = None) -> None:
-    """Writes the report of the committed output `output_dir`; prints the path written.
-    An `--output` that is a folder is refused before the page is built (it would fail only
-    at the final rename)."""
+    """Writes the report of `output_dir` and prints its path. A folder without a manifest is a
+    usage error, and so is an `--output` folder, refused before the page is built (it would
+    fail only at the final rename)."""
     if destination is not None and "://" not in destination and os.path.isdir(destination):
         raise UsageError(f"--output {destination} is a folder; give the HTML file to write "
                          f"(e.g. {os.path.join(destination, REPORT_NAME)})")
@@ -38,8 +33,9 @@ def report_command(output_dir: str, destination: str | None = None) -> None:
 
 
 def write_report_after_commit(output_dir: str) -> str | None:
-    """Writes `output_dir/report.html` after a committed conversion; returns its path, or
-    None (with a warning) when it could not be written."""
+    """Writes `output_dir/report.html` after a committed conversion; returns its path, or None
+    with a warning, never a failed run: the output is sound either way, and `report` rebuilds
+    the page later."""
     try:
         return write_report(output_dir)
     except Exception as error:  # noqa: BLE001 - the conversion succeeded; the report is extra

@@ -1,7 +1,5 @@
-"""The input formats `convert` reads: one list, and the file name endings of each.
-
-Beam-free. Planning, the options' choices, the tabular readers and the image planners all
-take their format names from here.
+"""The input formats `convert` reads, and the file name endings of each: the one list the
+planning, the options, the tabular readers and the image planners take them from. Beam-free.
 """
 
 from __future__ import annotations

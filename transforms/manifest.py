@@ -1,9 +1,6 @@
-"""Reading the output manifest from any Beam filesystem (gs:// included), and the tool version
-every manifest records.
-
-`manifest.json` is written last, at the output root, after every shard has been moved to
-its final name: a folder without it holds no committed output. Its shape and parsing are
-defined Beam-free in `transforms.format.manifest_format`.
+"""Reading the output manifest from any Beam filesystem, and the tool version every manifest
+records. `manifest.json` is written last (a folder without it holds no committed output); its
+shape and parsing are in `transforms.format.manifest_format`, Beam-free.
 """
 
 from __future__ import annotations
@@ -27,8 +24,7 @@ def tool_version() -> str:
 
 
 def read_manifest(output_dir: str) -> Manifest | None:
-    """The manifest of `output_dir`, or None when there is none; raises ValueError when a
-    manifest exists but is not valid JSON of the expected shape."""
+    """The manifest of `output_dir`, or None; ValueError when it is not of the expected shape."""
     path = join_path(output_dir, MANIFEST_NAME)
     if not FileSystems.exists(path):
         return None

@@ -1,13 +1,8 @@
-"""The one element type that flows from the converters into the sink.
+"""The element type that flows from the converters into the sink (`RecordBatch`), the work
+unit, and the dead-letter document and its reason codes. Beam-free.
 
-A conversion pipeline moves *batches*, never single rows, through Beam: per-element
-overhead in Beam is of the same order as encoding one Example, so a row-at-a-time
-graph cannot be fast. Each `RecordBatch` holds the outcome of converting one chunk of
-input (for one split): the serialized Examples that succeeded, a dead-letter document
-for each input record that failed, and how many input records the chunk covered, so
-that the sink can prove that every input record was either written or dead-lettered.
-
-This module is Beam-free.
+A conversion moves *batches*, never single rows, through Beam: Beam's per-element overhead is
+of the order of encoding one Example, so a row-at-a-time graph cannot be fast.
 """
 
 from __future__ import annotations
@@ -84,30 +79,22 @@ REASONS = {**TABULAR_REASONS, **IMAGE_REASONS, **SEQUENCE_REASONS}
 
 
 def batch_key(source_index: int, chunk_index: int) -> str:
-    """A sortable, deterministic key for the chunk `chunk_index` of input `source_index`.
-
-    Shards are ordered by the smallest key they hold, so output naming does not depend
-    on which worker or bundle happened to process a chunk.
-    """
+    """A sortable key of a chunk of an input: shards are ordered by the smallest key they
+    hold, so output naming does not depend on which worker or bundle processed a chunk."""
     return f"{source_index:08d}:{chunk_index:08d}"
 
 
 def unit_of(key: str) -> str:
-    """The work unit part of a batch key (see `batch_key`)."""
+    """The work unit part of a batch key."""
     return key.split(":", 1)[0]
 
 
 @dataclasses.dataclass(frozen=True)
 class WorkUnit:
-    """One independently readable piece of input, planned on the launcher.
-
-    Attributes:
-      path: file path or URI (any Beam filesystem).
-      index: position of this unit in the sorted plan; used in `batch_key`.
-      start, end: optional byte range or row-group range inside `path` (format specific).
-      paths: for formats whose unit is a group of small files (images), the group.
-      extra: format specific, JSON-serialisable details (e.g. a label for each path).
-    """
+    """One independently readable piece of input, planned on the launcher: `index` is its
+    position in the sorted plan (`batch_key`), `start`/`end` an optional byte or row-group
+    range of `path`, `paths` the group of small files of an image unit, `extra` format
+    specific, JSON-serialisable details (e.g. a label for each path)."""
 
     path: str
     index: int
@@ -124,28 +111,24 @@ class WorkUnit:
 
 @dataclasses.dataclass(frozen=True)
 class RecordBatch:
-    """Converted records of one input chunk, for one split.
+    """The outcome of converting one input chunk, for one split.
 
     Attributes:
-      key: deterministic ordering key (see `batch_key`); unique per (chunk, split).
-      split: the split the records belong to (e.g. "train", or `DEFAULT_SPLIT`).
-      records: serialized `tf.train.Example` payloads, in input order: a list, or a
-        `transforms.format.tfrecord_format.FramedRecords` (already framed by the converter,
-        which the sink then writes as it is).
-      dead_letters: one UTF-8 JSON document (no trailing newline) per input record of
-        this chunk and split that could not be converted; see `dead_letter`.
-      input_count: how many input records of this chunk and split the converter read.
-        The sink checks that input == written + dead-lettered over the whole run.
-      record_rows: how many input records the `records` hold together when a record holds
-        several (a SequenceExample holds a group of rows; 0 when it has none); None: one
-        each. The manifest then counts `written_rows` beside `written`. With sequences the
-        reading step yields `input_count` and the rows' dead letters, the grouping step the
-        sequences with `record_rows`, so per split input == `rows_written` + dead letters
-        proves that no row was lost, across the shuffle too.
+      key: `batch_key`; unique per (chunk, split).
+      records: serialized Examples, in input order: a list, or `FramedRecords` already
+        framed by the converter (the sink writes them as they are).
+      dead_letters: one `dead_letter` document (no trailing newline) per input record of
+        this chunk and split that could not be converted.
+      input_count: the input records of this chunk and split the converter read: the sink
+        proves input == written + dead-lettered over the whole run.
+      record_rows: the input records `records` hold together when a record holds several
+        (a SequenceExample holds a group of rows); None: one each. The manifest then counts
+        `written_rows` beside `written`. With sequences the reading step yields `input_count`
+        and the rows' dead letters, the grouping step the sequences with `record_rows`, so
+        per split input == `rows_written` + dead letters holds across the shuffle too.
       feature_presence: (feature, records carrying it, min values, max values) per feature
         (`transforms.stats.presence`); None when the converter does not count it.
-      feature_stats: the records' statistics (`transforms.stats.sketches.BatchStats`, merged
-        into stats.json); None when the converter does not compute them.
+      feature_stats: `transforms.stats.sketches.BatchStats`; None when not computed.
     """
 
     key: str
@@ -162,8 +145,7 @@ class RecordBatch:
 
     @property
     def rows_written(self) -> int:
-        """Input records held by `records` (see `record_rows`)."""
-        return len(self.records) if self.record_rows is None else self.record_rows
+            return len(self.records) if self.record_rows is None else self.record_rows
 
 
 def dead_letter(
@@ -177,19 +159,10 @@ def dead_letter(
     raw: bytes | str | None = None,
     **details: Any,
 ) -> bytes:
-    """Builds one dead-letter document.
-
-    Args:
-      source: the input file or URI the record came from.
-      reason: a stable, machine-readable reason code (e.g. "int_out_of_range").
-      message: a human-readable explanation.
-      split: the split the record would have gone to; None when it belongs to none (see
-        `transforms.splits.DEAD_LETTER_SPLIT`).
-      row: 1-based record number within `source` (data rows, header excluded), if known.
-      column: the failing column or feature, if any.
-      raw: the raw record; stored as text when valid UTF-8, else base64.
-      details: further JSON-serialisable fields (e.g. `line`, `label`).
-    """
+    """One dead-letter document: `reason` is a code of `REASONS`; `split` None when the
+    record belongs to none (`DEAD_LETTER_SPLIT`); `row` is 1-based within `source` (data rows,
+    header excluded); `raw` is stored as text when valid UTF-8, else base64; `details` are
+    further JSON-serialisable fields (e.g. `line`, `label`)."""
     text, encoding = (None, "none") if raw is None else (raw, "utf-8")
     if isinstance(raw, bytes):
         try:
@@ -214,13 +187,8 @@ def _valid_text(text: str) -> str:
 
 
 class DeadLetterError(ValueError):
-    """An input record that cannot be converted: the base of every per-record error.
-
-    Attributes:
-      reason: the stable, machine-readable dead-letter reason code (e.g. "int_out_of_range").
-      message: the human-readable explanation (also `str(error)`).
-      column: the failing column or feature, when there is one.
-    """
+    """An input record that cannot be converted: the base of every per-record error, with
+    its `reason` code, `message` (also `str(error)`) and failing `column` (or None)."""
 
     def __init__(self, reason: str, message: str, column: str | None = None):
         super().__init__(message)

@@ -1,23 +1,14 @@
 """Writing a unit's RecordBatches into temporary shards: the sink's configuration
 (`SinkConfig`), the one write path (`write_unit`) and the commit's resharding (`reshard`).
 
-* Every writer owns one unit of work (a work unit, or a bucket of sequences) and writes its
-  batches, in order, to its own temporary files under `DIR/.tmp-<run id>/`, rolling to a new
-  shard when the next record would push the shard past `max_shard_bytes` (framed,
-  uncompressed bytes) or `max_shard_records`. A shard's place in the output follows from
-  the first batch key it holds, so shard boundaries and names depend on the plan alone, not
-  on processes, workers or bundles. A record larger than the cap is written alone.
-* `write_unit` returns the unit's `transforms.unit_result.UnitResult` only once every file is
-  closed and synced: a result never describes bytes that did not reach storage. A retried
-  unit writes new, uniquely named files; the runner discards the failed attempt's result,
-  so the commit never sees its files, which vanish with the temp folder.
-* Batches arrive framed (`FramedRecords`) from our converters, or as payload lists which are
-  framed here; the framed bytes are compressed, hashed and written on a background thread
-  per open file (`_BackgroundIO`).
-* `num_shards=N`: units write as above without caps; the commit then deals every record, in
-  output order, round-robin into exactly N shards per split (`reshard`), a second pass over
-  the records in one process.
-* With `report_progress`, writers leave a heartbeat file (`_Heartbeat`) for the CLI."""
+Each unit (a work unit, or a bucket of sequences) is written, in batch-key order, to its own
+temporary files under `DIR/.tmp-<run id>/`, rolling at `max_shard_bytes` (framed, uncompressed)
+or `max_shard_records`. A shard's place in the output follows from the first batch key it holds,
+so shard boundaries and names depend on the plan alone, not on processes, workers or bundles.
+A result never describes bytes that did not reach storage (files are closed and synced first);
+a retried unit writes new, uniquely named files, and the failed attempt's result is discarded
+by the runner, so its files vanish with the temp folder. With `num_shards=N` the commit deals
+every record, in output order, round-robin into exactly N shards per split (a second pass)."""
 
 from __future__ import annotations
 
@@ -68,11 +59,10 @@ TEMP_PREFIX = ".tmp-"
 
 @dataclasses.dataclass(frozen=True)
 class ShardingConfig:
-    """The whole sharding policy of an output (the CLI, the writers and the manifest take it
-    from here): exactly `num_shards` per split, or the caps `max_shard_bytes` (default
-    `DEFAULT_MAX_SHARD_BYTES`) and `max_shard_records` (see the module docstring); the two
-    modes exclude each other. `skip_if_empty`: no shard for a declared split without records
-    (by default one empty shard, so consumers globbing a split always find a file)."""
+    """The whole sharding policy of an output: exactly `num_shards` per split, or the caps
+    `max_shard_bytes`/`max_shard_records`; the two modes exclude each other. `skip_if_empty`: no
+    shard for a declared split without records (by default one empty shard, so consumers
+    globbing a split always find a file)."""
 
     num_shards: int | None = None
     max_shard_bytes: int | None = None
@@ -90,11 +80,9 @@ class ShardingConfig:
 
     @property
     def byte_cap(self) -> int | None:
-        """The byte size shards roll at; None with `num_shards`."""
         return None if self.num_shards else (self.max_shard_bytes or DEFAULT_MAX_SHARD_BYTES)
 
     def to_manifest(self) -> dict[str, Any]:
-        """The manifest's "sharding" entry."""
         return {"num_shards": self.num_shards, "max_shard_bytes": self.byte_cap,
                 "max_shard_records": self.max_shard_records, "skip_if_empty": self.skip_if_empty}
 
@@ -165,12 +153,9 @@ class _HashingWriter:
 
 
 class _BackgroundIO:
-    """Runs a shard's compress/hash/write calls in order on one background thread.
-
-    Those calls release the GIL, so the converter keeps the CPU while the previous batch
-    is compressed, hashed and written. At most `MAX_PENDING` writes wait, so memory stays
-    bounded by the batch size; a failed write is raised by the next `submit` or `drain`.
-    """
+    """Runs a shard's compress/hash/write calls in order on one background thread: they
+    release the GIL, so the converter keeps the CPU meanwhile. At most `MAX_PENDING` writes
+    wait (memory bounded by the batch size); a failed write is raised by the next call."""
 
     MAX_PENDING = 2
 
@@ -184,7 +169,6 @@ class _BackgroundIO:
         self._pending.append(self._pool.submit(fn, *args))
 
     def drain(self) -> None:
-        """Waits for every submitted write; raises the first failure."""
         try:
             while self._pending:
                 self._pending.popleft().result()
@@ -198,9 +182,7 @@ class _BackgroundIO:
 class TempShard:
     """One temporary output file and what the commit learns of it (`close()`)."""
 
-    def __init__(
-        self, config: SinkConfig, kind: str, split: str, first_key: str, path: str | None = None
-    ):
+    def __init__(self, config: SinkConfig, kind: str, split: str, first_key: str, path: str | None = None):
         self.kind = kind
         self.split = split
         self.first_key = first_key
@@ -213,11 +195,8 @@ class TempShard:
         self.path = path
         self._raw = FileSystems.create(self.path, compression_type=CompressionTypes.UNCOMPRESSED)
         self._hashing = _HashingWriter(self._raw)
-        self._writer = (
-            TFRecordWriter(self._hashing, config.compression, config.compression_level)
-            if kind == TFRECORD_KIND
-            else None
-        )
+        self._writer = (TFRecordWriter(self._hashing, config.compression, config.compression_level)
+                        if kind == TFRECORD_KIND else None)
         self.records = 0
         self.logical_bytes = 0
         self.dead_letters_by_split: dict[str, int] = defaultdict(int)
@@ -243,9 +222,8 @@ class TempShard:
         self.logical_bytes += logical_bytes
 
     def close(self) -> ShardFile:
-        """Closes the file and describes it. A local file is synced first: the commit syncs
-        every file it publishes, and a file synced here (by each writer, in parallel, while
-        others convert) costs it nothing then."""
+        """Closes and describes the file. A local file is synced here, by each writer in
+        parallel, so that the commit's sync of every file it publishes costs nothing then."""
         if self._writer is not None:
             try:
                 self._io.drain()
@@ -268,7 +246,6 @@ class TempShard:
             dead_letters=tuple(sorted(self.dead_letters_by_split.items())))
 
     def abandon(self) -> None:
-        """Closes the file after a failure; it is never committed."""
         if self._io is not None:
             self._io.shutdown()
         for handle in (self._raw, self._index_file):
@@ -280,11 +257,8 @@ class TempShard:
 
 
 def _cumulative_sizes(kind: str, payloads: Sequence[bytes]) -> np.ndarray:
-    """Running total of the bytes items occupy before compression, with a leading 0.
-
-    An item is a framed TFRecord (payload + 16 bytes) or a JSON line (+ newline); the
-    bytes of items [a, b) are `totals[b] - totals[a]`.
-    """
+    """Running total of the uncompressed bytes of framed records (payload + 16) or JSON
+    lines (+ newline), from 0: items [a, b) take `totals[b] - totals[a]`."""
     totals = np.zeros(len(payloads) + 1, dtype=np.int64)
     if isinstance(payloads, FramedRecords):
         totals[1:] = payloads.ends
@@ -296,11 +270,8 @@ def _cumulative_sizes(kind: str, payloads: Sequence[bytes]) -> np.ndarray:
 
 
 class RollingShardWriter:
-    """Writes one unit's RecordBatches to temporary shards, rolling at the byte/record caps.
-
-    `close()` closes the open shards and returns every file written, in the order opened;
-    until then no file may be committed.
-    """
+    """Writes one unit's RecordBatches to temporary shards, rolling at the caps; `close()`
+    returns every file written, in the order opened (none may be committed before)."""
 
     def __init__(self, config: SinkConfig):
         self._config = config
@@ -334,7 +305,6 @@ class RollingShardWriter:
             start = end
 
     def _how_many_fit(self, shard: TempShard, totals: np.ndarray, start: int) -> int:
-        """How many items from `start` fit in `shard` under the record and byte caps."""
         remaining = len(totals) - 1 - start
         if shard.kind != TFRECORD_KIND:
             return remaining  # a unit's dead letters go to one file
@@ -363,7 +333,6 @@ class RollingShardWriter:
         return tuple(self._closed)
 
     def abandon(self) -> None:
-        """Closes the open files after a failure, without describing them."""
         for shard in self._open.values():
             shard.abandon()
         self._open = {}
@@ -402,8 +371,7 @@ class _SplitTotals:
 
 
 def write_unit(config: SinkConfig, batches: Iterable[RecordBatch]) -> UnitResult:
-    """Writes one unit's batches (in batch-key order) to its own temporary shards and
-    returns what the commit needs of them: the sink's one write path."""
+    """The sink's one write path: one unit's batches, in batch-key order, to its own shards."""
     writer = RollingShardWriter(config)
     splits: dict[str, _SplitTotals] = {}
     reasons: Counter = Counter()
@@ -420,22 +388,16 @@ def write_unit(config: SinkConfig, batches: Iterable[RecordBatch]) -> UnitResult
         writer.abandon()
         raise
     files = writer.close()
-    return UnitResult(
-        owner=owner,
-        splits=tuple(totals.result(split) for split, totals in sorted(splits.items())),
-        files=files,
-        dead_letter_reasons=tuple(sorted(reasons.items())),
-        examples=first_examples(examples),
-    )
+    return UnitResult(owner, tuple(totals.result(split) for split, totals in sorted(splits.items())),
+                      files, tuple(sorted(reasons.items())), first_examples(examples))
 
 
 _RESHARD_BATCH = 1024  # records written to a resharded shard at once
 
 
 def reshard(config: SinkConfig, files: Sequence[ShardFile]) -> list[ShardFile]:
-    """`num_shards`: every record of a split's temporary shards (in output order) dealt
-    round-robin into exactly `num_shards` new temporary shards, which replace them. Shards
-    without a record are empty files, so each split has exactly N."""
+    """`num_shards`: a split's records, in output order, dealt round-robin into exactly
+    `num_shards` new temporary shards (some maybe empty), which replace the split's files."""
     by_split: dict[str, list[ShardFile]] = defaultdict(list)
     for file in files:
         by_split[file.split].append(file)
@@ -466,15 +428,14 @@ def _deal(config: SinkConfig, split: str, group: Sequence[ShardFile]) -> list[Sh
 
 
 def _write_payloads(shard: TempShard, payloads: list[bytes]) -> None:
-    """Writes `payloads` to `shard` (framed at once: the list is free again) and empties it."""
+    """Writes `payloads` to `shard` (framed at once) and empties the list for reuse."""
     if payloads:
         shard.write(payloads, sum(framed_size(len(p)) for p in payloads), shard.split)
         payloads.clear()
 
 
 class _Heartbeat:
-    """Progress of one writer instance, rewritten to a small file every few seconds and
-    when the writer closes."""
+    """One writer's progress, rewritten to a small file every few seconds and at close."""
 
     INTERVAL_SECONDS = 2.0
 
@@ -494,7 +455,6 @@ class _Heartbeat:
             self.flush()
 
     def flush(self) -> None:
-        """Writes the totals so far, if anything was added since the last write."""
         if not self._unwritten:
             return
         self._last = time.monotonic()

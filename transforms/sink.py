@@ -8,12 +8,10 @@ It consumes `RecordBatch` elements (serialized Examples plus dead letters, see
     DIR/<extra files: spec.yaml, feature_spec.json, labels.txt ...>
     DIR/manifest.json                      <- written last: the commit marker
 
-The batches of one work unit are written, in key order, by one
-`transforms.shard_writers.write_unit` call (the one write path), and the commit
-(`transforms.commit`) takes every unit's result, so the output depends on the work units
-alone. `WriteToShardedTFRecord` groups a PCollection of batches by work unit first;
-`ConvertAndWrite` writes what a converter makes of each element (a work unit, a bucket of
-sequences) without that shuffle, and `Commit` commits the results.
+A work unit's batches are written, in key order, by one `shard_writers.write_unit` call, and
+the commit (`transforms.commit`) takes every unit's result, so the output depends on the work
+units alone. `WriteToShardedTFRecord` groups batches by work unit first; `ConvertAndWrite`
+writes what a converter makes of each element without that shuffle.
 """
 
 from __future__ import annotations
@@ -36,31 +34,28 @@ __all__ = ["Commit", "ConvertAndWrite", "WriteToShardedTFRecord"]
 class WriteToShardedTFRecord(beam.PTransform):
     """Writes `RecordBatch`es as sharded TFRecord files, dead letters and a manifest.
 
+    Returns a PCollection with one element: the path of the committed manifest.
+
     Args:
       output_dir: the output root, on any Beam filesystem.
-      compression: "none" (default), "gzip" or "zlib"; anything else is refused.
-      compression_level: codec level (see `transforms.format.tfrecord_format`).
-      num_shards, max_shard_bytes, max_shard_records, skip_if_empty: build the
-        `ShardingConfig` (see there) when `sharding` is not given.
-      splits: the declared split names (`skip_if_empty`).
-      max_error_rate: fail the job, after committing the dead letters, when more than
-        this fraction of input records was dead-lettered.
+      compression: "none" (default), "gzip" or "zlib".
+      num_shards, max_shard_bytes, max_shard_records, skip_if_empty: the `ShardingConfig`
+        when `sharding` is not given.
+      splits: the declared split names: each gets a shard, unless `skip_if_empty`.
+      max_error_rate: fail the job, after committing the dead letters, when more than this
+        fraction of input records was dead-lettered.
       extra_files: {relative path: bytes} written next to the shards before the manifest.
       manifest_metadata: extra top-level manifest keys (e.g. "options", "fingerprint").
       run_id: names the temp folder; a fresh one by default.
-      sharding: the whole sharding policy (`transforms.shard_writers.ShardingConfig`).
-      report_progress: writers leave heartbeat files for the CLI's progress (`shard_writers`).
-      index: write `<shard>.tfindex` (the `tfrecord` package's and DALI's index: offset
-        and length per record) beside every shard, computed while writing, listed in the
-        manifest; uncompressed output only (ValueError otherwise).
-      compare_to: a previous output folder; the commit compares this run's stats.json with
-        its own and writes drift.json (see `transforms.stats.drift`).
+      report_progress: writers leave heartbeat files for the CLI's progress.
+      index: write `<shard>.tfindex` (the `tfrecord` package's and DALI's index: offset and
+        length per record) beside every shard, while writing; uncompressed output only.
+      compare_to: a previous output folder whose stats.json this run's is compared with in
+        drift.json (`transforms.stats.drift`).
       fail_on_drift: "schema" or "distribution": such drift fails the job, after committing
         the dead letters, with no shard committed.
-      append: commit the next generation of the output committed in `output_dir`: its
-        shards stay, listed with the new ones (`transforms.commit`); no `num_shards`.
-
-    Returns a PCollection with one element: the path of the committed manifest.
+      append: commit the next generation of the output in `output_dir`: its shards stay,
+        listed with the new ones (`transforms.commit`); no `num_shards`.
     """
 
     def __init__(
@@ -124,9 +119,9 @@ def _write_group(keyed, config: SinkConfig):
 
 class ConvertAndWrite(beam.DoFn):
     """Each element through `converter` (a DoFn yielding one unit's RecordBatches in key
-    order) and `write_unit`: yields one `UnitResult` per element, and no batch leaves it.
-    `record_units`: the elements are work units, each given a completion record once written
-    (`transforms.resume`), so that an interrupted run can be resumed."""
+    order) and `write_unit`: yields one `UnitResult` per element. `record_units`: the elements
+    are work units, each recorded once written (`transforms.resume`), so that an interrupted
+    run can be resumed."""
 
     def __init__(self, converter: beam.DoFn, config: SinkConfig, record_units: bool = False):
         self._converter = converter

@@ -34,14 +34,10 @@ DEAD_LETTER_SPLIT = "dead_letter"
 
 
 def check_split_name(name: object, dead_letters: bool = False) -> str:
-    """Returns `name` when it can name a split; raises ValueError saying why not: the one
-    rule of split names.
-
-    A split name becomes a file name prefix (`<split>-00000-of-00001.tfrecord`), so it is a
-    non-empty string without "/", not hidden (leading "."), without surrounding spaces, and
-    not the dead letters' folder (`dead_letters`: a batch of dead letters may carry it, as
-    their split of no split).
-    """
+    """Returns `name` when it can name a split, else raises ValueError: the one rule of
+    split names. A name becomes a file name prefix (`<split>-00000-of-00001.tfrecord`), so it
+    is not hidden nor the dead letters' folder (`dead_letters`: a batch of dead letters may
+    carry it, as their split of no split)."""
     if not isinstance(name, str) or not name or "/" in name or name.startswith(".") \
             or (name == DEAD_LETTER_SPLIT and not dead_letters) or name.strip() != name:
         raise ValueError(f"invalid split name {name!r}: use a non-empty name without '/', "
@@ -51,11 +47,8 @@ def check_split_name(name: object, dead_letters: bool = False) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class SplitAssigner:
-    """Maps a key to a split name with probability proportional to the split's weight.
-
-    `SplitAssigner({"train": 80, "validation": 10, "test": 10})` sends ~80 % of keys to
-    train. The order of splits is the order given (YAML mappings keep it).
-    """
+    """Maps a key to a split with probability proportional to the split's weight, e.g.
+    `{"train": 80, "validation": 10, "test": 10}`; splits keep the order given (as YAML does)."""
 
     weights: Mapping[str, float]
 
@@ -72,7 +65,6 @@ class SplitAssigner:
         return tuple(self.weights)
 
     def assign(self, key: bytes) -> str:
-        """The split for one key (the key's bytes, e.g. UTF-8 of the joined key columns)."""
         return self.assign_many([key])[0]
 
     def assign_many(self, keys: Sequence[bytes]) -> list[str]:

@@ -1,7 +1,6 @@
-"""What one writer hands the commit: the `UnitResult` of one
-`transforms.shard_writers.write_unit` call (a work unit, or a bucket of sequences). The commit
-orders results by `UnitResult.owner` (the first batch key the unit wrote), so what it builds
-does not depend on which worker or process wrote a unit, nor when. Beam-free and picklable.
+"""What one `transforms.shard_writers.write_unit` call hands the commit: a `UnitResult`.
+The commit orders results by `owner` (the unit's first batch key), so what it builds does not
+depend on which worker or process wrote a unit, nor when. Beam-free and picklable.
 """
 
 from __future__ import annotations
@@ -19,7 +18,7 @@ DEAD_LETTER_KIND = "dead_letter"
 
 @dataclasses.dataclass(frozen=True)
 class IndexFile:
-    """A shard's `.tfindex` sidecar, written with it (uncompressed output with `index`)."""
+    """A shard's `.tfindex` sidecar."""
 
     temp_path: str
     bytes: int
@@ -29,10 +28,8 @@ class IndexFile:
 @dataclasses.dataclass(frozen=True)
 class ShardFile:
     """One closed temporary file: a TFRecord shard of `split`, or a dead-letter file.
-
-    `first_key` orders a split's files for their final names: the batch key of its first
-    record and the record's position in that batch. `dead_letters` counts a dead-letter file's
-    letters per split ((split, count) pairs; empty for a shard)."""
+    `first_key` (its first record's batch key and position in that batch) orders a split's
+    files for their final names; `dead_letters`: a dead-letter file's (split, count) pairs."""
 
     temp_path: str
     kind: str
@@ -47,19 +44,9 @@ class ShardFile:
 
 @dataclasses.dataclass(frozen=True)
 class SplitResult:
-    """One split's share of a unit.
-
-    Attributes:
-      input: input rows the converter read for the split.
-      written: records written (SequenceExamples count once each).
-      rows: input rows those records hold, when a record holds several (sequences); None:
-        one each.
-      dead_letters: rows dead-lettered.
-      presence: (feature, records carrying it, min values, max values) per feature; None
-        when some records were written without it being counted.
-      stats: the records' statistics partial (`transforms.stats.sketches.BatchStats`); None
-        when some records were written without statistics.
-    """
+    """One split's share of a unit, summed over its `RecordBatch`es (see there): `rows` is
+    None when each record holds one row; `presence` and `stats` (a `BatchStats` partial) are
+    None when some records were written without them."""
 
     split: str
     input: int = 0
@@ -76,15 +63,9 @@ class SplitResult:
 
 @dataclasses.dataclass(frozen=True)
 class UnitResult:
-    """Everything the commit learns of one written unit.
-
-    Attributes:
-      owner: the unit's first batch key ("" for a unit that read nothing).
-      splits: per split, sorted by name.
-      files: the temporary files written, in the order they were opened.
-      dead_letter_reasons: (reason, count) pairs, sorted.
-      examples: a few dead letters per reason (`transforms.stats.dead_letters`).
-    """
+    """Everything the commit learns of one written unit: `owner` is its first batch key (""
+    when it read nothing), `splits` sorted by name, `files` in the order opened, `examples` a
+    few dead letters per reason (`transforms.stats.dead_letters`)."""
 
     owner: str
     splits: tuple[SplitResult, ...] = ()

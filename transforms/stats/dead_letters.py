@@ -24,9 +24,8 @@ Example = tuple[str, int, Any, Any, str]
 
 
 def batch_examples(dead_letters: Sequence[bytes], reasons: Counter) -> tuple[Example, ...]:
-    """The first `EXAMPLES_PER_REASON` examples of each reason among a batch's dead-letter
-    documents, by place (`_place`); counts every document's reason into `reasons` ("unknown"
-    where it has none), so that each document is parsed once."""
+    """The first examples of each reason among a batch's dead letters, by place; counts every
+    document's reason into `reasons` ("unknown" where it has none): each is parsed once."""
     found: dict[str, list[Example]] = {}
     for position, document in enumerate(dead_letters):
         try:
@@ -47,14 +46,14 @@ def batch_examples(dead_letters: Sequence[bytes], reasons: Counter) -> tuple[Exa
 
 
 def _place(example: Example) -> tuple:
-    """Where an example's record is in the input: its source, then its row (None last)."""
+    """Its source, then its row (None last)."""
     _, _, source, row, _ = example
     return source is None, str(source or ""), not isinstance(row, int), row if isinstance(row, int) else 0
 
 
 def first_examples(batches: Iterable[Sequence[Example]]) -> tuple[Example, ...]:
-    """The examples of consecutive batches (in batch-key order) as one batch's: the first of
-    each reason by place, numbered in that order, as `merge_examples` would pick them."""
+    """The examples of consecutive batches as one batch's: numbered in place order, the ones
+    `merge_examples` would pick."""
     ordered = sorted(((batch, example) for batch, examples in enumerate(batches) for example in examples),
                      key=lambda pair: (_place(pair[1]), pair[0], pair[1][1]))
     taken: dict[str, int] = {}
@@ -67,8 +66,8 @@ def first_examples(batches: Iterable[Sequence[Example]]) -> tuple[Example, ...]:
 
 
 def merge_examples(batches: Iterable[tuple[str, Sequence[Example]]]) -> dict[str, list[dict]]:
-    """{reason: [{"source", "row", "message"}, ...]} from (batch key, examples) pairs: the
-    first examples of each reason by place (ties in (batch key, position) order)."""
+    """{reason: [{"source", "row", "message"}, ...]} from (batch key, examples) pairs; ties
+    of place in (batch key, position) order."""
     ordered = sorted(((key, example) for key, examples in batches for example in examples),
                      key=lambda pair: (_place(pair[1]), pair[0], pair[1][1]))
     out: dict[str, list[dict]] = {}

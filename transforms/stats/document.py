@@ -1,7 +1,6 @@
 """stats.json: every batch's statistics merged per split, as one JSON document (Beam-free).
 
-The commit hands `merge_units` every unit's result (`transforms.unit_result.UnitResult`);
-`stats_document` renders the result:
+The commit merges every unit's result (`merge_units`) and renders (`stats_document`):
 
     {"schema_version": 1,
      "splits": {SPLIT: {"records": N,
@@ -16,15 +15,12 @@ The commit hands `merge_units` every unit's result (`transforms.unit_result.Unit
         "images": {"formats", "width", "height", "channels", "labels"}}},
      "dead_letters": {"total", "by_reason", "examples"}}
 
-A split whose records some converter did not describe (SequenceExample outputs; runs with
-statistics switched off) has `"features": {}`. Features the feature spec declares but no
-record carries are listed with 0 records. Quantiles 0.0 and 1.0 are the exact min and max;
-the others and the histogram (10 equal-width bins over [min, max], each holding the values
->= its left edge and < its right edge, the last also its right edge) are exact while
-"quantiles_exact", else any value's rank in them is off by at most "rank_error" (a share of
-the count). Distinct counts and top values are exact while "distinct_exact"/"top_exact",
-else a top count is at most "top_error" below the truth, never above, and the distinct count
-lies in "distinct_range" at two standard deviations (see `transforms.stats.sketches`).
+A split whose records some converter did not describe (SequenceExample outputs; statistics
+switched off) has `"features": {}`; features declared but carried by no record have 0 records.
+Quantiles 0.0 and 1.0 are the exact min and max. The histogram has 10 equal-width bins over
+[min, max], each holding the values >= its left edge and < its right edge, the last also its
+right edge. "rank_error" is a share of the count; "distinct_range" spans two standard
+deviations (the estimates: README, `transforms.stats.sketches`).
 """
 
 from __future__ import annotations
@@ -59,9 +55,8 @@ class SplitStats(StatsTotal):
 
 
 def merge_units(results: Sequence[Any]) -> tuple[dict[str, SplitStats], dict[str, list[dict]]]:
-    """Each split's statistics and the dead-letter examples, from the units' results
-    (`transforms.unit_result.UnitResult`), merged in owner order. Dead letters of no split
-    (`DEAD_LETTER_SPLIT`) give examples, no split."""
+    """Each split's statistics and the dead-letter examples, merged in owner order. Dead
+    letters of no split (`DEAD_LETTER_SPLIT`) give examples, no split."""
     merged: dict[str, SplitStats] = {}
     examples = []
     for result in sorted(results, key=lambda result: result.owner):
@@ -167,9 +162,8 @@ def _images(images: ImageTotal, features: Mapping[str, FeatureTotal]) -> dict[st
 def stats_document(merged: Mapping[str, SplitStats], totals: Mapping[str, Any],
                    splits: Sequence[str] = (), declared: Mapping[str, str] | None = None,
                    examples: Mapping[str, list] | None = None) -> dict[str, Any]:
-    """The stats.json document. `totals` is the manifest's "counts" (records per split,
-    dead letters by reason); `splits` the declared splits; `declared` the feature kinds of
-    feature_spec.json (features no record carries are listed with 0 records)."""
+    """The stats.json document. `totals`: the manifest's "counts"; `declared`: the feature
+    kinds of feature_spec.json."""
     per_split = totals.get("splits") or {}
     out_splits: dict[str, Any] = {}
     for split in sorted(set(per_split) | set(splits) | set(merged)):

@@ -1,23 +1,15 @@
 """Comparing a run's statistics with a previous run's stats.json: drift.json (Beam-free).
 
-Per split present in both runs:
-
-* **schema**: features added, missing, or whose kind changed; for image outputs, labels
-  that appeared or vanished; a split that vanished or appeared.
-* **presence**: a feature carried by a smaller share of the records, by more than
-  `PRESENCE_DROP` (10 percentage points), or one that was in every record and now is
-  missing in some (however few: its readers now see masks or defaults where they never did).
-* **distribution**: the population stability index (PSI) of a numeric feature over the
-  previous run's quantile bins, above `PSI_THRESHOLD` (0.2; by common practice < 0.1 is
-  stable, 0.1-0.25 a moderate shift, > 0.25 a major one). The bins' edges are the distinct
-  values among the previous run's quantiles (ranks 0, .01, .05, .25, .5, .75, .95, .99, 1),
-  plus the two open ends; the previous share of each bin follows from the ranks, the current
-  one from this run's quantiles (the share below an edge interpolated linearly between
-  them), so both runs are read alike and equal quantiles give 0 whatever the sample size.
-  Shares are floored at 1e-4. With heavily tied values (few distinct numbers) bins merge,
-  so the index is coarser there. Everything comes from the two stats.json documents.
-
-Schema changes are "schema" drift, presence drops and PSI shifts "distribution" drift.
+"Schema" drift: features added, missing or of another kind, image labels or splits that
+appeared or vanished. "Distribution" drift: a feature's share of records down by more than
+`PRESENCE_DROP`, or below 100 % from always (however few: its readers now see masks or defaults
+where they never did); or a numeric feature's population stability index (PSI) above
+`PSI_THRESHOLD` (by common practice < 0.1 is stable, 0.1-0.25 a moderate shift, > 0.25 a major
+one). The PSI bins' edges are the distinct values among the previous run's quantiles, plus the
+two open ends; the previous share of each bin follows from the ranks, the current one from this
+run's quantiles (the share below an edge interpolated linearly between them), so both runs are
+read alike and equal quantiles give 0 whatever the sample size. Shares are floored at 1e-4;
+with heavily tied values bins merge, so the index is coarser there.
 """
 
 from __future__ import annotations
@@ -59,8 +51,7 @@ def _cdf(values: list[float], ranks: list[float], x: float) -> float:
 
 
 def population_stability_index(previous_quantiles: list, current_quantiles: list) -> float | None:
-    """PSI of the current distribution over the previous run's quantile bins; both
-    distributions are read from their quantiles alike, so equal quantiles give 0."""
+    """PSI of the current distribution over the previous run's quantile bins (see above)."""
     edges, previous_cdf = _cdf_points(previous_quantiles)
     values, ranks = _cdf_points(current_quantiles)
     if not edges or not values:
@@ -123,8 +114,7 @@ def _compare_split(split: str, previous: Mapping[str, Any], current: Mapping[str
 
 def compare(previous: Mapping[str, Any], current: Mapping[str, Any],
             compared_to: str) -> dict[str, Any]:
-    """drift.json: this run's stats.json document (`current`) against a previous run's
-    (`previous`, read from the folder `compared_to`)."""
+    """drift.json: this run's stats.json document against the one of the folder `compared_to`."""
     out: dict[str, list] = {"schema": [], "labels": [], "presence": [], "distribution": []}
     before, now = previous.get("splits") or {}, current.get("splits") or {}
     for split in sorted(set(before) | set(now)):

@@ -28,7 +28,7 @@ from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
 from transforms import fs, output_files
-from transforms.format.manifest_format import Manifest, ShardEntry, is_plain_relative
+from transforms.format.manifest_format import FileEntry, Manifest, ShardEntry, is_plain_relative
 from transforms.resume import STATE_NAME, load_result
 from transforms.shard_writers import DEAD_LETTER_DIR, SinkConfig
 from transforms.stats.dead_letters import first_examples
@@ -145,13 +145,12 @@ def rejected_paths(config: SinkConfig) -> list[str]:
             if is_plain_relative(name) and name.startswith(f"{DEAD_LETTER_DIR}/rejected")]
 
 
-def superseded(existing: Manifest, listed: set[str]) -> list[dict[str, Any]]:
+def superseded(existing: Manifest, listed: set[str]) -> tuple[FileEntry, ...]:
     """The files of the generation `existing` that its next, listing `listed`, no longer
     lists, kept for readers of `existing` until the generation after next is committed."""
-    entries = existing.shards + existing.dead_letter_files
-    files = [*entries, *(entry.index for entry in entries if entry.index is not None)]
-    return [{"path": entry.path, "bytes": entry.bytes, "sha256": entry.sha256}
-            for entry in files if entry.path not in listed]
+    not_records = {*existing.files, *existing.superseded}  # the rest: shards, dead letters, indexes
+    return tuple(entry for entry in existing.listed_files()
+                 if entry not in not_records and entry.path not in listed)
 
 
 def link_committed(config: SinkConfig, committed_path: str, path: str, size: int) -> None:

@@ -124,19 +124,16 @@ def _plan_tabular(conv: ConvertOptions, input_path: str, output: str,
     for path in list(dict.fromkeys(unit.path for unit in units))[:_SNIFFED_FILES]:
         check_format(path, conv.format, given.csv if given is not None else None)
     spec = resolve_spec(units, conv.format, given, sample_rows=conv.sample_rows)
-    # After inference, which samples whole files from their start; the cut needs the CSV dialect.
-    # Balanced for any parallelism alike: the units (and output bytes) never depend on it.
-    processes = conv.converter_processes or default_threads()
     spec_yaml = spec.to_yaml()
     options = _options_record(conv, input_path, output)
     fingerprint = _fingerprint(options, listing, spec_yaml)
     # An interrupted run of this fingerprint recorded its cut: resuming, the files are not
-    # scanned for record starts again.
+    # scanned for record starts again. Else cut after inference, which samples whole files from
+    # their start (the cut needs the CSV dialect), and balanced for any parallelism alike: the
+    # units (and output bytes) never depend on it.
     planned = None if conv.no_resume or conv.convert_dry_run else resume.planned_units(output, fingerprint)
-    splitting = None
-    if planned is None:
-        splitting = split_text_units(units, conv.format, spec.csv, conv.work_unit_bytes,
-                                     balance=True, cut_in_workers=cut_in_workers)
+    splitting = None if planned is not None else split_text_units(
+        units, conv.format, spec.csv, conv.work_unit_bytes, balance=True, cut_in_workers=cut_in_workers)
     units = numbered_after(splitting.units, grown) if splitting else planned
     config = TabularConfig(spec=spec, fmt=conv.format, batch_rows=conv.batch_rows,
                            threads=conv.converter_threads)
@@ -145,12 +142,9 @@ def _plan_tabular(conv: ConvertOptions, input_path: str, output: str,
     if splitting and splitting.files:
         summary["work_unit_splitting"] = splitting.summary()
     if conv.convert_dry_run:
-        estimate = estimate_output(
-            units, spec, conv.format, conv.sample_rows,
-            max_shard_bytes=sharding_of(conv).byte_cap,
-            num_shards=conv.num_shards, compression=conv.compression,
-            compression_level=conv.compression_level,
-        )
+        estimate = estimate_output(units, spec, conv.format, conv.sample_rows,
+                                   max_shard_bytes=sharding_of(conv).byte_cap, num_shards=conv.num_shards,
+                                   compression=conv.compression, compression_level=conv.compression_level)
         summary["estimate"] = estimate.to_dict()
         if spec.sequence is not None:  # records are sequences: the row estimate is not theirs
             from transforms.sequence.estimate import estimate_sequences
@@ -167,8 +161,7 @@ def _plan_tabular(conv: ConvertOptions, input_path: str, output: str,
 
         # Work units are read as for Examples (on forked processes on the local runner), then
         # rows are shuffled by buckets of group keys, as many as the input's size asks for.
-        size = sum(unit.size for unit in units)
-        summary["sequence_buckets"] = buckets = bucket_count(size, spec.sequence)
+        summary["sequence_buckets"] = buckets = bucket_count(sum(unit.size for unit in units), spec.sequence)
         converter, assemble = ReadSequenceRows(config, buckets), AssembleSequences(config)
     return ConversionPlan(
         converter_label=f"Convert{conv.format.capitalize()}",
@@ -178,14 +171,10 @@ def _plan_tabular(conv: ConvertOptions, input_path: str, output: str,
         splits=spec.split_names or (DEFAULT_SPLIT,),
         extra_files={"spec.yaml": spec_yaml.encode("utf-8"),
                      FEATURE_SPEC_NAME: spec.feature_spec_json()},
-        manifest_metadata={
-            "options": options,
-            "spec": spec.to_dict(),
-            "fingerprint": fingerprint,
-        },
+        manifest_metadata={"options": options, "spec": spec.to_dict(), "fingerprint": fingerprint},
         summary=summary,
         input_bytes=sum(unit.size for unit in units),
-        local_processes=processes,
+        local_processes=conv.converter_processes or default_threads(),
         cut_units=CutRangesInWorkers(splitting.dialect) if splitting and splitting.cut_in_workers else None,
     )
 
@@ -274,17 +263,15 @@ def _plan_images(conv: ConvertOptions, input_path: str, output: str,
             plan = plan_with(extended)
             units = uncovered(plan)
         plan = dataclasses.replace(plan, work_units=tuple(units))
-    if conv.format == "image-folder":
-        # The walk that planned the tree digested its listing: no second listing is held.
-        listing = [["listing-sha256", plan.listing_digest]]
-        spec_text = ""
-    else:
-        spec_text = plan.extra_spec.to_yaml() if plan.extra_spec is not None else ""
+    spec_text = plan.extra_spec.to_yaml() if plan.extra_spec is not None else ""  # a manifest's only
     extra_files = plan.extra_files()
     if spec_text:
         extra_files["spec.yaml"] = spec_text.encode("utf-8")
-    if conv.format == "image-folder" and conv.append and not committed:
-        uncovered(plan)  # the first generation an append will compare with: its listing only
+    if conv.format == "image-folder":
+        # The walk that planned the tree digested its listing: no second listing is held.
+        listing = [["listing-sha256", plan.listing_digest]]
+        if conv.append and not committed:
+            uncovered(plan)  # the first generation an append will compare with: its listing only
     extra_files.update(side_files)
     used = plan.extra_spec
     if used is not None and spec is not None:
@@ -303,17 +290,12 @@ def _plan_images(conv: ConvertOptions, input_path: str, output: str,
             "fingerprint": _fingerprint(options, listing, spec_text, plan.labels),
         },
         summary={
-            "images_planned": plan.input_count,
-            "work_units": len(plan.work_units),
-            **({"planning": plan.planning} if plan.planning else {}),
-            "labels": list(plan.labels),
-            "splits": list(plan.splits),
-            "allowed_roots": list(plan.allowed_roots),
+            "images_planned": plan.input_count, "work_units": len(plan.work_units),
+            **({"planning": plan.planning} if plan.planning else {}), "labels": list(plan.labels),
+            "splits": list(plan.splits), "allowed_roots": list(plan.allowed_roots),
         },
-        input_bytes=sum(
-            int(item.get("size") or 0)
-            for unit in plan.work_units for item in (unit.extra or {}).get("items", ())
-        ),
+        input_bytes=sum(int(item.get("size") or 0)
+                        for unit in plan.work_units for item in (unit.extra or {}).get("items", ())),
         local_processes=conv.converter_processes or default_threads(),
     )
 

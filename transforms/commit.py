@@ -1,18 +1,15 @@
 """Committing a run's temporary shards as one complete output: `finalize_output` and its DoFn.
 
-Finalize runs once, on one key, downstream of everything (it is the graph's single terminal
-step, which is all DaskRunner computes), over every unit's `transforms.unit_result.UnitResult`.
-It reconciles the converters' counts with the records in the written files (input = rows
-written + dead letters, per split), with `num_shards` deals the records into that many shards
-(`transforms.shard_writers.reshard`), renames the files (with their `.tfindex` sidecars, if
-any) to their final names (`<split>-SSSSS-of-NNNNN.tfrecord[.gz|.zz]`, ordered by the first
-batch key each holds, so naming does not depend on processes, bundles or workers), writes one
-empty shard for every declared split without records (unless `skip_if_empty`), writes the
-extra files and stats.json (every batch's statistics merged; with `compare_to` also drift.json,
-see `transforms.stats`), writes `manifest.json` last as the commit marker, and deletes the
-temp folder. Every step is idempotent, so a retried finalize neither loses nor duplicates a
-shard. With `max_error_rate` exceeded, or drift that `fail_on_drift` refuses, only the dead
-letters are committed."""
+Finalize runs once, on one key, as the graph's single terminal step (all that DaskRunner
+computes), over every unit's `transforms.unit_result.UnitResult`. It reconciles the
+converters' counts with the records in the written files (input = rows written + dead
+letters, per split), with `num_shards` deals the records into that many shards
+(`transforms.shard_writers.reshard`), renames the files (and `.tfindex` sidecars) to
+`<split>-SSSSS-of-NNNNN.tfrecord[.gz|.zz]`, ordered by the first batch key each holds (so no
+name depends on processes, bundles or workers), writes the extra files, stats.json (and
+drift.json), `manifest.json` last as the commit marker, and deletes the temp folder. With
+`max_error_rate` exceeded, or drift that `fail_on_drift` refuses, only the dead letters are
+committed."""
 
 from __future__ import annotations
 
@@ -151,26 +148,18 @@ def _reconcile(results: Sequence[UnitResult]) -> dict[str, Any]:
                 f"split {split!r}: {entry['input']} input records but {written_rows} "
                 f"written + {entry['dead_letter']} dead-lettered"
             )
-        if in_files.get(split, 0) != entry["written"]:
-            problems.append(
-                f"split {split!r}: {entry['written']} records converted but "
-                f"{in_files.get(split, 0)} found in the written files"
-            )
-        if dead_in_files.get(split, 0) != entry["dead_letter"]:
-            problems.append(
-                f"split {split!r}: {entry['dead_letter']} dead letters produced but "
-                f"{dead_in_files.get(split, 0)} found in the dead-letter files"
-            )
+        checks = ((entry["written"], in_files, "records converted", "written"),
+                  (entry["dead_letter"], dead_in_files, "dead letters produced", "dead-letter"))
+        for made, found, noun, files in checks:
+            if found.get(split, 0) != made:
+                problems.append(f"split {split!r}: {made} {noun} but {found.get(split, 0)} found in the "
+                                f"{files} files")
         if split == DEAD_LETTER_SPLIT and entry["written"]:
             problems.append(f"{entry['written']} records written under no split")
     if problems:
         raise AccountingError("output does not reconcile: " + "; ".join(problems))
-    totals = {
-        name: sum(entry[name] for entry in per_split.values())
-        for name in ("input", "written", "dead_letter")
-    }
-    if holds_sequences:
-        totals["written_rows"] = sum(entry["written_rows"] for entry in per_split.values())
+    totals = {name: sum(entry[name] for entry in per_split.values())
+              for name in ("input", "written", "dead_letter") + ("written_rows",) * holds_sequences}
     totals["dead_letter_reasons"] = dict(sorted(reasons.items()))
     return {**totals, "splits": {split: dict(per_split[split]) for split in sorted(per_split)
                                  if split != DEAD_LETTER_SPLIT}}
@@ -333,13 +322,10 @@ def _describe(entry: _Planned) -> ShardEntry:
 
 
 def finalize_output(config: SinkConfig, results: Iterable[UnitResult]) -> str:
-    """Commits a run: reconcile, rename temp files, write extras and the manifest last.
-
-    Idempotent: calling it again with the same arguments after a failure at any point, or
-    after success, leaves exactly one complete output. Returns the manifest path. With
-    `config.append` and a committed output in the folder, commits its next generation
-    (`transforms.generations`): its files stay, under the names the grown counts give them.
-    """
+    """Commits a run; returns the manifest path. Idempotent: called again with the same
+    arguments after a failure at any point, or after success, it leaves exactly one complete
+    output (a retry neither loses nor duplicates a shard). With `config.append` and a committed
+    output in the folder, commits its next generation (`transforms.generations`)."""
     manifest_path = fs.join_path(config.output_dir, MANIFEST_NAME)
     # A damaged manifest (the CLI replaces one only when it vouched for no other file)
     # vouches for itself alone.

@@ -82,10 +82,8 @@ _LOG = logging.getLogger("tfrecord_pipeline")
 
 def _configure_logging(argv: Sequence[str]) -> None:
     """Sets the root logger's level and, unless logging is already configured, its format.
-
-    Runs before the first `PipelineOptions`: its constructor calls `logging.basicConfig()`,
-    after which ours would leave Python's default format in place.
-    """
+    Before the first `PipelineOptions`, whose constructor calls `logging.basicConfig()`: ours
+    would leave Python's default format in place after it."""
     name = log_level_from(argv)
     level = getattr(logging, str(name).upper(), None)
     if not isinstance(level, int):
@@ -342,13 +340,10 @@ def _interruption_in(error: BaseException) -> BaseException | None:
 
 
 def _outcome_of(error: BaseException, output: str, run_id: str) -> Exception:
-    """The one-line outcome of a failed job run.
-
-    A run that committed only its dead letters says why in its `failed_run.json`, which is
-    read rather than the exception: each runner hands the worker's exception back in its own
-    way (the same type, a wrapper holding the worker's whole traceback as text, ...).
-    Any other failure is the last line of the error's text, where the worker's exception is.
-    """
+    """The one-line outcome of a failed job run: for a run that committed only its dead
+    letters, the reason its `failed_run.json` gives, not the exception's (each runner hands the
+    worker's exception back in its own way: the same type, a wrapper holding the worker's
+    whole traceback as text, ...); else the last line of the error's text, the worker's."""
     failed = output_files.read_failed_run(output)
     if failed is not None and failed.get("run_id") == run_id:
         outcome = _FAILED_RUN_OUTCOMES.get(failed.get("outcome"))

@@ -34,15 +34,13 @@ from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
 from pipeline.errors import UsageError
-from transforms import fs
 from transforms.format.manifest_format import Manifest
 from transforms.images.labels import label_problem, sorted_labels
 from transforms.records import WorkUnit
 from transforms.resume import STATE_NAME
 from transforms.tabular.byte_ranges import RangeReader, TextDialect, count_range
-from transforms.tabular.spec import ConversionSpec, load_spec
 
-__all__ = ["LISTING_NAME", "check_appendable", "committed_spec", "extended_labels", "image_items",
+__all__ = ["LISTING_NAME", "check_appendable", "extended_labels", "image_items",
            "new_images", "numbered_after", "read_listing", "uncovered_units"]
 
 #: The side file of an image tree converted with --append: [[relative path, size], ...].
@@ -72,13 +70,6 @@ def check_appendable(committed: Manifest, output: str, options: Mapping[str, Any
         raise UsageError(f"--append with other options than {output} was committed with "
                          f"({', '.join(changed)}): every generation is converted alike",
                          hint="give the committed options; `tfrecord-pipeline inspect` shows them")
-
-
-def committed_spec(output: str) -> ConversionSpec:
-    """The spec `output` was converted with, from its spec.yaml: the manifest's copy has its
-    keys sorted, which reorders the splits, and the order of the splits decides which split a
-    key hashes to (`transforms.splits`)."""
-    return load_spec(fs.join_path(output, "spec.yaml"))
 
 
 def uncovered_units(units: Sequence[WorkUnit], committed_inputs: Sequence[Sequence[Any]],

@@ -82,10 +82,8 @@ _LOG = logging.getLogger("tfrecord_pipeline")
 
 def _configure_logging(argv: Sequence[str]) -> None:
     """Sets the root logger's level and, unless logging is already configured, its format.
-
-    Runs before the first `PipelineOptions`: its constructor calls `logging.basicConfig()`,
-    after which ours would leave Python's default format in place.
-    """
+    Before the first `PipelineOptions`, whose constructor calls `logging.basicConfig()`: ours
+    would leave Python's default format in place after it."""
     name = log_level_from(argv)
     level = getattr(logging, str(name).upper(), None)
     if not isinstance(level, int):
@@ -114,29 +112,6 @@ def _resolve_paths(conv: ConvertOptions, absolute: bool) -> tuple[str, str]:
 
 def _absolute(path: str) -> str:
     return path if "://" in path else os.path.abspath(path)
-
-
-def _sink_for(conv: ConvertOptions, output: str, plan, progress: bool,
-              compare_to: str | None, run_id: str | None = None) -> WriteToShardedTFRecord:
-    """The sink of a planned conversion; `progress`: the writers leave heartbeat files for the
-    progress lines (read by a local run only: elsewhere they would be objects nobody reads);
-    `run_id`: an interrupted run's, to resume in its temporary folder."""
-    return WriteToShardedTFRecord(
-        output,
-        compression=parse_compression(conv.compression),
-        compression_level=conv.compression_level,
-        sharding=sharding_of(conv),
-        splits=plan.splits,
-        max_error_rate=conv.max_error_rate,
-        extra_files=plan.extra_files,
-        manifest_metadata=plan.manifest_metadata,
-        report_progress=progress,
-        index=conv.index,
-        compare_to=compare_to,
-        fail_on_drift=conv.fail_on_drift,
-        run_id=run_id,
-        append=conv.append,
-    )
 
 
 def _run_to_resume(output: str, plan, conv: ConvertOptions) -> tuple[str | None, str | None]:
@@ -191,46 +166,39 @@ def _compared_output(conv: ConvertOptions, output: str) -> str | None:
     return previous if previous != output and _has_stats(previous) else None
 
 
-def _check_index_flag(conv: ConvertOptions) -> None:
-    """Refuses --index with a compressed output before anything is read."""
-    compression = parse_compression(conv.compression)
-    if conv.index and compression is not Compression.NONE:
-        raise UsageError(
-            f"--index needs uncompressed shards, not --compression {compression.value}: record "
-            f"offsets in a {compression.value} stream are not seekable, so no reader can use them")
-
-
-def _already_committed(output: str, metadata: dict, overwrite: bool,
-                       side_files: Sequence[str], keep: bool = False) -> bool:
-    """True when `output` holds a committed run of the same inputs and options. A damaged
+def _nothing_to_do(output: str, plan, conv: ConvertOptions, side_files: Sequence[str]) -> bool:
+    """True (and said) when `output` holds a committed run of the same inputs and options;
+    a different one is refused unless --overwrite (or --append, which adds to it). A damaged
     manifest is replaced with --overwrite only when no file beside it needs its word to be
-    the tool's (`_refuse_foreign_files`). `keep`: an append, which adds to another
-    committed conversion."""
+    the tool's (`_refuse_foreign_files`)."""
     try:
         existing = manifest_lib.read_manifest(output)
     except ValueError as error:
         _refuse_foreign_files(output, side_files, damaged=error)
-        if not overwrite:
+        if not conv.overwrite:
             raise UsageError(f"{error}; use --overwrite to replace it") from error
         return False
-    if existing is None or overwrite:
+    if existing is None or conv.overwrite:
         return False
-    if existing.metadata.get("fingerprint") == metadata["fingerprint"]:
-        problems = output_files.listed_size_problems(output, existing)
-        if problems:  # "nothing to do" would leave a scheduler's retry on a damaged output
-            more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
-            raise OutputProblems(
-                f"{output} holds this conversion, damaged: {problems[0]}{more}; "
-                f"`tfrecord-pipeline verify {output}` checks it all, --overwrite converts again")
-        return True
-    if keep:
-        return False
-    differences = _differences(existing.metadata, metadata)
-    raise UsageError(
-        f"{output} already holds a committed output of different inputs or options "
-        f"({differences}; run {existing.metadata.get('run_id')}, "
-        f"{existing.metadata.get('created_at')}); use --overwrite to replace it",
-        hint="--append converts only the new input into it" if " added" in differences else None)
+    if existing.metadata.get("fingerprint") != plan.manifest_metadata["fingerprint"]:
+        if conv.append:
+            return False
+        differences = _differences(existing.metadata, plan.manifest_metadata)
+        raise UsageError(
+            f"{output} already holds a committed output of different inputs or options "
+            f"({differences}; run {existing.metadata.get('run_id')}, "
+            f"{existing.metadata.get('created_at')}); use --overwrite to replace it",
+            hint="--append converts only the new input into it" if " added" in differences else None)
+    problems = output_files.listed_size_problems(output, existing)
+    if problems:  # "nothing to do" would leave a scheduler's retry on a damaged output
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        raise OutputProblems(
+            f"{output} holds this conversion, damaged: {problems[0]}{more}; "
+            f"`tfrecord-pipeline verify {output}` checks it all, --overwrite converts again")
+    if not conv.quiet:
+        print(f"{output} already holds this conversion (same inputs and options); "
+              f"nothing to do. Use --overwrite to redo it.")
+    return True
 
 
 def _differences(existing: dict, metadata: dict) -> str:
@@ -372,13 +340,10 @@ def _interruption_in(error: BaseException) -> BaseException | None:
 
 
 def _outcome_of(error: BaseException, output: str, run_id: str) -> Exception:
-    """The one-line outcome of a failed job run.
-
-    A run that committed only its dead letters says why in its `failed_run.json`, which is
-    read rather than the exception: each runner hands the worker's exception back in its own
-    way (the same type, a wrapper holding the worker's whole traceback as text, ...).
-    Any other failure is the last line of the error's text, where the worker's exception is.
-    """
+    """The one-line outcome of a failed job run: for a run that committed only its dead
+    letters, the reason its `failed_run.json` gives, not the exception's (each runner hands the
+    worker's exception back in its own way: the same type, a wrapper holding the worker's
+    whole traceback as text, ...); else the last line of the error's text, the worker's."""
     failed = output_files.read_failed_run(output)
     if failed is not None and failed.get("run_id") == run_id:
         outcome = _FAILED_RUN_OUTCOMES.get(failed.get("outcome"))
@@ -392,18 +357,6 @@ def _outcome_of(error: BaseException, output: str, run_id: str) -> Exception:
         text = (str(error).splitlines() or [""])[0] if error is not None else ""
         last = f"{type(error).__name__}: {text}" if text else ""
     return CommandFailed(f"conversion failed: {last or 'the job ended in an error without a message'}")
-
-
-def _cut_on_cluster(plan, cluster: DaskCluster):
-    """`plan` with its raw byte ranges cut by tasks on the Dask cluster before the run (see
-    `transforms.tabular.range_cuts`): the conversion tasks then wait for free threads and
-    balance over the workers, where the graph's side input would start them all at once."""
-    try:
-        return cut_before_run(plan, cluster.map)
-    except Exception as error:  # noqa: BLE001 - a lost worker, a cancelled task: one line
-        first_line = (str(error).splitlines() or [""])[0]  # dask's messages run on
-        raise CommandFailed(f"finding the record starts of the input's byte ranges on the "
-                            f"Dask cluster failed: {type(error).__name__}: {first_line}") from error
 
 
 def convert(argv: Sequence[str]) -> None:
@@ -421,13 +374,21 @@ def convert(argv: Sequence[str]) -> None:
     if "://" not in output and os.path.exists(output) and not os.path.isdir(output):
         raise UsageError(f"--output {output} is a file, not a folder")
     sharding_of(conv)  # contradicting sharding flags: refused before anything is read
-    _check_index_flag(conv)
+    compression = parse_compression(conv.compression)
+    if conv.index and compression is not Compression.NONE:
+        raise UsageError(
+            f"--index needs uncompressed shards, not --compression {compression.value}: record "
+            f"offsets in a {compression.value} stream are not seekable, so no reader can use them")
     with dask_cluster(options) as cluster:
         threads = cluster_threads(options, cluster)
         if not conv.quiet:
             infers = not conv.spec and conv.format not in IMAGE_FORMATS
             show_phase(f"planning: listing the inputs{', sampling them to infer the spec' * infers}")
-        committed = _committed_for_append(output) if conv.append else None
+        try:  # the manifest an append adds to; None: it commits the first generation
+            committed = manifest_lib.read_manifest(output) if conv.append else None
+        except ValueError as error:
+            raise UsageError(f"{error}: --append needs the committed manifest",
+                             hint="`tfrecord-pipeline verify` checks the output") from None
         plan = plan_conversion(conv, input_path, output,
                                cut_in_workers=workers_cut_large_files(options), committed=committed)
         if conv.convert_dry_run:
@@ -457,27 +418,6 @@ def convert(argv: Sequence[str]) -> None:
                              side_files, compare_to)
 
 
-def _committed_for_append(output: str) -> dict | None:
-    """The manifest of the output `--append` adds to; None when there is none yet (the run
-    then commits the first generation)."""
-    try:
-        return manifest_lib.read_manifest(output)
-    except ValueError as error:
-        raise UsageError(f"{error}: --append needs the committed manifest",
-                         hint="`tfrecord-pipeline verify` checks the output") from None
-
-
-def _nothing_to_do(output: str, plan, conv: ConvertOptions, side_files: Sequence[str]) -> bool:
-    """True (and said) when `output` holds this conversion committed already."""
-    if not _already_committed(output, plan.manifest_metadata, conv.overwrite, side_files,
-                              keep=conv.append):
-        return False
-    if not conv.quiet:
-        print(f"{output} already holds this conversion (same inputs and options); "
-              f"nothing to do. Use --overwrite to redo it.")
-    return True
-
-
 def _check_output_writable(output: str) -> None:
     """Refuses a local --output that the run could not create or write into: one under a
     file, or whose nearest existing folder this user may not write (object stores say so
@@ -503,9 +443,24 @@ def _convert_planned(options: PipelineOptions, argv: list[str], conv: ConvertOpt
         return
     _refuse_foreign_files(output, side_files)
     if cluster is not None:
-        plan = _cut_on_cluster(plan, cluster)
+        # The raw byte ranges cut by tasks on the cluster before the run (see
+        # `transforms.tabular.range_cuts`): the conversion tasks then wait for free threads and
+        # balance over the workers, where the graph's side input would start them all at once.
+        try:
+            plan = cut_before_run(plan, cluster.map)
+        except Exception as error:  # noqa: BLE001 - a lost worker, a cancelled task: one line
+            first_line = (str(error).splitlines() or [""])[0]  # dask's messages run on
+            raise CommandFailed(f"finding the record starts of the input's byte ranges on the "
+                                f"Dask cluster failed: {type(error).__name__}: {first_line}") from error
+    # The writers leave heartbeat files for the progress lines, read by a local run only
+    # (elsewhere they would be objects nobody reads); `run_id`: resumed in its temp folder.
     show_progress = is_local(options) and not conv.quiet
-    sink = _sink_for(conv, output, plan, show_progress, compare_to, run_id)
+    sink = WriteToShardedTFRecord(
+        output, compression=parse_compression(conv.compression), compression_level=conv.compression_level,
+        sharding=sharding_of(conv), splits=plan.splits, max_error_rate=conv.max_error_rate,
+        extra_files=plan.extra_files, manifest_metadata=plan.manifest_metadata,
+        report_progress=show_progress, index=conv.index, compare_to=compare_to,
+        fail_on_drift=conv.fail_on_drift, run_id=run_id, append=conv.append)
     reused = resume.completed_units(resumed, plan.work_units) if resumed else {}
     template = getattr(options.view_as(GoogleCloudOptions), "template_location", None)
     if not template:

@@ -15,7 +15,6 @@ from typing import Any
 from pipeline.appending import (
     LISTING_NAME,
     check_appendable,
-    committed_spec,
     extended_labels,
     new_images,
     numbered_after,
@@ -82,20 +81,9 @@ def _fingerprint(options: dict[str, Any], listing: list, spec_text: str,
     return hashlib.sha256(document.encode("utf-8")).hexdigest()
 
 
-def _given_spec(conv: ConvertOptions) -> ConversionSpec | None:
-    return load_spec(conv.spec) if conv.spec else None
-
-
-#: How many input files `_check_input_formats` sniffs (the first ones, in plan order).
+#: How many input files are sniffed (the first ones, in plan order), refused when their first
+#: bytes show they are not of the --format (see `transforms.tabular.sniff`).
 _SNIFFED_FILES = 8
-
-
-def _check_input_formats(units, fmt: str, spec: ConversionSpec | None) -> None:
-    """Refuses input whose first bytes show it is not `fmt` (see `transforms.tabular.sniff`)."""
-    from transforms.tabular.sniff import check_format
-
-    for path in list(dict.fromkeys(unit.path for unit in units))[:_SNIFFED_FILES]:
-        check_format(path, fmt, spec.csv if spec is not None else None)
 
 
 def _within(path: str, folder: str) -> bool:
@@ -118,32 +106,34 @@ def _plan_tabular(conv: ConvertOptions, input_path: str, output: str,
     from transforms.tabular.infer import estimate_output, resolve_spec
     from transforms.tabular.plan import plan_tabular
     from transforms.tabular.range_cuts import CutRangesInWorkers
+    from transforms.tabular.sniff import check_format
     from transforms.tabular.split_units import split_text_units, text_dialect
     from transforms.tabular.transform import ConvertTabular, TabularConfig
 
     listing = input_listing(input_path, conv.format)
     units = plan_tabular(input_path, conv.format)
     _refuse_inputs_in_output(dict.fromkeys(unit.path for unit in units), output)
-    given = committed_spec(output) if committed else _given_spec(conv)
+    # An append's spec is the committed spec.yaml: the manifest's copy has its keys sorted,
+    # which reorders the splits, and their order decides which split a key hashes to.
+    given = (load_spec(fs.join_path(output, "spec.yaml")) if committed
+             else load_spec(conv.spec) if conv.spec else None)
     grown: list = []
     if committed:  # an append: only what the committed output does not cover, its spec
         units, grown = uncovered_units(units, committed.metadata.get("inputs") or (), listing, conv.format,
                                        text_dialect(conv.format, given.csv)[0])
-    _check_input_formats(units, conv.format, given)
+    for path in list(dict.fromkeys(unit.path for unit in units))[:_SNIFFED_FILES]:
+        check_format(path, conv.format, given.csv if given is not None else None)
     spec = resolve_spec(units, conv.format, given, sample_rows=conv.sample_rows)
-    # After inference, which samples whole files from their start; the cut needs the CSV dialect.
-    # Balanced for any parallelism alike: the units (and output bytes) never depend on it.
-    processes = conv.converter_processes or default_threads()
     spec_yaml = spec.to_yaml()
     options = _options_record(conv, input_path, output)
     fingerprint = _fingerprint(options, listing, spec_yaml)
     # An interrupted run of this fingerprint recorded its cut: resuming, the files are not
-    # scanned for record starts again.
+    # scanned for record starts again. Else cut after inference, which samples whole files from
+    # their start (the cut needs the CSV dialect), and balanced for any parallelism alike: the
+    # units (and output bytes) never depend on it.
     planned = None if conv.no_resume or conv.convert_dry_run else resume.planned_units(output, fingerprint)
-    splitting = None
-    if planned is None:
-        splitting = split_text_units(units, conv.format, spec.csv, conv.work_unit_bytes,
-                                     balance=True, cut_in_workers=cut_in_workers)
+    splitting = None if planned is not None else split_text_units(
+        units, conv.format, spec.csv, conv.work_unit_bytes, balance=True, cut_in_workers=cut_in_workers)
     units = numbered_after(splitting.units, grown) if splitting else planned
     config = TabularConfig(spec=spec, fmt=conv.format, batch_rows=conv.batch_rows,
                            threads=conv.converter_threads)
@@ -152,12 +142,9 @@ def _plan_tabular(conv: ConvertOptions, input_path: str, output: str,
     if splitting and splitting.files:
         summary["work_unit_splitting"] = splitting.summary()
     if conv.convert_dry_run:
-        estimate = estimate_output(
-            units, spec, conv.format, conv.sample_rows,
-            max_shard_bytes=sharding_of(conv).byte_cap,
-            num_shards=conv.num_shards, compression=conv.compression,
-            compression_level=conv.compression_level,
-        )
+        estimate = estimate_output(units, spec, conv.format, conv.sample_rows,
+                                   max_shard_bytes=sharding_of(conv).byte_cap, num_shards=conv.num_shards,
+                                   compression=conv.compression, compression_level=conv.compression_level)
         summary["estimate"] = estimate.to_dict()
         if spec.sequence is not None:  # records are sequences: the row estimate is not theirs
             from transforms.sequence.estimate import estimate_sequences
@@ -174,8 +161,7 @@ def _plan_tabular(conv: ConvertOptions, input_path: str, output: str,
 
         # Work units are read as for Examples (on forked processes on the local runner), then
         # rows are shuffled by buckets of group keys, as many as the input's size asks for.
-        size = sum(unit.size for unit in units)
-        summary["sequence_buckets"] = buckets = bucket_count(size, spec.sequence)
+        summary["sequence_buckets"] = buckets = bucket_count(sum(unit.size for unit in units), spec.sequence)
         converter, assemble = ReadSequenceRows(config, buckets), AssembleSequences(config)
     return ConversionPlan(
         converter_label=f"Convert{conv.format.capitalize()}",
@@ -185,14 +171,10 @@ def _plan_tabular(conv: ConvertOptions, input_path: str, output: str,
         splits=spec.split_names or (DEFAULT_SPLIT,),
         extra_files={"spec.yaml": spec_yaml.encode("utf-8"),
                      FEATURE_SPEC_NAME: spec.feature_spec_json()},
-        manifest_metadata={
-            "options": options,
-            "spec": spec.to_dict(),
-            "fingerprint": fingerprint,
-        },
+        manifest_metadata={"options": options, "spec": spec.to_dict(), "fingerprint": fingerprint},
         summary=summary,
         input_bytes=sum(unit.size for unit in units),
-        local_processes=processes,
+        local_processes=conv.converter_processes or default_threads(),
         cut_units=CutRangesInWorkers(splitting.dialect) if splitting and splitting.cut_in_workers else None,
     )
 
@@ -208,22 +190,6 @@ def cut_before_run(plan: ConversionPlan, map_scans: Callable) -> ConversionPlan:
                                summary={**plan.summary, "work_units": len(units)})
 
 
-def _image_config(conv: ConvertOptions):
-    from transforms.images.config import ImageConfig, RenderOptions
-
-    render = RenderOptions(
-        apply_exif_orientation=conv.exif_orientation,
-        convert_mode=conv.convert_mode,
-        resize=conv.resize,
-        resize_mode=conv.resize_mode,
-        max_side=conv.max_side,
-        encode=conv.encode,
-        quality=conv.quality,
-    )
-    return ImageConfig(render=render, validate=conv.validate, max_image_bytes=conv.max_image_bytes,
-                       max_pixels=conv.max_pixels, threads=conv.converter_threads)
-
-
 def _allowed_roots(conv: ConvertOptions) -> list[str] | None:
     if not conv.allowed_roots:
         return None
@@ -232,12 +198,17 @@ def _allowed_roots(conv: ConvertOptions) -> list[str] | None:
 
 def _plan_images(conv: ConvertOptions, input_path: str, output: str,
                  committed: Manifest | None) -> ConversionPlan:
+    from transforms.images.config import ImageConfig, RenderOptions
     from transforms.images.convert import ConvertImages
     from transforms.images.paths import default_allowed_roots
     from transforms.images.plan import DEFAULT_IMAGES_PER_UNIT, plan_image_folder, plan_image_manifest
     from transforms.tabular.split_units import text_dialect
 
-    config = _image_config(conv)
+    render = RenderOptions(apply_exif_orientation=conv.exif_orientation, convert_mode=conv.convert_mode,
+                           resize=conv.resize, resize_mode=conv.resize_mode, max_side=conv.max_side,
+                           encode=conv.encode, quality=conv.quality)
+    config = ImageConfig(render=render, validate=conv.validate, max_image_bytes=conv.max_image_bytes,
+                         max_pixels=conv.max_pixels, threads=conv.converter_threads)
     # An append plans with the committed label map, then with it extended (`extended_labels`).
     labels = (tuple(committed.metadata.get("labels") or ()) or None) if committed else conv.labels_file
     spec, side_files = None, {}
@@ -264,7 +235,7 @@ def _plan_images(conv: ConvertOptions, input_path: str, output: str,
             raise ValueError("--format image-manifest needs --image-column")
         if conv.labels_file and not conv.label_column:
             raise ValueError("--labels-file needs --label-column for --format image-manifest")
-        spec = _given_spec(conv)
+        spec = load_spec(conv.spec) if conv.spec else None
         if committed:  # the committed spec: its extra features, splits and split key
             recorded = committed.metadata.get("spec")
             spec = ConversionSpec.from_dict(recorded) if recorded else None
@@ -292,17 +263,15 @@ def _plan_images(conv: ConvertOptions, input_path: str, output: str,
             plan = plan_with(extended)
             units = uncovered(plan)
         plan = dataclasses.replace(plan, work_units=tuple(units))
-    if conv.format == "image-folder":
-        # The walk that planned the tree digested its listing: no second listing is held.
-        listing = [["listing-sha256", plan.listing_digest]]
-        spec_text = ""
-    else:
-        spec_text = plan.extra_spec.to_yaml() if plan.extra_spec is not None else ""
+    spec_text = plan.extra_spec.to_yaml() if plan.extra_spec is not None else ""  # a manifest's only
     extra_files = plan.extra_files()
     if spec_text:
         extra_files["spec.yaml"] = spec_text.encode("utf-8")
-    if conv.format == "image-folder" and conv.append and not committed:
-        uncovered(plan)  # the first generation an append will compare with: its listing only
+    if conv.format == "image-folder":
+        # The walk that planned the tree digested its listing: no second listing is held.
+        listing = [["listing-sha256", plan.listing_digest]]
+        if conv.append and not committed:
+            uncovered(plan)  # the first generation an append will compare with: its listing only
     extra_files.update(side_files)
     used = plan.extra_spec
     if used is not None and spec is not None:
@@ -321,17 +290,12 @@ def _plan_images(conv: ConvertOptions, input_path: str, output: str,
             "fingerprint": _fingerprint(options, listing, spec_text, plan.labels),
         },
         summary={
-            "images_planned": plan.input_count,
-            "work_units": len(plan.work_units),
-            **({"planning": plan.planning} if plan.planning else {}),
-            "labels": list(plan.labels),
-            "splits": list(plan.splits),
-            "allowed_roots": list(plan.allowed_roots),
+            "images_planned": plan.input_count, "work_units": len(plan.work_units),
+            **({"planning": plan.planning} if plan.planning else {}), "labels": list(plan.labels),
+            "splits": list(plan.splits), "allowed_roots": list(plan.allowed_roots),
         },
-        input_bytes=sum(
-            int(item.get("size") or 0)
-            for unit in plan.work_units for item in (unit.extra or {}).get("items", ())
-        ),
+        input_bytes=sum(int(item.get("size") or 0)
+                        for unit in plan.work_units for item in (unit.extra or {}).get("items", ())),
         local_processes=conv.converter_processes or default_threads(),
     )
 

@@ -1,18 +1,15 @@
 """Committing a run's temporary shards as one complete output: `finalize_output` and its DoFn.
 
-Finalize runs once, on one key, downstream of everything (it is the graph's single terminal
-step, which is all DaskRunner computes), over every unit's `transforms.unit_result.UnitResult`.
-It reconciles the converters' counts with the records in the written files (input = rows
-written + dead letters, per split), with `num_shards` deals the records into that many shards
-(`transforms.shard_writers.reshard`), renames the files (with their `.tfindex` sidecars, if
-any) to their final names (`<split>-SSSSS-of-NNNNN.tfrecord[.gz|.zz]`, ordered by the first
-batch key each holds, so naming does not depend on processes, bundles or workers), writes one
-empty shard for every declared split without records (unless `skip_if_empty`), writes the
-extra files and stats.json (every batch's statistics merged; with `compare_to` also drift.json,
-see `transforms.stats`), writes `manifest.json` last as the commit marker, and deletes the
-temp folder. Every step is idempotent, so a retried finalize neither loses nor duplicates a
-shard. With `max_error_rate` exceeded, or drift that `fail_on_drift` refuses, only the dead
-letters are committed."""
+Finalize runs once, on one key, as the graph's single terminal step (all that DaskRunner
+computes), over every unit's `transforms.unit_result.UnitResult`. It reconciles the
+converters' counts with the records in the written files (input = rows written + dead
+letters, per split), with `num_shards` deals the records into that many shards
+(`transforms.shard_writers.reshard`), renames the files (and `.tfindex` sidecars) to
+`<split>-SSSSS-of-NNNNN.tfrecord[.gz|.zz]`, ordered by the first batch key each holds (so no
+name depends on processes, bundles or workers), writes the extra files, stats.json (and
+drift.json), `manifest.json` last as the commit marker, and deletes the temp folder. With
+`max_error_rate` exceeded, or drift that `fail_on_drift` refuses, only the dead letters are
+committed."""
 
 from __future__ import annotations
 
@@ -35,8 +32,11 @@ from transforms.format.manifest_format import (
     FEATURE_SPEC_NAME,
     FORMAT_VERSION,
     MANIFEST_NAME,
+    Counts,
+    FileEntry,
     Manifest,
     ShardEntry,
+    SplitCounts,
     shard_name,
 )
 from transforms.format.tfrecord_index import INDEX_SUFFIX
@@ -102,11 +102,6 @@ class Finalize(beam.DoFn):
         yield finalize_output(self._config, [item for item in items if item is not None])
 
 
-def _read_json(path: str) -> Any:
-    with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
-        return json.loads(handle.read())
-
-
 def _delete_quietly(paths: Iterable[str]) -> None:
     paths = [path for path in paths if FileSystems.exists(path)]
     if paths:
@@ -153,26 +148,18 @@ def _reconcile(results: Sequence[UnitResult]) -> dict[str, Any]:
                 f"split {split!r}: {entry['input']} input records but {written_rows} "
                 f"written + {entry['dead_letter']} dead-lettered"
             )
-        if in_files.get(split, 0) != entry["written"]:
-            problems.append(
-                f"split {split!r}: {entry['written']} records converted but "
-                f"{in_files.get(split, 0)} found in the written files"
-            )
-        if dead_in_files.get(split, 0) != entry["dead_letter"]:
-            problems.append(
-                f"split {split!r}: {entry['dead_letter']} dead letters produced but "
-                f"{dead_in_files.get(split, 0)} found in the dead-letter files"
-            )
+        checks = ((entry["written"], in_files, "records converted", "written"),
+                  (entry["dead_letter"], dead_in_files, "dead letters produced", "dead-letter"))
+        for made, found, noun, files in checks:
+            if found.get(split, 0) != made:
+                problems.append(f"split {split!r}: {made} {noun} but {found.get(split, 0)} found in the "
+                                f"{files} files")
         if split == DEAD_LETTER_SPLIT and entry["written"]:
             problems.append(f"{entry['written']} records written under no split")
     if problems:
         raise AccountingError("output does not reconcile: " + "; ".join(problems))
-    totals = {
-        name: sum(entry[name] for entry in per_split.values())
-        for name in ("input", "written", "dead_letter")
-    }
-    if holds_sequences:
-        totals["written_rows"] = sum(entry["written_rows"] for entry in per_split.values())
+    totals = {name: sum(entry[name] for entry in per_split.values())
+              for name in ("input", "written", "dead_letter") + ("written_rows",) * holds_sequences}
     totals["dead_letter_reasons"] = dict(sorted(reasons.items()))
     return {**totals, "splits": {split: dict(per_split[split]) for split in sorted(per_split)
                                  if split != DEAD_LETTER_SPLIT}}
@@ -221,13 +208,17 @@ def _empty_shards(config: SinkConfig, files: Sequence[ShardFile]) -> list[ShardF
 
 
 def _clear_earlier_output(config: SinkConfig, writes: set[str], owned: set[str],
-                          also: Sequence[str] = (), moves: Sequence[tuple[str, str, int]] = (),
-                          keep: bool = False) -> None:
-    """Before a commit writes `writes`: journals them, then deletes what an earlier output
-    left (`owned`) that it will not write, and the paths `also`. The old manifest goes
-    first, so no reader can trust it while files change under it. `keep`: the committed
-    output stays (an append: nothing it lists is rewritten), only `also` goes."""
-    _write_journal(config, writes, owned, moves)
+                          moves: Sequence[tuple[str, str, int]], keep: bool, also: Sequence[str]) -> None:
+    """Before a commit writes `writes`: journals them, every file it may create or replace
+    (so that the next run can remove a half-done commit, see `output_files`) and which
+    temporary file each of its renames moves (a resumed run moves them back). Then deletes
+    what an earlier output left (`owned`) that it will not write, and the paths `also`. The
+    old manifest goes first, so no reader can trust it while files change under it. `keep`:
+    the committed output stays (an append: nothing it lists is rewritten), only `also` goes."""
+    journal = {"run_id": config.run_id, "writes": sorted(writes), "replaces": sorted(owned),
+               "moves": [[temp_path, path] for temp_path, path, _ in moves]}
+    fs.write_bytes_atomically(fs.join_path(config.temp_dir, output_files.JOURNAL_NAME),
+                              json.dumps(journal, sort_keys=True).encode("utf-8"))
     if keep:
         _delete_quietly(also)
         return
@@ -236,36 +227,16 @@ def _clear_earlier_output(config: SinkConfig, writes: set[str], owned: set[str],
                     + list(also))
 
 
-def _write_journal(config: SinkConfig, writes: set[str], replaces: set[str],
-                   moves: Sequence[tuple[str, str, int]]) -> None:
-    """Records, before the commit changes anything, every final file it may create or
-    replace, so that the next run can remove a half-done commit (see `output_files`), and
-    which temporary file each of its renames moves (a resumed run moves them back)."""
-    journal = {"run_id": config.run_id, "writes": sorted(writes), "replaces": sorted(replaces),
-               "moves": [[temp_path, path] for temp_path, path, _ in moves]}
-    fs.write_bytes_atomically(fs.join_path(config.temp_dir, output_files.JOURNAL_NAME),
-                              json.dumps(journal, sort_keys=True).encode("utf-8"))
-
-
-def _presence(results: Sequence[UnitResult]) -> dict[str, list[int]] | None:
-    """Every unit's feature presence added up ({feature: [records, min, max]}), or None
-    when some records were written without it being counted (`transforms.stats.presence`)."""
-    total: dict[str, list[int]] = {}
-    for result in results:
-        for part in result.splits:
-            if part.presence is None:
-                return None
-            add_presence(total, part.presence)
-    return total
-
-
 def _extra_files(config: SinkConfig, results: Sequence[UnitResult],
                  written: int) -> list[tuple[str, bytes]]:
-    """The configured extra files, `feature_spec.json` with each feature's presence where
-    every unit counted it."""
-    presence = _presence(results)
-    if presence is None:
-        return list(config.extra_files)
+    """The configured extra files, `feature_spec.json` with each feature's presence added up
+    ({feature: [records, min, max]}) unless some records were written without it being
+    counted (`transforms.stats.presence`)."""
+    presence: dict[str, list[int]] = {}
+    for part in (part for result in results for part in result.splits):
+        if part.presence is None:
+            return list(config.extra_files)
+        add_presence(presence, part.presence)
     return [(name, with_presence(data, presence, written) if name == FEATURE_SPEC_NAME else data)
             for name, data in config.extra_files]
 
@@ -282,7 +253,8 @@ def _statistics(config: SinkConfig, results: Sequence[UnitResult], totals: Mappi
     if config.compare_to:
         previous_path = fs.join_path(config.compare_to, STATS_NAME)
         try:
-            previous = _read_json(previous_path)
+            with FileSystems.open(previous_path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
+                previous = json.loads(handle.read())
         except Exception:  # noqa: BLE001 - any filesystem's error: no comparison, said so
             _LOG.warning("no drift comparison: cannot read %s", previous_path, exc_info=True)
             previous = None
@@ -297,12 +269,11 @@ def _json_bytes(document: Any) -> bytes:
 
 
 def _side_files(config: SinkConfig, extra_files: Sequence[tuple[str, bytes]],
-                shard_files: Sequence[Mapping[str, Any]], owned: set[str]) -> list[tuple[str, bytes]]:
+                shards: Sequence[ShardEntry], owned: set[str]) -> list[tuple[str, bytes]]:
     """The extra files, plus TFDS's `dataset_info.json` and `features.json` for an output
     TFDS can read (see `tfds_metadata`); those are left out rather than replace a file of
     the same name that no record of this tool names (a TFDS dataset's own, say)."""
-    tfds_files = tfds_side_files(config.output_dir, config.compression.value,
-                                 [ShardEntry.from_dict(entry) for entry in shard_files], extra_files)
+    tfds_files = tfds_side_files(config.output_dir, config.compression.value, shards, extra_files)
     taken = {name for name, _ in extra_files} | {
         name for name in tfds_files if name not in owned
         and FileSystems.exists(fs.join_path(config.output_dir, name))}
@@ -342,26 +313,19 @@ def _moves(planned: Sequence[_Planned]) -> list[tuple[str, str, int]]:
     return moves
 
 
-def _describe(entry: _Planned) -> dict[str, Any]:
+def _describe(entry: _Planned) -> ShardEntry:
     """A file's manifest entry."""
-    described: dict[str, Any] = {"path": entry.path}
-    if entry.file.kind == TFRECORD_KIND:
-        described["split"] = entry.file.split
-    described.update(records=entry.file.records, bytes=entry.file.bytes, sha256=entry.file.sha256)
-    if entry.file.index is not None:
-        described["index"] = {"path": entry.path + INDEX_SUFFIX, "bytes": entry.file.index.bytes,
-                              "sha256": entry.file.index.sha256}
-    return described
+    file, index = entry.file, entry.file.index
+    return ShardEntry(entry.path, file.records, file.bytes, file.sha256,
+                      file.split if file.kind == TFRECORD_KIND else None,
+                      index and FileEntry(entry.path + INDEX_SUFFIX, index.bytes, index.sha256))
 
 
 def finalize_output(config: SinkConfig, results: Iterable[UnitResult]) -> str:
-    """Commits a run: reconcile, rename temp files, write extras and the manifest last.
-
-    Idempotent: calling it again with the same arguments after a failure at any point, or
-    after success, leaves exactly one complete output. Returns the manifest path. With
-    `config.append` and a committed output in the folder, commits its next generation
-    (`transforms.generations`): its files stay, under the names the grown counts give them.
-    """
+    """Commits a run; returns the manifest path. Idempotent: called again with the same
+    arguments after a failure at any point, or after success, it leaves exactly one complete
+    output (a retry neither loses nor duplicates a shard). With `config.append` and a committed
+    output in the folder, commits its next generation (`transforms.generations`)."""
     manifest_path = fs.join_path(config.output_dir, MANIFEST_NAME)
     # A damaged manifest (the CLI replaces one only when it vouched for no other file)
     # vouches for itself alone.
@@ -382,87 +346,92 @@ def finalize_output(config: SinkConfig, results: Iterable[UnitResult]) -> str:
     shards += _empty_shards(config, shards)
     dead = [file for file in files if file.kind == DEAD_LETTER_KIND]
     planned = _final_names(config, shards + dead)
-    dead_files = [entry for entry in planned if entry.file.kind == DEAD_LETTER_KIND]
-    shard_files = [entry for entry in planned if entry.file.kind == TFRECORD_KIND]
 
     # Only files a record of this tool names are ever replaced or deleted (the CLI refuses
     # to start over foreign ones); the journal names them before anything changes.
     owned = output_files.owned_paths(config.output_dir, existing)
     stats_files, drift = _statistics(config, everything, totals)
     failure = _failure(config, own_totals, drift)
-    if failure is not None:
+    failed_run = fs.join_path(config.output_dir, output_files.FAILED_RUN_NAME)
+    if failure is None:
+        shard_entries = [_describe(entry) for entry in planned if entry.file.kind == TFRECORD_KIND]
+        side_files = _side_files(config, _extra_files(config, everything, totals["written"]) + stats_files
+                                 + [(STATE_NAME, dump_result(totals_result(everything)))],
+                                 shard_entries, owned)
+    elif carried:
         # What an earlier output of this folder left goes (--overwrite asked for it), but
         # not on an append: the committed generation stands, and this run's dead letters
         # go beside it, under names of their own.
-        if carried:
-            dead_files = _final_names(config, [file for file in dead if file.first_key != CARRIED],
-                                      dead_letters="rejected")
-        writes = {entry.path for entry in dead_files} | {output_files.FAILED_RUN_NAME}
-        rejected = rejected_paths(config) if carried else []
-        _clear_earlier_output(config, writes, owned, moves=_moves(dead_files), keep=bool(carried),
-                              also=[path for path in rejected if path not in
-                                    {fs.join_path(config.output_dir, name) for name in writes}])
-        outcome, message, error = failure
-        _commit_dead_letters_only(config, dead_files, own_totals, outcome, message,
-                                  drift=drift if error is DriftDetectedError else None)
-        raise error(message)
+        planned = _final_names(config, [file for file in dead if file.first_key != CARRIED], "rejected")
+    else:
+        planned = [entry for entry in planned if entry.file.kind == DEAD_LETTER_KIND]
     moves = _moves([entry for entry in planned if entry.file.first_key != CARRIED])
     links = _moves([entry for entry in planned if entry.file.first_key == CARRIED])
-    described = [_describe(entry) for entry in shard_files]
-    side_files = _side_files(config, _extra_files(config, everything, totals["written"]) + stats_files
-                             + [(STATE_NAME, dump_result(totals_result(everything)))],
-                             described, owned)
-    writes = {path for _, path, _ in moves + links} | {name for name, _ in side_files}
-    writes |= {MANIFEST_NAME, output_files.FAILED_RUN_NAME}
-    # A rejected append's dead letters go too; with `keep`, every listed file stays.
-    failed_run = [fs.join_path(config.output_dir, output_files.FAILED_RUN_NAME)]
-    _clear_earlier_output(config, writes, owned, moves=moves, keep=bool(carried),
-                          also=failed_run + (rejected_paths(config) if carried else []))
+    listed = {path for _, path, _ in moves + links}
+    writes = listed | {output_files.FAILED_RUN_NAME}
+    if failure is None:
+        writes |= {name for name, _ in side_files} | {MANIFEST_NAME}
+    # A rejected append's dead letters go too, those this run does not write again; with
+    # `keep`, every listed file stays.
+    rejected = [path for path in rejected_paths(config) if failure is None or path not in
+                {fs.join_path(config.output_dir, name) for name in writes}] if carried else []
+    _clear_earlier_output(config, writes, owned, moves, keep=bool(carried),
+                          also=rejected if failure else [failed_run, *rejected])
 
     for temp_path, path, size in moves:
         _commit_file(config, temp_path, path, size)
+    if failure is not None:  # a failed run: its dead letters for diagnosis, and why (FAILED_RUN_NAME)
+        fs.sync_files([fs.join_path(config.output_dir, entry.path) for entry in planned])
+        outcome, message, error = failure
+        record = {"run_id": config.run_id, "outcome": outcome, "message": message,
+                  "counts": dict(own_totals), "files": [entry.path for entry in planned],
+                  "created_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
+        if error is DriftDetectedError:
+            record["drift"] = dict(drift)
+        fs.write_bytes_atomically(failed_run, _json_bytes(record))
+        _delete_temp_dir(config)
+        raise error(message)
     for committed_path, path, size in links:
         link_committed(config, committed_path, path, size)
     if carried:
         stash_state(config, existing)  # before the side files below write over it
-    extra = {}
     for relative, data in side_files:
-        target = fs.join_path(config.output_dir, relative)
-        fs.write_bytes_atomically(target, data)
-        extra[relative] = {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+        fs.write_bytes_atomically(fs.join_path(config.output_dir, relative), data)
+        listed.add(relative)
 
-    manifest = {
-        "format_version": FORMAT_VERSION,
-        "tool_version": manifest_lib.tool_version(),
-        "created_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "run_id": config.run_id,
-        "compression": config.compression.value,
-        "splits": sorted({entry.file.split for entry in shard_files} | set(config.splits)),
-        "shards": described,
-        "dead_letter_files": [_describe(entry) for entry in dead_files],
-        "counts": totals,
-        "files": extra,
-        "sharding": config.sharding.to_manifest(),
-        "options": {},
-    }
-    manifest.update(dict(config.manifest_metadata))
-    listed = {path for _, path, _ in moves + links} | set(extra)
-    if carried:
-        manifest["generation"] = existing.generation + 1
-        manifest["superseded"] = superseded(existing, listed)
-    committed = Manifest.from_dict(manifest, manifest_path)  # what it writes is sound
+    manifest = Manifest(
+        shards=tuple(shard_entries),
+        counts=Counts(**{**totals, "splits": {split: SplitCounts(**entry)
+                                              for split, entry in totals["splits"].items()}}),
+        compression=config.compression.value,
+        dead_letter_files=tuple(_describe(entry) for entry in planned if entry.file.kind == DEAD_LETTER_KIND),
+        files=tuple(FileEntry(name, len(data), hashlib.sha256(data).hexdigest())
+                    for name, data in side_files),
+        generation=existing.generation + 1 if carried else 0,
+        superseded=superseded(existing, listed) if carried else (),
+        metadata={
+            "format_version": FORMAT_VERSION,
+            "tool_version": manifest_lib.tool_version(),
+            "created_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "run_id": config.run_id,
+            "splits": sorted({entry.split for entry in shard_entries} | set(config.splits)),
+            "sharding": config.sharding.to_manifest(),
+            "options": {},
+            **dict(config.manifest_metadata),
+        },
+    )
+    data = manifest.to_json()
+    Manifest.from_json(data, manifest_path)  # what it writes is sound
     # Durable before it is visible: every file the manifest names, and the folder entries
     # of their new names, reach the disk before the manifest is renamed into place.
     fs.sync_files([fs.join_path(config.output_dir, path) for path in sorted(listed)])
-    fs.write_bytes_atomically(manifest_path, committed.to_json())
+    fs.write_bytes_atomically(manifest_path, data)
     if carried:  # what neither this generation nor its predecessor's readers need goes
         _delete_quietly([fs.join_path(config.output_dir, path) for path in sorted(
             {entry.path for entry in existing.superseded + existing.files} - listed)])
     _delete_temp_dir(config)
-    _LOG.info(
-        "committed %d shards (%d records, %d dead letters) to %s",
-        len(shard_files), totals["written"], totals["dead_letter"], config.output_dir,
-    )
+    _LOG.info("committed %d shards (%d records, %d dead letters) to %s",
+              len(shard_entries), totals["written"], totals["dead_letter"], config.output_dir)
     return manifest_path
 
 
@@ -502,30 +471,6 @@ def _failure(config: SinkConfig, totals: Mapping[str, Any], drift: Mapping[str, 
                 f"The comparison is in {config.output_dir}/{output_files.FAILED_RUN_NAME}",
                 DriftDetectedError)
     return None
-
-
-def _commit_dead_letters_only(config: SinkConfig, dead_files: Sequence[_Planned],
-                              totals: Mapping[str, Any], outcome: str, message: str,
-                              drift: Mapping[str, Any] | None = None) -> None:
-    """A failed run's outcome: its dead letters committed for diagnosis, with a record of
-    the run beside them (`output_files.FAILED_RUN_NAME`), and nothing else."""
-    for entry in dead_files:
-        _commit_file(config, entry.file.temp_path, entry.path, entry.file.bytes)
-    paths = [fs.join_path(config.output_dir, entry.path) for entry in dead_files]
-    fs.sync_files(paths)
-    record = {
-        "run_id": config.run_id,
-        "outcome": outcome,
-        "message": message,
-        "counts": dict(totals),
-        "files": [entry.path for entry in dead_files],
-        "created_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-    }
-    if drift is not None:
-        record["drift"] = dict(drift)
-    fs.write_bytes_atomically(fs.join_path(config.output_dir, output_files.FAILED_RUN_NAME),
-                              json.dumps(record, indent=2, sort_keys=True).encode("utf-8") + b"\n")
-    _delete_temp_dir(config)
 
 
 def _delete_temp_dir(config: SinkConfig) -> None:

@@ -1,17 +1,16 @@
 """Appending to a committed output: its generations, for `transforms.commit`.
 
-An append commits the next generation of an output: the committed shards and dead-letter
-files stay where they are and are listed again, after the new ones' counts have grown their
-splits' shard counts. Since a name holds its split's count (`<split>-SSSSS-of-NNNNN`), a
-carried file whose count changed gets its new name as a hard link (a copy where the
-filesystem has none), and the old name stays, listed in the new manifest's `superseded`, so
-a reader holding the previous manifest reads on; the generation after next deletes it.
+An append commits the output's next generation: the committed shards and dead-letter files
+stay where they are and are listed again, under the names their splits' grown shard counts
+give them (`<split>-SSSSS-of-NNNNN`: `link_committed`); an old name stays, listed in the new
+manifest's `superseded`, so a reader holding the previous manifest reads on, until the
+generation after next deletes it.
 
 The committed totals (counts, presence, statistics partials, dead-letter examples) come back
-from the output's `transforms.resume.STATE_NAME`, written by every commit (`totals_result`),
-as one result that sorts before every unit (`CARRIED`), so the commit merges them as it
-merges units: the statistics of an appended output are those of one conversion of all its
-inputs while they are exact (see `transforms.stats.document`).
+from the output's `transforms.resume.STATE_NAME`, which every commit writes (`totals_result`),
+as one result sorted before every unit (`CARRIED`): the commit merges them as it merges
+units, so an appended output's statistics are those of one conversion of all its inputs
+while they are exact (see `transforms.stats.document`).
 """
 
 from __future__ import annotations
@@ -28,7 +27,7 @@ from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
 from transforms import fs, output_files
-from transforms.format.manifest_format import Manifest, ShardEntry, is_plain_relative
+from transforms.format.manifest_format import FileEntry, Manifest, ShardEntry, is_plain_relative
 from transforms.resume import STATE_NAME, load_result
 from transforms.shard_writers import DEAD_LETTER_DIR, SinkConfig
 from transforms.stats.dead_letters import first_examples
@@ -52,10 +51,8 @@ CARRIED = ""
 
 
 def carried_result(config: SinkConfig, existing: Manifest) -> UnitResult:
-    """The committed generation of `config.output_dir` as one result, ordered first: its
-    totals from its `STATE_NAME`, its shards and dead-letter files where they stand (their
-    final paths as their temporary ones), so the commit counts and names them with the
-    appended units' files."""
+    """The committed generation of `config.output_dir` as one result: its totals, and its
+    files with their final paths as their temporary ones."""
     stash = _stash_path(config, existing)
     state_path = stash if FileSystems.exists(stash) else fs.join_path(config.output_dir, STATE_NAME)
     try:
@@ -94,9 +91,8 @@ def _stash_path(config: SinkConfig, existing: Manifest) -> str:
 
 
 def stash_state(config: SinkConfig, existing: Manifest) -> None:
-    """Keeps the committed `STATE_NAME` in the run's temporary folder before the commit
-    writes the next one over it: a commit killed between that write and the manifest's
-    resumes from the committed totals (`carried_result`), not from its own."""
+    """Keeps the committed `STATE_NAME` in the run's temporary folder before the commit writes
+    the next over it: a commit killed before its manifest resumes from the committed totals."""
     stash = _stash_path(config, existing)
     if not FileSystems.exists(stash):
         with FileSystems.open(fs.join_path(config.output_dir, STATE_NAME),
@@ -145,19 +141,17 @@ def rejected_paths(config: SinkConfig) -> list[str]:
             if is_plain_relative(name) and name.startswith(f"{DEAD_LETTER_DIR}/rejected")]
 
 
-def superseded(existing: Manifest, listed: set[str]) -> list[dict[str, Any]]:
+def superseded(existing: Manifest, listed: set[str]) -> tuple[FileEntry, ...]:
     """The files of the generation `existing` that its next, listing `listed`, no longer
     lists, kept for readers of `existing` until the generation after next is committed."""
-    entries = existing.shards + existing.dead_letter_files
-    files = [*entries, *(entry.index for entry in entries if entry.index is not None)]
-    return [{"path": entry.path, "bytes": entry.bytes, "sha256": entry.sha256}
-            for entry in files if entry.path not in listed]
+    not_records = {*existing.files, *existing.superseded}  # the rest: shards, dead letters, indexes
+    return tuple(entry for entry in existing.listed_files()
+                 if entry not in not_records and entry.path not in listed)
 
 
 def link_committed(config: SinkConfig, committed_path: str, path: str, size: int) -> None:
-    """Gives a committed generation's file its name `path` in the next generation as well
-    (a hard link, or a copy where the filesystem has none); the old name stays for the
-    readers of that generation. A no-op where a retry did it already."""
+    """Gives a committed file its name `path` in the next generation as well: a hard link, or
+    a copy where the filesystem has none. A no-op where a retry did it already."""
     final = fs.join_path(config.output_dir, path)
     if final == committed_path:
         return

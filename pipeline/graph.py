@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import apache_beam as beam
@@ -79,7 +79,7 @@ class ConvertOnForkedProcesses(beam.DoFn):
     def setup(self):
         self._step.setup()  # before the fork: the children inherit it
 
-    def process(self, units: tuple[WorkUnit, ...]):
+    def process(self, units: tuple[WorkUnit, ...]) -> Iterator[UnitResult]:  # see `commit.Finalize`
         results = forked_map(self._step.process, units, self._processes)
         with contextlib.closing(results):  # a failure downstream stops the forked workers
             yield from results

@@ -19,7 +19,7 @@ import hashlib
 import json
 import logging
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import apache_beam as beam
@@ -97,7 +97,9 @@ class Finalize(beam.DoFn):
     def __init__(self, config: SinkConfig):
         self._config = config
 
-    def process(self, keyed):
+    # Annotated: Beam would otherwise infer the output type by reading the bytecode of
+    # everything `finalize_output` calls (0.2 s of every run's start, measured).
+    def process(self, keyed) -> Iterator[str]:
         _, items = keyed
         yield finalize_output(self._config, [item for item in items if item is not None])
 
@@ -313,6 +315,31 @@ def _moves(planned: Sequence[_Planned]) -> list[tuple[str, str, int]]:
     return moves
 
 
+def _content(result: UnitResult) -> tuple:
+    """What a unit wrote, its temporary file names aside: two attempts of one unit that both
+    reached the commit (a runner delivering a retried unit's result twice, as Beam's
+    DaskRunner on threads does) wrote the same, as conversion is deterministic."""
+    return (tuple((file.kind, file.split, file.first_key, file.records, file.sha256)
+                  for file in result.files),
+            tuple((part.split, part.input, part.written, part.rows, part.dead_letters)
+                  for part in result.splits), result.dead_letter_reasons)
+
+
+def _once_each(results: Sequence[UnitResult]) -> list[UnitResult]:
+    """`results` (in owner order) with each repeated attempt of a unit dropped; its files
+    go with the temporary folder. Attempts that wrote different things are refused."""
+    kept = []
+    for result in results:
+        if kept and result.owner and result.owner == kept[-1].owner:
+            if _content(result) != _content(kept[-1]):
+                raise AccountingError(f"unit {result.owner!r} reached the commit twice, "
+                                      f"with different contents")
+            _LOG.info("unit %r reached the commit twice: one attempt kept", result.owner)
+            continue
+        kept.append(result)
+    return kept
+
+
 def _describe(entry: _Planned) -> ShardEntry:
     """A file's manifest entry."""
     file, index = entry.file, entry.file.index
@@ -334,7 +361,7 @@ def finalize_output(config: SinkConfig, results: Iterable[UnitResult]) -> str:
         return manifest_path  # this run was committed by an earlier attempt
 
     # In owner order: what is merged below does not depend on which process wrote a unit.
-    results = sorted(results, key=lambda result: result.owner)
+    results = _once_each(sorted(results, key=lambda result: result.owner))
     own_totals = _reconcile(results)  # this run's input alone: what the error budget weighs
     carried = carried_result(config, existing) if config.append and existing else None
     everything = [carried, *results] if carried else results

@@ -17,7 +17,7 @@ writes what a converter makes of each element without that shuffle.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import apache_beam as beam
@@ -27,6 +27,7 @@ from transforms.format.compression import Compression, parse_compression
 from transforms.records import unit_of
 from transforms.resume import record_unit
 from transforms.shard_writers import ShardingConfig, SinkConfig, write_unit
+from transforms.unit_result import UnitResult
 
 __all__ = ["Commit", "ConvertAndWrite", "WriteToShardedTFRecord"]
 
@@ -131,7 +132,7 @@ class ConvertAndWrite(beam.DoFn):
     def setup(self):
         self._converter.setup()
 
-    def process(self, element):
+    def process(self, element) -> Iterator[UnitResult]:  # annotated: see `commit.Finalize`
         result = write_unit(self._config, self._converter.process(element))
         if self._record_units:
             record_unit(self._config.temp_dir, element, result)

@@ -276,11 +276,22 @@ def test_finalize_detects_records_missing_from_files(tmp_path):
     assert not (tmp_path / "manifest.json").exists()
 
 
-def test_finalize_detects_a_unit_counted_twice(tmp_path):
-    config = SinkConfig(output_dir=str(tmp_path), run_id="dup")
+def test_a_unit_delivered_twice_is_committed_once_and_a_differing_twin_refused(tmp_path):
+    """Two attempts of one unit that both reach the commit (Beam's DaskRunner on threads
+    delivers some): the same records, so one is kept; different ones are an accounting error."""
+    config = SinkConfig(output_dir=str(tmp_path / "same"), run_id="dup")
     batches = _batches(num_batches=1, per_batch=5, splits=("data",))
-    with pytest.raises(AccountingError, match="twice"):
-        finalize_output(config, [write_unit(config, batches), write_unit(config, batches)])
+    finalize_output(config, [write_unit(config, batches), write_unit(config, batches)])
+    manifest = json.loads((tmp_path / "same" / "manifest.json").read_text())
+    assert manifest["counts"]["written"] == 5
+    ids = [i for shard in manifest["shards"] for i in _ids(tmp_path / "same" / shard["path"])]
+    assert sorted(ids) == sorted(decode_example(r)["id"][1][0] for b in batches for r in b.records)
+    config = SinkConfig(output_dir=str(tmp_path / "other"), run_id="dup")
+    first = write_unit(config, batches)
+    fewer = write_unit(config, [dataclasses.replace(batches[0], records=batches[0].records[:4],
+                                                    input_count=4)])
+    with pytest.raises(AccountingError, match="twice, with different contents"):
+        finalize_output(config, [first, fewer])
 
 
 def test_error_rate_exceeded_commits_dead_letters_only(tmp_path):

@@ -143,3 +143,52 @@ def test_tree_converted_without_append_is_refused(tmp_path, capsys):
     write(root / "cat/b.jpg", _JPEG)
     assert _convert("image-folder", root, out, "--append") != 0
     assert "--append" in capsys.readouterr().err
+
+
+def test_ten_appends_of_a_tree_and_a_growing_manifest_keep_readers_of_the_previous_generation(
+        tf, tmp_path, capsys):
+    """Each generation adds an image to a class-folder tree and a row (and its image) to a
+    manifest; a reader opened on the previous generation reads its whole snapshot after the
+    append commits; counts and `verify` hold every time; the end equals one conversion."""
+    from tfrecord_pipeline import read_examples
+
+    def add(i: int) -> None:
+        data, ext, label = (_JPEG, "jpg", "b") if i % 2 else (_PNG, "png", "a")
+        write(tmp_path / "tree" / label / f"img{i}.{ext}", data)
+        write(tmp_path / "in" / f"img{i}.{ext}", data)
+        with open(tmp_path / "in" / "m.csv", "a") as handle:
+            handle.write(f"img{i}.{ext},{label}\n")
+
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "m.csv").write_text("image,label\n")
+    sources = {"image-folder": (tmp_path / "tree", ()),
+               "image-manifest": (tmp_path / "in" / "*.csv",
+                                  ("--image-column", "image", "--label-column", "label"))}
+    for i in range(2):
+        add(i)
+    for fmt, (source, args) in sources.items():
+        assert _convert(fmt, source, tmp_path / fmt, *args, "--append") == 0
+
+    def names(examples):
+        return sorted(str(_plain(example["image/filename"])) for example in examples)
+
+    for generation in range(1, 11):
+        readers = {}
+        for fmt in sources:
+            snapshot = names(read_examples(str(tmp_path / fmt), "data"))
+            reader = iter(read_examples(str(tmp_path / fmt), "data"))
+            readers[fmt] = (snapshot, [next(reader)], reader)
+        add(generation + 1)
+        for fmt, (source, args) in sources.items():
+            out = tmp_path / fmt
+            assert _convert(fmt, source, out, *args, "--append") == 0
+            snapshot, started, reader = readers[fmt]
+            assert names([*started, *reader]) == snapshot  # the previous generation still reads
+            manifest, _ = _records(tf, out)
+            assert manifest["generation"] == generation and manifest["counts"]["written"] == generation + 2
+            capsys.readouterr()
+            assert run(["verify", str(out)]) == 0
+    for fmt, (source, args) in sources.items():
+        whole = tmp_path / f"whole-{fmt}"
+        assert _convert(fmt, source, whole, *args) == 0
+        assert _records(tf, whole)[1] == _records(tf, tmp_path / fmt)[1]

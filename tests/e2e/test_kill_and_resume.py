@@ -26,6 +26,7 @@ from pathlib import Path
 import pytest
 
 from pipeline.cli import run
+from pipeline.output_lock import OutputBusyError, output_lock
 from tests.e2e.test_same_bytes import _files, _write_inputs
 
 pytestmark = pytest.mark.slow
@@ -106,6 +107,15 @@ def _kill_at(launcher, argv, output: Path, phase: str, count: int) -> int:
     os.killpg(process.pid, signal.SIGKILL)  # unreaped until join(), so the group still exists
     process.join()
     assert process.exitcode == -signal.SIGKILL
+    # Its forked converters die a moment later (on a loaded machine, after the re-run would
+    # start): a re-run meanwhile is refused, rightly, as another run writing the output.
+    while True:
+        try:
+            with output_lock(str(output)):
+                break
+        except OutputBusyError:
+            assert time.monotonic() < deadline, "the killed run's processes outlived it"
+            time.sleep(0.002)  # polling for the killed processes to be gone
     return len(list((folder / "units").glob("*.unit"))) if (folder / "units").is_dir() else 0
 
 

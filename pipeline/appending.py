@@ -72,6 +72,14 @@ def check_appendable(committed: Manifest, output: str, options: Mapping[str, Any
                          hint="give the committed options; `tfrecord-pipeline inspect` shows them")
 
 
+def _refuse_gone(kind: str, gone: set[str]) -> None:
+    """Refuses an append whose committed inputs (files, or a tree's images) are not all there."""
+    if gone:
+        first, more = sorted(gone)[0], f" (and {len(gone) - 1} more)" if len(gone) > 1 else ""
+        raise UsageError(f"{kind} {first}{more} was converted into the committed output and is "
+                         f"gone: an append only adds", hint=f"restore it, or {_REDO}")
+
+
 def uncovered_units(units: Sequence[WorkUnit], committed_inputs: Sequence[Sequence[Any]],
                     listing: Sequence[Sequence[Any]], fmt: str,
                     dialect: TextDialect | None) -> tuple[list[WorkUnit], list[WorkUnit]]:
@@ -80,11 +88,7 @@ def uncovered_units(units: Sequence[WorkUnit], committed_inputs: Sequence[Sequen
     row group); `listing`: the current (path, size, mtime) of every input."""
     was = {path: (size, mtime) for path, size, mtime in committed_inputs}
     now = {path: (size, mtime) for path, size, mtime in listing}
-    gone = sorted(set(was) - set(now))
-    if gone:
-        more = f" (and {len(gone) - 1} more)" if len(gone) > 1 else ""
-        raise UsageError(f"input {gone[0]}{more} was converted into the committed output and is "
-                         f"gone: an append only adds", hint=f"restore it, or {_REDO}")
+    _refuse_gone("input", set(was) - set(now))
     grown = {}
     for path in sorted(set(was) & set(now)):
         if was[path] == now[path]:
@@ -172,11 +176,7 @@ def new_images(units: Sequence[WorkUnit], source: Any, committed: Mapping[str, i
             raise UsageError(f"image {item['uri']} changed since it was converted "
                              f"({committed[item['filename']]} bytes then, {item['size']} now)",
                              hint=f"put new images in new files, or {_REDO}")
-    gone = sorted(set(committed or ()) - {name for name, _ in listing})
-    if gone:
-        raise UsageError(f"image {gone[0]}{f' (and {len(gone) - 1} more)' if len(gone) > 1 else ''} "
-                         f"was converted into the committed output and is gone: an append only adds",
-                         hint=f"restore it, or {_REDO}")
+    _refuse_gone("image", set(committed or ()) - {name for name, _ in listing})
     roots = list(getattr(source, "roots", ()))
     chunks = [new[i:i + per_unit] for i in range(0, len(new), per_unit)]
     return ([WorkUnit(source.root, i, paths=tuple(item["uri"] for item in chunk),

@@ -158,6 +158,9 @@ def test_layouts_other_writers_produce_decode_as_the_reference():
     b"\xff\xff",
     _example(_entry(b"\xff\xfe", _int_list(b"\x0a\x01\x01"))),  # a name that is not UTF-8
     _example(_entry(b"x", _int_list(b"\x0a\x02\x81"))),  # varint cut by its chunk
+    # a name length near 2**64 (found by the damage test): refused, never a negative position
+    b"\n\x11\n\x0f\n\x89\xc2\x80\xc2\x80\xf0\x90\x80\x801\x12\x02\x1a\x00",
+    _example(_entry(b"x", b"\x1a" + b"\xff" * 9 + b"\x01")),  # a list length of 2**64 - 1
 ])
 def test_a_payload_that_is_not_an_example_is_named_by_its_index(payload):
     good = encode_example({"x": ("int64", [1])})

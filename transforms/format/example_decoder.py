@@ -30,7 +30,7 @@ from transforms.format.wire_scan import (
     exclusive_cumsum,
     gather_ranges,
     packed_varints,
-    read_varints,
+    read_lengths,
 )
 
 __all__ = ["DecodedBatch", "DecodedColumn", "ExampleDecodeError", "MixedKindError", "decode_examples"]
@@ -186,9 +186,9 @@ class _Scan:
         self.bad = np.zeros(self.num_rows, bool)
         starts, ends = offsets[:-1], offsets[1:]
         tag_ok = (lengths >= 2) & (self.data[starts] == _TAG_LENGTH_DELIMITED_1)
-        size, width, ok = read_varints(self.data, starts + 1, ends)
+        size, width, ok = read_lengths(self.data, starts + 1, ends)
         body_starts = starts + 1 + width
-        ok &= tag_ok & (body_starts + size.astype(np.int64) == ends)
+        ok &= tag_ok & (body_starts + size == ends)
         self.bad |= ~ok
         self._walk_entries(np.flatnonzero(ok), body_starts, ends)
 
@@ -201,23 +201,23 @@ class _Scan:
         while active.size:
             at, end = cursor[active], ends[active]
             ok = bytes_at(data, at) == _TAG_LENGTH_DELIMITED_1
-            size, width, fine = read_varints(data, at + 1, end)
+            size, width, fine = read_lengths(data, at + 1, end)
             entry_start = at + 1 + width
-            entry_end = entry_start + size.astype(np.int64)
+            entry_end = entry_start + size
             ok &= fine & (entry_end <= end) & (bytes_at(data, entry_start) == _TAG_LENGTH_DELIMITED_1)
-            size, width, fine = read_varints(data, entry_start + 1, entry_end)
+            size, width, fine = read_lengths(data, entry_start + 1, entry_end)
             name_start = entry_start + 1 + width
-            name_end = name_start + size.astype(np.int64)
+            name_end = name_start + size
             ok &= fine & (name_end < entry_end) & (bytes_at(data, name_end) == _TAG_FEATURE_VALUE)
-            size, width, fine = read_varints(data, name_end + 1, entry_end)
+            size, width, fine = read_lengths(data, name_end + 1, entry_end)
             feature_start = name_end + 1 + width
-            ok &= fine & (feature_start + size.astype(np.int64) == entry_end)
+            ok &= fine & (feature_start + size == entry_end)
             has_list = feature_start < entry_end
             tag = np.where(has_list, bytes_at(data, feature_start), _NO_KIND)
             ok &= ~has_list | (tag == 0x0A) | (tag == 0x12) | (tag == 0x1A)
-            size, width, fine = read_varints(data, feature_start + 1, entry_end)
+            size, width, fine = read_lengths(data, feature_start + 1, entry_end)
             list_start = np.where(has_list, feature_start + 1 + width, entry_end)
-            list_size = np.where(has_list, size.astype(np.int64), 0)
+            list_size = np.where(has_list, size, 0)
             ok &= ~has_list | (fine & (list_start + list_size == entry_end))
             self.bad[active[~ok]] = True
             name_size = (name_end - name_start)[ok]
@@ -350,9 +350,9 @@ class _Scan:
         has_values = sizes > 0
         ends = starts + sizes
         ok = ~has_values | (bytes_at(data, starts) == _TAG_LENGTH_DELIMITED_1)
-        size, width, fine = read_varints(data, starts + 1, ends)
+        size, width, fine = read_lengths(data, starts + 1, ends)
         packed_start = starts + 1 + width
-        packed_size = np.where(has_values, size.astype(np.int64), 0)
+        packed_size = np.where(has_values, size, 0)
         ok &= ~has_values | (fine & (packed_start + packed_size == ends))
         if kind == "float":
             ok &= packed_size % 4 == 0
@@ -379,9 +379,9 @@ class _Scan:
         active = np.flatnonzero(cursor < ends)
         while active.size:
             at, end = cursor[active], ends[active]
-            size, width, ok = read_varints(data, at + 1, end)
+            size, width, ok = read_lengths(data, at + 1, end)
             value_start = at + 1 + width
-            value_end = value_start + size.astype(np.int64)
+            value_end = value_start + size
             ok &= (bytes_at(data, at) == _TAG_LENGTH_DELIMITED_1) & (value_end <= end)
             if not ok.all():
                 self.bad[records[active[~ok]]] = True

@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 __all__ = ["MAX_VARINT_BYTES", "bytes_at", "exclusive_cumsum", "gather_ranges", "packed_varints",
-           "put_varints", "read_varints", "segment_counts", "varint_bytes", "varint_sizes"]
+           "put_varints", "read_lengths", "read_varints", "segment_counts", "varint_bytes", "varint_sizes"]
 
 #: A varint of a 64-bit value takes at most 10 bytes; protobuf rejects longer ones.
 MAX_VARINT_BYTES = 10
@@ -153,6 +153,17 @@ def read_varints(data: np.ndarray, positions: np.ndarray, limits: np.ndarray
         pending = pending[byte >= 0x80]
     ok[pending] = False  # still continuing after 10 bytes
     return values, sizes, ok
+
+
+def read_lengths(data: np.ndarray, positions: np.ndarray, limits: np.ndarray
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """`read_varints` for length prefixes: (lengths as int64, sizes, ok), where ok also
+    requires the length to fit between the varint's end and the limit, so a malformed
+    length near 2**64 never turns into a negative position."""
+    values, sizes, ok = read_varints(data, positions, limits)
+    room = np.maximum(limits - positions.astype(np.int64, copy=False) - sizes, 0)
+    ok &= values <= room.astype(np.uint64)
+    return np.where(ok, values, 0).astype(np.int64), sizes, ok
 
 
 def gather_ranges(data: np.ndarray | bytes, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:

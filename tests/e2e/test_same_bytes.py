@@ -17,20 +17,23 @@ import pytest
 from pipeline.cli import run
 
 _RUN_KEYS = ("run_id", "created_at", "options", "fingerprint")
+# Small work units and shards: the small inputs still make a dozen units and many shards.
+WORK_UNIT_OPTIONS = ("--work-unit-bytes", "4KB", "--max-shard-bytes", "6KB")
 
 
 def _write_inputs(folder) -> None:
     """Three CSV files, one large enough to be cut into a dozen byte ranges of
-    `--work-unit-bytes 16KB`, with a few bad values, missing cells and quoted newlines."""
+    `--work-unit-bytes 4KB` (`WORK_UNIT_OPTIONS`), with a few bad values, missing cells and
+    quoted newlines."""
     folder.mkdir()
     rng = random.Random(7)
-    for part, rows in enumerate((7500, 1000, 1000)):
+    for part, rows in enumerate((1900, 250, 250)):
         lines = ["id,x,name,note"]
         for i in range(rows):
             x = "" if rng.random() < 0.02 else f"{rng.random():.5f}"
-            if rng.random() < 0.002:
+            if rng.random() < 0.008:
                 x = "oops"
-            note = '"two\nlines"' if i % 1000 == 3 else f"n{rng.randint(0, 40)}"
+            note = '"two\nlines"' if i % 250 == 3 else f"n{rng.randint(0, 40)}"
             lines.append(f"{i},{x},c{rng.randint(0, 9)},{note}")
         (folder / f"part-{part}.csv").write_text("\n".join(lines) + "\n", encoding="utf-8")
     (folder / "spec.yaml").write_text(
@@ -63,8 +66,7 @@ def _convert(tmp_path, name: str, *extra: str) -> dict[str, bytes]:
     output = tmp_path / name / "out"  # one folder name: TFDS metadata names the data set by it
     argv = ["convert", "--input", str(tmp_path / "in" / "*.csv"), "--format", "csv",
             "--spec", str(tmp_path / "in" / "spec.yaml"), "--output", str(output),
-            "--work-unit-bytes", "16KB", "--max-shard-bytes", "25KB",
-            "--max-error-rate", "1", "--quiet", *extra]
+            *WORK_UNIT_OPTIONS, "--max-error-rate", "1", "--quiet", *extra]
     assert run(argv) == 0
     return _files(output)
 

@@ -19,6 +19,7 @@ import random
 import pytest
 
 from pipeline.cli import run
+from tests.helpers import in_memory_args
 from tfrecord_pipeline import read_examples, read_tfrecord_file
 
 SPEC = ("features:\n  - {name: id, type: int64}\n  - {name: x, type: float}\n"
@@ -58,7 +59,7 @@ def _write(path, fmt: str, rows: list[dict], append: bool = False) -> None:
 def _argv(tmp_path, fmt: str, output, *extra: str) -> list[str]:
     return ["convert", "--input", str(tmp_path / "in" / f"*.{fmt}"), "--format", fmt,
             "--spec", str(tmp_path / "spec.yaml"), "--output", str(output),
-            "--max-error-rate", "0.5", "--quiet", *extra]
+            "--max-error-rate", "0.5", "--quiet", *in_memory_args()[:2], *extra]
 
 
 def _records(output, split: str) -> list[bytes]:

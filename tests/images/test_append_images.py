@@ -32,6 +32,22 @@ def _records(tf, out):
     return manifest, records
 
 
+def _parsed_by_tensorflow(tf, out, manifest) -> int:
+    """How many records TensorFlow parses with the output's feature spec, all shards in one
+    batch (one parse, not one per record as `read_output` does, for the generations between
+    the first and the last)."""
+    with open(os.path.join(out, "feature_spec.json")) as handle:
+        spec = json.load(handle)["features"]
+    parse = {name: (tf.io.FixedLenFeature([], tf.as_dtype(entry["dtype"])) if entry["kind"] == "fixed"
+                    else tf.io.VarLenFeature(tf.as_dtype(entry["dtype"])))
+             for name, entry in spec.items()}
+    assert manifest["compression"] == "none"
+    shards = [os.path.join(out, shard["path"]) for shard in manifest["shards"]]
+    records = list(tf.data.TFRecordDataset(shards))
+    parsed = tf.io.parse_example(tf.stack(records), parse)
+    return int(parsed["image/filename"].shape[0])
+
+
 def _plain(value):
     value = value.tolist() if hasattr(value, "tolist") else value
     value = value[0] if isinstance(value, list) and len(value) == 1 else value
@@ -184,8 +200,9 @@ def test_ten_appends_of_a_tree_and_a_growing_manifest_keep_readers_of_the_previo
             assert _convert(fmt, source, out, *args, "--append") == 0
             snapshot, started, reader = readers[fmt]
             assert names([*started, *reader]) == snapshot  # the previous generation still reads
-            manifest, _ = _records(tf, out)
+            manifest = _manifest(out)
             assert manifest["generation"] == generation and manifest["counts"]["written"] == generation + 2
+            assert _parsed_by_tensorflow(tf, out, manifest) == generation + 2
             capsys.readouterr()
             assert run(["verify", str(out)]) == 0
     for fmt, (source, args) in sources.items():

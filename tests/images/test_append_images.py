@@ -203,6 +203,8 @@ def test_ten_appends_of_a_tree_and_a_growing_manifest_keep_readers_of_the_previo
             manifest = _manifest(out)
             assert manifest["generation"] == generation and manifest["counts"]["written"] == generation + 2
             assert _parsed_by_tensorflow(tf, out, manifest) == generation + 2
+            counts = manifest["counts"]
+            assert counts["input"] == counts["written"] + counts["dead_letter"] == generation + 2
             capsys.readouterr()
             assert run(["verify", str(out)]) == 0
     for fmt, (source, args) in sources.items():

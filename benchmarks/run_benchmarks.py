@@ -91,7 +91,7 @@ FULL = {
 # worker processes (each importing TensorFlow again) and one interpreter per case of our CLI
 # (~1.5 s) would otherwise be most of the run.
 TINY = {
-    "rows_tf": 2_000, "rows_wide": 2_000, "images": 20, "repeats": 1, "jobs": 2,
+    "rows_tf": 500, "rows_wide": 500, "images": 8, "repeats": 1, "jobs": 2,
     "shared_worker": True, "beam_running_mode": "in_memory", "beam_workers": 1,
 }
 DEFAULT_OUT = REPO / "benchmarks" / "results" / "latest.json"

@@ -12,7 +12,9 @@ One child may run several baselines in turn (the smoke run does, to import Tenso
   FnApiRunner (cfg "beam_running_mode" and "beam_workers");
 * ceiling: pyarrow CSV read -> our vectorised encoder, framing included -> one file;
 * plain_loop: read each image, parse its header, build the Example with the reference
-  encoder, frame and write it.
+  encoder, frame and write it;
+* ours: no baseline, our CLI run in-process, where the smoke run shares this child with it
+  (`cases.in_shared_child`).
 """
 
 from __future__ import annotations
@@ -190,11 +192,23 @@ def _worker_plain_images(cfg: dict) -> dict[str, float]:
     return _since(start)
 
 
+def _worker_ours(cfg: dict) -> dict[str, float]:
+    from pipeline.cli import run
+
+    start = _clocks()
+    code = run(["convert", *cfg["argv"], "--output", cfg["output"], "--quiet"])
+    if code:
+        raise SystemExit(f"our CLI exited with {code}")
+    # Its tabular work runs on forked processes: this process's CPU time says little.
+    return {"seconds": _since(start)["seconds"]}
+
+
 WORKERS: dict[str, Callable[[dict], dict[str, float]]] = {
     "tf": _worker_tf,
     "beam": _worker_beam,
     "ceiling": _worker_ceiling,
     "plain_loop": _worker_plain_images,
+    "ours": _worker_ours,
 }
 
 

@@ -29,7 +29,8 @@ count differs from the input rows is reported as failed. Results go to `--out` a
 and beside it as Markdown (same name, `.md`). See benchmarks/README.md.
 
 `--tiny` is the smoke run: it proves every path works, it measures nothing. To stay quick it
-runs all baselines in turn in one child (TensorFlow imported once) and Beam's in_memory.
+runs all baselines and our CLI's cases in turn in one child (TensorFlow and Beam imported
+once; only the start-up case runs our CLI as a process of its own) and Beam's in_memory.
 
 `--scale` runs the scale benchmark instead (`benchmarks/scale.py`: large inputs, cores busy,
 Dask workers, memory at 10x rows).
@@ -59,7 +60,7 @@ if str(REPO) not in sys.path:  # run as a plain script from a checkout
 
 # After the path set-up above: the parts are the `benchmarks` package of the checkout.
 from benchmarks.baselines import BEAM_WORKERS, CEILING_BATCH_ROWS, run_workers  # noqa: E402
-from benchmarks.cases import Case, child_groups, image_cases, tabular_cases  # noqa: E402
+from benchmarks.cases import Case, child_groups, image_cases, in_shared_child, tabular_cases  # noqa: E402
 from benchmarks.data import (  # noqa: E402
     NUM_PARTS,
     tutorial_columns,
@@ -86,10 +87,11 @@ FULL = {
     "shared_worker": False, "beam_running_mode": "multi_processing", "beam_workers": BEAM_WORKERS,
 }
 # Tiny proves every path works (CI); at this size start-up dominates, so the cases may overlap,
-# and the baselines share one child: TensorFlow's import (~4 s) and Beam's worker processes
-# (each importing TensorFlow again) would otherwise be most of the run.
+# and the baselines and our CLI's cases share one child: TensorFlow's import (~4 s), Beam's
+# worker processes (each importing TensorFlow again) and one interpreter per case of our CLI
+# (~1.5 s) would otherwise be most of the run.
 TINY = {
-    "rows_tf": 2_000, "rows_wide": 2_000, "images": 20, "repeats": 1, "jobs": 2,
+    "rows_tf": 500, "rows_wide": 500, "images": 8, "repeats": 1, "jobs": 2,
     "shared_worker": True, "beam_running_mode": "in_memory", "beam_workers": 1,
 }
 DEFAULT_OUT = REPO / "benchmarks" / "results" / "latest.json"
@@ -173,6 +175,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.only:
             wanted = [s.strip() for s in args.only.split(",") if s.strip()]
             cases = [c for c in cases if any(s in c.id for s in wanted)]
+        if args.shared_worker:
+            cases = [in_shared_child(c) for c in cases]
         runs: dict[str, list[dict]] = {c.id: [] for c in cases}
         # Round robin over the repeats: slow drift of a shared machine hits every path alike.
         for repeat in range(args.repeats):

@@ -19,7 +19,8 @@ or a cold page cache):
   lists) and written with `tf.io.TFRecordWriter(..., "GZIP")`; timed after `import tensorflow`.
 
 Both outputs are read back with `tf.io.parse_single_sequence_example` and compared as sets of
-sequences. Prints a Markdown table of rows/s and the ratio ours/tf; see benchmarks/README.md.
+sequences, untimed, by the last run's TensorFlow child (this process imports no TensorFlow).
+Prints a Markdown table of rows/s and the ratio ours/tf; see benchmarks/README.md.
 """
 
 from __future__ import annotations
@@ -135,13 +136,31 @@ def _ours(pattern: str, work: str, ours_dir: str) -> float:
     return time.perf_counter() - start
 
 
-def _theirs(pattern: str, tf_file: str) -> float:
-    done = subprocess.run([sys.executable, __file__, "--worker", json.dumps([pattern, tf_file])],
-                          capture_output=True, text=True, check=True, cwd=REPO)
+def _theirs(pattern: str, tf_file: str, compare_with: list[str] | None = None) -> float:
+    """The TF loop in a child; `compare_with`: our shards, which the child then compares with
+    its output (untimed), exiting with an error where they differ."""
+    done = subprocess.run([sys.executable, __file__, "--worker",
+                           json.dumps([pattern, tf_file, compare_with])],
+                          capture_output=True, text=True, cwd=REPO)
+    if done.returncode:
+        raise SystemExit(done.stderr.strip().splitlines()[-1] if done.stderr.strip()
+                         else f"the TF loop exited with {done.returncode}")
     return float(done.stdout.strip().splitlines()[-1])
 
 
-def main() -> None:
+def _worker(pattern: str, tf_file: str, compare_with: list[str] | None) -> None:
+    seconds = tf_loop(pattern, tf_file)
+    if compare_with is not None and _sequences(compare_with) != _sequences([tf_file]):
+        raise SystemExit("the two outputs hold different sequences")
+    print(seconds)
+
+
+def _our_shards(ours_dir: str) -> list[str]:
+    with open(os.path.join(ours_dir, "manifest.json")) as handle:
+        return [os.path.join(ours_dir, s["path"]) for s in json.load(handle)["shards"]]
+
+
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--groups", type=int, default=10_000)
@@ -149,9 +168,9 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--work-dir", default=None)
     parser.add_argument("--worker", help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.worker:
-        print(tf_loop(*json.loads(args.worker)))
+        _worker(*json.loads(args.worker))
         return
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     byte_compile_project()
@@ -159,18 +178,16 @@ def main() -> None:
     pattern = write_events(work, args.rows, args.groups, args.files)
     ours_dir, tf_file = os.path.join(work, "ours"), os.path.join(work, "tf.tfrecord.gz")
     times: dict[str, list[float]] = {"ours": [], "tf": []}
-    for _ in range(max(1, args.repeats)):
+    repeats = max(1, args.repeats)
+    for repeat in range(repeats):
         _settle(pattern)
         times["ours"].append(_ours(pattern, work, ours_dir))
         _settle(pattern)
-        times["tf"].append(_theirs(pattern, tf_file))
+        last = repeat == repeats - 1
+        times["tf"].append(_theirs(pattern, tf_file, _our_shards(ours_dir) if last else None))
     ours, theirs = statistics.median(times["ours"]), statistics.median(times["tf"])
     print(f"runs (s): ours {', '.join(f'{t:.2f}' for t in times['ours'])}; "
           f"TF loop {', '.join(f'{t:.2f}' for t in times['tf'])}", file=sys.stderr)
-    with open(os.path.join(ours_dir, "manifest.json")) as handle:
-        shards = [os.path.join(ours_dir, s["path"]) for s in json.load(handle)["shards"]]
-    if _sequences(shards) != _sequences([tf_file]):
-        raise SystemExit("the two outputs hold different sequences")
     print(f"| rows | sequences | ours (s) | ours rows/s | TF loop (s) | TF rows/s | ours/TF |\n"
           f"|---:|---:|---:|---:|---:|---:|---:|\n"
           f"| {args.rows:,} | {args.groups:,} | {ours:.2f} | {args.rows / ours:,.0f} | "

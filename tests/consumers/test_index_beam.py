@@ -41,44 +41,72 @@ def _manifest(output) -> dict:
     return json.loads((pathlib.Path(output) / "manifest.json").read_text())
 
 
-def _in_tfrecord_package(script: str, *args: str) -> str:
-    """Runs `script` with the `tfrecord` package in a fresh interpreter: importing it
-    registers its own copy of TensorFlow's Example protos in protobuf's default pool, which
-    clashes with TensorFlow's in this process ("duplicate symbol 'tensorflow.BytesList'")."""
-    return subprocess.run([sys.executable, "-c", script, *args], check=True,
-                          capture_output=True, text=True).stdout
-
-
-_CREATE_INDEXES = """
-import sys
-from tfrecord.tools.tfrecord2idx import create_index
-args = sys.argv[1:]
-for shard, index in zip(args[::2], args[1::2]):
-    create_index(shard, index)
-"""
-
-
-def _reference_indexes(shards, tmp_path) -> list[bytes]:
-    """What the `tfrecord` package's tfrecord2idx writes for each of `shards`."""
-    references = [tmp_path / f"reference-{i}.idx" for i in range(len(shards))]
-    _in_tfrecord_package(_CREATE_INDEXES, *[str(arg) for pair in zip(shards, references, strict=True)
-                                            for arg in pair])
-    return [reference.read_bytes() for reference in references]
-
-
-def _reference_index(shard, tmp_path) -> bytes:
-    return _reference_indexes([shard], tmp_path)[0]
-
-
-_READ_SHARDED = """
+_TFRECORD_PACKAGE_SERVER = """
 import base64, json, sys
+sys.modules["torch"] = None  # the package's own fallback without torch: its readers need none
 from tfrecord.reader import tfrecord_iterator
-args = sys.argv[1:]
-print(json.dumps([
-    [[base64.b64encode(bytes(view)).decode() for view in tfrecord_iterator(path, index, shard=(i, 3))]
-     for i in range(3)]
-    for path, index in zip(args[::2], args[1::2])]))
+from tfrecord.tools.tfrecord2idx import create_index
+for line in sys.stdin:
+    request, args = json.loads(line)
+    pairs = list(zip(args[::2], args[1::2]))
+    if request == "index":  # shard, index, shard, index, ...: tfrecord2idx's files
+        for shard, index in pairs:
+            create_index(shard, index)
+        answer = None
+    else:  # "read_sharded" path, index, ...: each file's records as its reader splits them 3 ways
+        answer = [[[base64.b64encode(bytes(view)).decode()
+                    for view in tfrecord_iterator(path, index, shard=(i, 3))] for i in range(3)]
+                  for path, index in pairs]
+    print(json.dumps(answer), flush=True)
 """
+
+
+class TfrecordPackage:
+    """The `tfrecord` package, in one fresh interpreter kept for the module: importing it
+    registers its own copy of TensorFlow's Example protos in protobuf's default pool, which
+    clashes with TensorFlow's in this process ("duplicate symbol 'tensorflow.BytesList'").
+    One interpreter answers every request; it makes torch unimportable, which the package's
+    optional `tfrecord.torch` handles as it does where torch is missing (importing torch
+    costs ~1.2 s of CPU, and neither tfrecord2idx nor the reader uses it)."""
+
+    def __init__(self, errors: pathlib.Path):
+        self._errors = errors
+        with errors.open("w") as stderr:
+            self._process = subprocess.Popen([sys.executable, "-c", _TFRECORD_PACKAGE_SERVER],
+                                             stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                             stderr=stderr, text=True)
+
+    def _ask(self, request: str, *args) -> object:
+        self._process.stdin.write(json.dumps([request, [str(arg) for arg in args]]) + "\n")
+        self._process.stdin.flush()
+        answer = self._process.stdout.readline()
+        assert answer, f"the tfrecord package's interpreter died:\n{self._errors.read_text()}"
+        return json.loads(answer)
+
+    def reference_indexes(self, shards, tmp_path) -> list[bytes]:
+        """What the `tfrecord` package's tfrecord2idx writes for each of `shards`."""
+        references = [tmp_path / f"reference-{i}.idx" for i in range(len(shards))]
+        self._ask("index", *[arg for pair in zip(shards, references, strict=True) for arg in pair])
+        return [reference.read_bytes() for reference in references]
+
+    def reference_index(self, shard, tmp_path) -> bytes:
+        return self.reference_indexes([shard], tmp_path)[0]
+
+    def read_sharded(self, *paths_and_indexes) -> list[list[list[bytes]]]:
+        """For each (path, index) pair, the records its reader gives each of 3 workers."""
+        return [[[base64.b64decode(record) for record in part] for part in parts]
+                for parts in self._ask("read_sharded", *paths_and_indexes)]
+
+    def close(self) -> None:
+        self._process.stdin.close()
+        assert self._process.wait(timeout=60) == 0, self._errors.read_text()
+
+
+@pytest.fixture(scope="module")
+def tfrecord_package(tmp_path_factory):
+    package = TfrecordPackage(tmp_path_factory.mktemp("tfrecord-package") / "stderr")
+    yield package
+    package.close()
 
 
 @pytest.fixture(scope="module")
@@ -106,12 +134,12 @@ def _examples(count: int) -> list[bytes]:
 
 
 def test_convert_index_writes_a_listed_sidecar_per_shard_identical_to_tfrecord2idx(
-        indexed_output, tmp_path, capsys):
+        indexed_output, tmp_path, capsys, tfrecord_package):
     manifest = _manifest(indexed_output)
     assert manifest["options"]["index"] is True
     assert len(manifest["shards"]) > 3
-    references = _reference_indexes([indexed_output / shard["path"] for shard in manifest["shards"]],
-                                    tmp_path)
+    references = tfrecord_package.reference_indexes(
+        [indexed_output / shard["path"] for shard in manifest["shards"]], tmp_path)
     for shard, expected in zip(manifest["shards"], references, strict=True):
         index = shard["index"]
         assert index["path"] == shard["path"] + ".tfindex"
@@ -161,7 +189,8 @@ def test_a_missing_sidecar_fails_verify(indexed_copy, capsys):
 
 
 @pytest.mark.parametrize("num_shards", [None, 2])
-def test_the_sink_indexes_plain_payloads_fixed_shards_and_empty_splits(tmp_path, capsys, num_shards):
+def test_the_sink_indexes_plain_payloads_fixed_shards_and_empty_splits(tmp_path, capsys, num_shards,
+                                                                      tfrecord_package):
     # The Python API: payload lists (framed by the writer), both sharding modes, and an
     # empty shard for a declared split without records, whose index is empty.
     records = _examples(50)
@@ -177,8 +206,8 @@ def test_the_sink_indexes_plain_payloads_fixed_shards_and_empty_splits(tmp_path,
         by_split.setdefault(shard["split"], []).append(shard)
     assert len(by_split["train"]) == (num_shards or 3)
     assert [shard["index"]["bytes"] for shard in by_split["test"]] == [0] * (num_shards or 1)
-    references = _reference_indexes([output / shard["path"] for shard in manifest["shards"]],
-                                    tmp_path)
+    references = tfrecord_package.reference_indexes(
+        [output / shard["path"] for shard in manifest["shards"]], tmp_path)
     assert [(output / shard["index"]["path"]).read_bytes() for shard in manifest["shards"]] \
         == references
     assert run(["verify", str(output)]) == EXIT_OK, capsys.readouterr().out
@@ -200,15 +229,15 @@ def test_index_with_compression_is_refused_up_front_in_one_line(tmp_path, capsys
     assert not output.exists()  # refused before anything was written
 
 
-def test_tfrecord_package_reads_our_indexed_shards_split_three_ways_exactly_once(indexed_output):
+def test_tfrecord_package_reads_our_indexed_shards_split_three_ways_exactly_once(indexed_output,
+                                                                              tfrecord_package):
     # Its reader needs 2+ index lines (np.loadtxt gives a 1-d array for one).
     shards = [shard for shard in _manifest(indexed_output)["shards"] if shard["records"] >= 3]
     assert shards
     args = [str(indexed_output / entry[key]["path"] if key else indexed_output / entry["path"])
             for entry in shards for key in (None, "index")]
-    read = json.loads(_in_tfrecord_package(_READ_SHARDED, *args))
+    read = tfrecord_package.read_sharded(*args)
     for shard, parts in zip(shards, read, strict=True):
-        parts = [[base64.b64decode(record) for record in part] for part in parts]
         assert all(parts), [len(part) for part in parts]  # every worker got some records
         expected = list(read_tfrecord_file(str(indexed_output / shard["path"])))
         assert [record for part in parts for record in part] == expected
@@ -217,7 +246,7 @@ def test_tfrecord_package_reads_our_indexed_shards_split_three_ways_exactly_once
 # --------------------------------------------------------------------------- index command
 
 
-def test_index_command_on_a_file_tensorflow_wrote(tf, tmp_path, capsys):
+def test_index_command_on_a_file_tensorflow_wrote(tf, tmp_path, capsys, tfrecord_package):
     path = tmp_path / "tf-written.tfrecord"
     with tf.io.TFRecordWriter(str(path)) as writer:
         for example in _examples(257):
@@ -226,7 +255,8 @@ def test_index_command_on_a_file_tensorflow_wrote(tf, tmp_path, capsys):
     assert run(["index", str(path)]) == EXIT_OK
     out = capsys.readouterr().out.strip().splitlines()
     assert out == [f"wrote {path}.tfindex (257 records)"]
-    assert (tmp_path / "tf-written.tfrecord.tfindex").read_bytes() == _reference_index(path, tmp_path)
+    assert (tmp_path / "tf-written.tfrecord.tfindex").read_bytes() \
+        == tfrecord_package.reference_index(path, tmp_path)
     # verify now checks the sidecar beside the bare file, and catches a wrong one.
     assert run(["verify", str(path)]) == EXIT_OK
     sidecar = tmp_path / "tf-written.tfrecord.tfindex"
@@ -234,7 +264,7 @@ def test_index_command_on_a_file_tensorflow_wrote(tf, tmp_path, capsys):
     assert run(["verify", str(path)]) == EXIT_CORRUPT
 
 
-def test_index_command_adds_listed_sidecars_to_a_committed_output(tmp_path, capsys):
+def test_index_command_adds_listed_sidecars_to_a_committed_output(tmp_path, capsys, tfrecord_package):
     output = tmp_path / "out"
     assert run(_convert(output)) == EXIT_OK
     assert all("index" not in shard for shard in _manifest(output)["shards"])
@@ -242,9 +272,10 @@ def test_index_command_adds_listed_sidecars_to_a_committed_output(tmp_path, caps
     assert run(["index", str(output)]) == EXIT_OK
     manifest = _manifest(output)
     assert len(capsys.readouterr().out.strip().splitlines()) == len(manifest["shards"])
-    for shard in manifest["shards"]:
-        assert (output / shard["index"]["path"]).read_bytes() == _reference_index(
-            output / shard["path"], tmp_path)
+    references = tfrecord_package.reference_indexes(
+        [output / shard["path"] for shard in manifest["shards"]], tmp_path)
+    assert [(output / shard["index"]["path"]).read_bytes() for shard in manifest["shards"]] \
+        == references
     assert run(["verify", str(output)]) == EXIT_OK
     # The same conversion again: the output is still this run's, nothing to redo or refuse.
     assert run(_convert(output)) == EXIT_OK
@@ -349,7 +380,7 @@ def test_our_verify_accepts_what_beams_sink_writes(tmp_path, capsys, suffix, com
     assert sorted(read_back) == sorted(examples)
 
 
-def test_index_command_on_beams_uncompressed_folder_then_verify(tmp_path, capsys):
+def test_index_command_on_beams_uncompressed_folder_then_verify(tmp_path, capsys, tfrecord_package):
     folder = tmp_path / "beam"
     with beam.Pipeline(runner=FnApiRunner()) as p:
         _ = p | beam.Create(_examples(30)) | WriteToTFRecord(str(folder / "part"), num_shards=1)
@@ -358,7 +389,8 @@ def test_index_command_on_beams_uncompressed_folder_then_verify(tmp_path, capsys
     assert run(["index", str(folder)]) == EXIT_OK
     shard = folder / "part-00000-of-00001"
     assert capsys.readouterr().out.strip() == f"wrote {shard}.tfindex (30 records)"
-    assert (folder / "part-00000-of-00001.tfindex").read_bytes() == _reference_index(shard, tmp_path)
+    assert (folder / "part-00000-of-00001.tfindex").read_bytes() == tfrecord_package.reference_index(
+        shard, tmp_path)
     # The folder now holds an index too; verify checks it and does not take it for a shard.
     assert run(["verify", str(folder)]) == EXIT_OK
     assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["files_checked"] == 1

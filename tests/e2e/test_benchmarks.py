@@ -3,13 +3,13 @@ only proves that every path works and writes what it claims)."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import glob
 import importlib.util
+import io
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -17,7 +17,6 @@ import pytest
 from benchmarks.cases import Case
 
 REPO = Path(__file__).resolve().parents[2]
-SCRIPT = REPO / "benchmarks" / "run_benchmarks.py"
 TABULAR_IDS = {
     f"{dataset}/{path}/{compression}"
     for dataset in ("tf_tutorial", "wide")
@@ -52,15 +51,17 @@ def _tf_examples(output_dir: str) -> list[tuple]:
 
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory):
+    """The script's main in this process (its children run the cases; the baselines' child
+    runs the script as a plain script, `--worker`)."""
+    from benchmarks.run_benchmarks import main
+
     tmp = tmp_path_factory.mktemp("bench")
     out = tmp / "results.json"
-    completed = subprocess.run(
-        [sys.executable, str(SCRIPT), "--tiny", "--out", str(out), "--work-dir", str(tmp / "work"),
-         "--keep-work"],
-        capture_output=True, text=True, cwd=REPO, timeout=900,
-    )
-    assert completed.returncode == 0, completed.stdout[-5000:] + completed.stderr[-5000:]
-    return json.loads(out.read_text()), out, completed.stdout
+    stdout = io.StringIO()
+    with contextlib.redirect_stdout(stdout):
+        code = main(["--tiny", "--out", str(out), "--work-dir", str(tmp / "work"), "--keep-work"])
+    assert code == 0, stdout.getvalue()[-5000:]
+    return json.loads(out.read_text()), out, stdout.getvalue()
 
 
 @pytest.mark.slow
@@ -142,9 +143,10 @@ def test_our_packages_are_byte_compiled_before_timing(tmp_path):
 
 
 def test_full_runs_give_every_case_its_own_child_and_beam_its_worker_processes():
-    """The smoke run shares one child among the baselines; a measurement must not."""
+    """The smoke run shares one child among the baselines and our CLI's cases but start-up's;
+    a measurement must not."""
     from benchmarks.baselines import BEAM_WORKERS
-    from benchmarks.cases import child_groups
+    from benchmarks.cases import STARTUP_CASE, child_groups, in_shared_child
     from benchmarks.run_benchmarks import parse_args
 
     full, tiny = parse_args([]), parse_args(["--tiny"])
@@ -157,3 +159,10 @@ def test_full_runs_give_every_case_its_own_child_and_beam_its_worker_processes()
                 for path in ("tf", "beam"))
     assert child_groups([ours, tf, beam], shared_worker=False) == [[ours], [tf], [beam]]
     assert child_groups([ours, tf, beam], shared_worker=True) == [[tf, beam], [ours]]
+    # The smoke run's cases: our CLI in-process in the shared child, before the baselines
+    # (it forks); start-up's stays a process of its own.
+    startup = dataclasses.replace(ours, id=STARTUP_CASE, ours=("--input", "x"))
+    shared = [in_shared_child(case) for case in (tf, ours, startup, beam)]
+    assert shared[0] is tf and shared[2] is startup and shared[3] is beam
+    assert shared[1].worker == {"kind": "ours", "argv": []} and shared[1].timing == "region"
+    assert child_groups(shared, shared_worker=True) == [[shared[1], tf, beam], [startup]]

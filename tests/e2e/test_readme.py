@@ -7,14 +7,17 @@ environment), so the README's relative paths hold and nothing is written into th
 
 * the quick-start command minus its venv and `pip install` set-up (that is this environment),
   i.e. the `convert` of the sample data and the `verify` of its output;
-* every ```python block, each in a fresh interpreter, in README order, after the quick start
-  (the TensorFlow example reads the quick start's `out/sample`).
+* every ```python block, after the quick start (the TensorFlow example reads the quick start's
+  `out/sample`), in README order in one fresh interpreter, each block in a namespace of its
+  own, as if pasted alone (so a name a block forgot to import fails it): one interpreter,
+  because each block's imports (TensorFlow, TFDS, Beam) cost seconds of CPU.
 
 The test command itself is what `.ci/run` runs; the README must show it verbatim.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -109,9 +112,35 @@ def test_readme_has_python_examples():
     assert len(PYTHON_BLOCKS) >= 2  # reading in TensorFlow, and the Python API
 
 
+# Runs each block of argv[1] (a JSON list) in a namespace of its own; its last line of output
+# is, per block, its printed output and its traceback (None where it ran).
+_RUN_BLOCKS = """
+import contextlib, io, json, sys, traceback
+results = []
+for index, block in enumerate(json.loads(sys.argv[1])):
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+        try:
+            exec(compile(block, f"<README python block {index + 1}>", "exec"), {"__name__": "__main__"})
+            error = None
+        except BaseException:
+            error = traceback.format_exc()
+    results.append([out.getvalue(), error])
+print(json.dumps(results))
+"""
+
+
+@pytest.fixture(scope="module")
+def python_examples(repo_like_folder) -> list[list]:
+    """Each README python block's [output, traceback or None], run as described above."""
+    result = _run([sys.executable, "-c", _RUN_BLOCKS, json.dumps(PYTHON_BLOCKS)], repo_like_folder)
+    assert result.returncode == 0, f"--- stdout\n{result.stdout}\n--- stderr\n{result.stderr}"
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
 @pytest.mark.parametrize("index", range(len(PYTHON_BLOCKS)))
-def test_python_example_runs_as_written(repo_like_folder, index):
-    result = _run([sys.executable, "-c", PYTHON_BLOCKS[index]], repo_like_folder)
-    assert result.returncode == 0, (
+def test_python_example_runs_as_written(python_examples, index):
+    output, error = python_examples[index]
+    assert error is None, (
         f"README python block {index + 1} failed:\n{PYTHON_BLOCKS[index]}\n"
-        f"--- stdout\n{result.stdout}\n--- stderr\n{result.stderr}")
+        f"--- output\n{output}\n--- traceback\n{error}")

@@ -94,7 +94,7 @@ def _outcome(plan):
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_byte_ranges_give_the_records_of_the_whole_manifest(tmp_path, fmt, build, seed):
     base = tmp_path / "data"
-    text = build(base, 300, seed)
+    text = build(base, 150, seed)
     write(base / f"m.{fmt}", text)
     write(base / f"m.{fmt}.gz", gzip.compress(text))  # compressed: read on the launcher
     arguments = dict(image_column="image", label_column="label", split_column="split", spec=SPEC,

@@ -8,6 +8,7 @@ alone prints them (one line, no traceback) and chooses the exit code.
 from __future__ import annotations
 
 import argparse
+import functools
 import gc
 import logging
 import os
@@ -75,8 +76,10 @@ def convert_parser() -> argparse.ArgumentParser:
     return parser
 
 
+@functools.cache  # argparse looks up its messages' translations per parser: ms per command
 def build_parser() -> argparse.ArgumentParser:
-    """The top-level parser (subcommands); `convert` arguments are parsed by Beam options."""
+    """The top-level parser (subcommands), built once: not to be changed; `convert` arguments
+    are parsed by Beam options."""
     parser = RaisingParser(prog="tfrecord-pipeline", description="Convert images and tabular data to "
                                                                  "TFRecord files of tf.train.Example.")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -106,10 +109,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def exit_code_for(error: BaseException) -> int:
     """The exit code of a command that raised `error`."""
-    for kind, code in EXIT_CODES:
-        if isinstance(error, kind):
-            return code
-    return EXIT_FAILED
+    return next((code for kind, code in EXIT_CODES if isinstance(error, kind)), EXIT_FAILED)
 
 
 def run(argv: Sequence[str] | None = None) -> int:

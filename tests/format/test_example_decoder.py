@@ -84,7 +84,7 @@ def assert_matches_reference(payloads):
     return batch
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(batches())
 def test_random_examples_decode_as_the_reference(records):
     assert_matches_reference([encode_example(record) for record in records])
@@ -206,7 +206,7 @@ def test_varint_readers_refuse_what_protobuf_refuses():
     assert values[:2].tolist() == [150, 5] and counts[0] == 2 and ok.tolist() == [True, False]
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(batches(), st.data())
 def test_damaged_payloads_fail_or_decode_as_the_reference(records, data):
     """Flipped, cut or inserted bytes: the batch decoder raises for exactly the payloads the

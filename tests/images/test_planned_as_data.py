@@ -94,7 +94,7 @@ def _outcome(plan):
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_byte_ranges_give_the_records_of_the_whole_manifest(tmp_path, fmt, build, seed):
     base = tmp_path / "data"
-    text = build(base, 300, seed)
+    text = build(base, 150, seed)
     write(base / f"m.{fmt}", text)
     write(base / f"m.{fmt}.gz", gzip.compress(text))  # compressed: read on the launcher
     arguments = dict(image_column="image", label_column="label", split_column="split", spec=SPEC,
@@ -124,18 +124,25 @@ def test_byte_ranges_give_the_records_of_the_whole_manifest(tmp_path, fmt, build
 
 def test_the_plan_does_not_grow_with_the_rows(tmp_path):
     base = tmp_path / "data"
-    images = _images(base)
+    # Image names of 200 characters: the manifests cross the size of the most ranges
+    # (`_MANIFEST_RANGES` of `_MIN_RANGE_BYTES`, 2 MiB) with few rows, which the launcher reads
+    # one by one to count them.
+    images = [name.replace("images/", "images/" + "n" * 200) for name in _images(base)]
+    for name in images:
+        os.rename(base / name.replace("n" * 200, ""), base / name)
     sizes = {}
-    for rows in (150_000, 300_000):
+    for rows in (12_000, 24_000):
         lines = "".join(f"{images[i % 4]},{'cat' if i % 3 else 'dog'}\n" for i in range(rows))
         write(base / f"m{rows}.csv", ("image,label\n" + lines).encode())
+        most_ranges = plan_module._MANIFEST_RANGES * plan_module._MIN_RANGE_BYTES
+        assert os.path.getsize(base / f"m{rows}.csv") > most_ranges
         plan = plan_image_manifest(str(base / f"m{rows}.csv"), "image", label_column="label")
         assert plan.input_count == rows and plan.labels == ("cat", "dog")
         assert all("items" not in (unit.extra or {}) for unit in plan.work_units)
         sizes[rows] = (len(plan.work_units), len(pickle.dumps((plan.work_units, plan.source))))
     # As many units either way, each a few dozen bytes: nothing in the plan is per row.
-    assert sizes[150_000][0] == sizes[300_000][0] == plan_module._MANIFEST_RANGES
-    assert sizes[300_000][1] < 32 * 1024
+    assert sizes[12_000][0] == sizes[24_000][0] == plan_module._MANIFEST_RANGES
+    assert sizes[24_000][1] < 32 * 1024
 
 
 def test_dry_run_counts_the_rows_of_a_manifest_planned_as_data(tmp_path, capsys):

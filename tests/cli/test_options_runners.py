@@ -340,24 +340,6 @@ def test_dask_work_units_are_cut_into_partitions_sized_to_the_cluster(units, thr
 
 
 @pytest.mark.slow
-def test_a_dask_run_spreads_its_work_units_over_the_local_cluster_and_shuffles_by_tasks():
-    """Beam's DaskRunner would put all 8 work units in one bag partition (128 per partition),
-    and its bag groupby's default needs dask.dataframe only to reach "tasks" (0.45 s). What
-    the user says wins: the next test."""
-    import dask
-    from apache_beam.runners.dask.dask_runner import DaskOptions
-
-    from pipeline.runners import dask_partitions
-
-    argv = ["--runner", "dask"]
-    options = PipelineOptions(argv)
-    with runner_for(options, argv, work_units=8):  # starts the LocalCluster, one per CPU
-        assert options.view_as(DaskOptions).npartitions == dask_partitions(8, os.cpu_count() or 1) > 1
-        assert dask.config.get("dataframe.shuffle.method") == "tasks"
-    assert dask.config.get("dataframe.shuffle.method", None) is None
-
-
-@pytest.mark.slow
 def test_a_large_file_is_cut_alike_on_a_dask_cluster_and_locally(tmp_path, monkeypatch, capsys):
     """The workers of the cluster at --dask_client_address cut a large file into the work
     units the local runner's launcher cuts, whatever the cluster's threads or the local
@@ -387,7 +369,8 @@ def test_a_large_file_is_cut_alike_on_a_dask_cluster_and_locally(tmp_path, monke
 def test_a_dask_run_keeps_the_partitions_and_shuffle_it_is_told():
     """Given partitions and a configured shuffle method are kept as they are. On a cluster at
     an address, never contacted: with the partitions given there is nothing to ask it (the
-    choice does not depend on whose cluster it is; the LocalCluster a run starts is above)."""
+    choice does not depend on whose cluster it is). The partitions and shuffle a run on its
+    own LocalCluster gets: tests/e2e/test_runners_e2e.py, test_dask_local_cluster_..."""
     import dask
     from apache_beam.runners.dask.dask_runner import DaskOptions
 

@@ -50,9 +50,10 @@ def test_log_level_debug_shows_the_traceback(tmp_path):
 @pytest.mark.slow
 def test_on_beam_worker_processes_the_outcome_is_the_commits_own_message(tmp_path):
     """The worker's exception reaches the launcher as text holding its whole traceback: the
-    outcome and its message come from the run's failed_run.json, not from that text."""
+    outcome and its message come from the run's failed_run.json, not from that text. One
+    worker process is enough to put a process between the failure and the launcher."""
     done = _convert(tmp_path, "x\ny\n", "--direct_running_mode=multi_processing",
-                    "--direct_num_workers=2")
+                    "--direct_num_workers=1")
     assert done.returncode == 5, done.stderr
     last = done.stderr.splitlines()[-1]
     assert last.startswith(NOTHING) and last.endswith(str(tmp_path / "out" / "dead_letter"))

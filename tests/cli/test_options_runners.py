@@ -232,15 +232,14 @@ def test_progress_shows_nothing_before_the_first_heartbeat(tmp_path):
     assert stream.getvalue() == ""
 
 
-def _convert_sample(output, terminal: bool) -> str:
-    """What `tfrecord-pipeline convert` of the sample CSV prints, on a pseudo-terminal or a pipe."""
-    argv = [sys.executable, "-m", "pipeline", "convert", "--input",
-            "pipeline/sample_data/tabular/*.csv", "--format", "csv", "--output", str(output)]
+SAMPLE_CONVERT = ["convert", "--input", str(REPO / "pipeline/sample_data/tabular/*.csv"), "--format",
+                  "csv", "--output"]
+
+
+def _convert_sample_on_a_terminal(output) -> str:
+    """What `tfrecord-pipeline convert` of the sample CSV prints on a pseudo-terminal."""
+    argv = [sys.executable, "-m", "pipeline", *SAMPLE_CONVERT, str(output)]
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    if not terminal:
-        done = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
-        assert done.returncode == 0, done.stderr
-        return done.stdout + done.stderr
     leader, follower = pty.openpty()
     process = subprocess.Popen(argv, cwd=REPO, env=env, stdin=follower, stdout=follower,
                                stderr=follower)
@@ -259,12 +258,15 @@ def _convert_sample(output, terminal: bool) -> str:
     return b"".join(chunks).decode()
 
 
-def test_a_terminal_sees_each_phase_and_a_log_gets_no_phase_lines(tmp_path):
-    shown = _convert_sample(tmp_path / "tty", terminal=True)
+def test_a_terminal_sees_each_phase_and_a_log_gets_no_phase_lines(tmp_path, capsys):
+    shown = _convert_sample_on_a_terminal(tmp_path / "tty")  # a real terminal: a process of its own
     assert "planning: listing the inputs, sampling them to infer the spec\r\n" in shown
     assert re.search(r"converting \S+kB of input in 1 work unit\(s\)\r\n", shown), shown
     assert shown.index("planning:") < shown.index("converting") < shown.index("Committed")
-    logged = _convert_sample(tmp_path / "pipe", terminal=False)
+    # A log (the output captured here is no terminal, as a pipe), from the same defaults.
+    assert cli.run([*SAMPLE_CONVERT, str(tmp_path / "pipe")]) == 0
+    captured = capsys.readouterr()
+    logged = captured.out + captured.err
     assert "planning:" not in logged and "converting" not in logged and "\r" not in logged
     assert "Committed" in logged
 
@@ -338,23 +340,6 @@ def test_dask_work_units_are_cut_into_partitions_sized_to_the_cluster(units, thr
 
 
 @pytest.mark.slow
-def test_a_dask_run_spreads_its_work_units_over_the_local_cluster():
-    from apache_beam.runners.dask.dask_runner import DaskOptions
-
-    from pipeline.runners import dask_partitions
-
-    argv = ["--runner", "dask"]
-    options = PipelineOptions(argv)
-    with runner_for(options, argv, work_units=8):
-        # Beam's DaskRunner would put all 8 in one bag partition (128 per partition).
-        assert options.view_as(DaskOptions).npartitions == dask_partitions(8, os.cpu_count() or 1) > 1
-    given = [*argv, "--dask_npartitions", "3"]
-    options = PipelineOptions(given)
-    with runner_for(options, given, work_units=8):
-        assert options.view_as(DaskOptions).npartitions == 3
-
-
-@pytest.mark.slow
 def test_a_large_file_is_cut_alike_on_a_dask_cluster_and_locally(tmp_path, monkeypatch, capsys):
     """The workers of the cluster at --dask_client_address cut a large file into the work
     units the local runner's launcher cuts, whatever the cluster's threads or the local
@@ -381,15 +366,20 @@ def test_a_large_file_is_cut_alike_on_a_dask_cluster_and_locally(tmp_path, monke
         on_cluster["work_unit_splitting"]["files"][str(path)]
 
 
-@pytest.mark.slow
-def test_a_dask_run_shuffles_by_tasks_unless_dask_is_told_otherwise():
-    """The bag groupby's default needs dask.dataframe only to reach "tasks" (0.45 s)."""
+def test_a_dask_run_keeps_the_partitions_and_shuffle_it_is_told():
+    """Given partitions and a configured shuffle method are kept as they are. On a cluster at
+    an address, never contacted: with the partitions given there is nothing to ask it (the
+    choice does not depend on whose cluster it is). The partitions and shuffle a run on its
+    own LocalCluster gets: tests/e2e/test_runners_e2e.py, test_dask_local_cluster_..."""
     import dask
+    from apache_beam.runners.dask.dask_runner import DaskOptions
 
-    argv = ["--runner", "dask"]
-    with runner_for(PipelineOptions(argv), argv, work_units=2):
+    argv = ["--runner", "dask", "--dask_client_address", "tcp://scheduler:8786",
+            "--dask_npartitions", "3"]
+    options = PipelineOptions(argv)
+    with runner_for(options, argv, work_units=8):
+        assert options.view_as(DaskOptions).npartitions == 3
         assert dask.config.get("dataframe.shuffle.method") == "tasks"
-    assert dask.config.get("dataframe.shuffle.method", None) is None
     with dask.config.set({"dataframe.shuffle.method": "disk"}):
         with runner_for(PipelineOptions(argv), argv, work_units=2):
             assert dask.config.get("dataframe.shuffle.method") == "disk"

@@ -124,21 +124,19 @@ def test_a_dask_cluster_cuts_a_split_file_in_its_workers_before_the_run(tmp_path
     assert max(stop for _, stop in scans) <= min(start for start, _ in job)
 
 
-def test_relative_paths_are_the_launchers_on_a_dask_cluster(tmp_path, monkeypatch):
+def test_relative_paths_are_the_launchers_on_a_dask_cluster(tmp_path, monkeypatch, dask_address):
     """Workers run in their own folder: a relative --input and --output are resolved on the
     launcher (they wrote beside the workers, and the run ended without committing)."""
-    from dask.distributed import LocalCluster
+    from dask.distributed import Client
 
-    workers, launcher = tmp_path / "workers", tmp_path / "launcher"
-    workers.mkdir()
+    with Client(dask_address, set_as_default=False) as client:
+        workers = set(client.run(os.getcwd).values())  # the session's cluster: a folder of its own
+    launcher = tmp_path / "launcher"
     launcher.mkdir()
+    assert str(launcher) not in workers and all(os.listdir(folder) == [] for folder in workers)
     (launcher / "data.csv").write_text("id,name\n" + "".join(f"{i},n{i}\n" for i in range(50)))
-    monkeypatch.chdir(workers)  # the worker processes start here
-    with LocalCluster(n_workers=1, threads_per_worker=1, processes=True, host="127.0.0.1",
-                      dashboard_address=None) as cluster:
-        monkeypatch.chdir(launcher)
-        assert run(["convert", "--input", "data.csv", "--format", "csv", "--output", "out",
-                    "--quiet", "--runner", "dask", "--dask_client_address",
-                    cluster.scheduler_address]) == 0
+    monkeypatch.chdir(launcher)
+    assert run(["convert", "--input", "data.csv", "--format", "csv", "--output", "out",
+                "--quiet", "--runner", "dask", "--dask_client_address", dask_address]) == 0
     assert read_manifest(str(launcher / "out")).counts.written == 50
-    assert os.listdir(workers) == []
+    assert all(os.listdir(folder) == [] for folder in workers)

@@ -155,22 +155,21 @@ def test_tensorflow_reads_every_sequence_back(tf, tmp_path, fmt):
 
 
 @pytest.mark.parametrize("bucket_bytes", [None, 2000])
-def test_dask_output_is_record_identical(tmp_path, bucket_bytes, request):
+def test_dask_output_is_record_identical(tmp_path, bucket_bytes, dask_address):
     """Also with many small buckets, each assembled in several passes (bucket_bytes), read
-    from files cut into byte ranges (by the launcher, locally and for the LocalCluster a Dask
-    run starts). Without small buckets, on a cluster at an address (the session's)."""
+    from files cut into byte ranges (by the launcher locally, by the cluster's workers on
+    Dask). On the session's cluster: the LocalCluster a run starts for itself is tested in
+    tests/e2e/test_runners_e2e.py and tests/e2e/test_split_units_dask.py."""
     _write(tmp_path / "in", "csv")
-    cut, cluster = [], []  # with small buckets, the run's own LocalCluster
+    cut = []
     if bucket_bytes:
         spec = tmp_path / "in" / "spec.yaml"
         spec.write_text(spec.read_text() + f"  bucket_bytes: {bucket_bytes}\n")
         cut = ["--work-unit-bytes", "100B"]
-    else:
-        cluster = ["--dask_client_address", request.getfixturevalue("dask_address")]
     assert _convert(tmp_path / "in", tmp_path / "local", "csv", "--num-shards", "2", *cut,
                     *in_memory_args()) == 0
     assert _convert(tmp_path / "in", tmp_path / "dask", "csv", "--num-shards", "2", *cut,
-                    "--runner", "dask", *cluster, "--quiet") == 0
+                    "--runner", "dask", "--dask_client_address", dask_address, "--quiet") == 0
     local, dask = read_manifest(str(tmp_path / "local")), read_manifest(str(tmp_path / "dask"))
     assert _payloads(tmp_path / "local") == _payloads(tmp_path / "dask")
     assert [(s.path, s.sha256) for s in local.shards] == [(s.path, s.sha256) for s in dask.shards]

@@ -1,6 +1,8 @@
 """A run that fails on its input prints one line and exits with its code, as a command, on
 every runner: not the runner's log of the exception (with its traceback) that ended the job.
-Run as the user runs it (a child process), where Beam's and Dask's loggers print."""
+Run as the user runs it (a process of its own), where Beam's and Dask's loggers print: once as
+a fresh interpreter (`python -m pipeline`), else forked from a server that imported the entry
+point once (`tests.e2e.forked_console`)."""
 
 from __future__ import annotations
 
@@ -11,30 +13,35 @@ import sys
 import pytest
 
 from pipeline.convert import _outcome_of
+from tests.e2e.forked_console import console
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 
 
-def _convert(tmp_path: pathlib.Path, rows: str, *extra: str) -> subprocess.CompletedProcess:
+def _convert(tmp_path: pathlib.Path, rows: str, *extra: str, fresh: bool = False):
+    """The command's finished process (`fresh`: a new interpreter, else a fork-server child)."""
     data = tmp_path / "ids.csv"
     data.write_text("id\n" + rows)
     spec = tmp_path / "spec.yaml"
     spec.write_text("features:\n- {name: id, type: int64}\n")
-    return subprocess.run(
-        [sys.executable, "-m", "pipeline", "convert", "--input", str(data), "--format", "csv",
-         "--spec", str(spec), "--output", str(tmp_path / "out"), "--quiet", *extra],
-        cwd=REPO, capture_output=True, text=True, timeout=300)
+    argv = ["convert", "--input", str(data), "--format", "csv", "--spec", str(spec),
+            "--output", str(tmp_path / "out"), "--quiet", *extra]
+    if not fresh:
+        return console(argv, tmp_path / "console")
+    return subprocess.run([sys.executable, "-m", "pipeline", *argv],
+                          cwd=REPO, capture_output=True, text=True, timeout=300)
 
 
 NOTHING = "tfrecord-pipeline convert: none of the 2 input records was converted"
 
 
-@pytest.mark.parametrize("rows, extra, code, line", [
-    ("x\ny\n", (), 5, NOTHING),
-    ("1\n2\nx\n", ("--max-error-rate", "0.1"), 3, "tfrecord-pipeline convert: 1 of 3 input records"),
+@pytest.mark.parametrize("rows, extra, code, line, fresh", [
+    ("x\ny\n", (), 5, NOTHING, True),  # the one fresh interpreter: its imports print nothing
+    ("1\n2\nx\n", ("--max-error-rate", "0.1"), 3, "tfrecord-pipeline convert: 1 of 3 input records",
+     False),
 ])
-def test_a_failed_run_prints_one_line(tmp_path, rows, extra, code, line):
-    done = _convert(tmp_path, rows, *extra)
+def test_a_failed_run_prints_one_line(tmp_path, rows, extra, code, line, fresh):
+    done = _convert(tmp_path, rows, *extra, fresh=fresh)
     assert done.returncode == code, done.stderr
     assert done.stderr.count("\n") == 1 and done.stderr.startswith(line), done.stderr
     assert done.stdout == ""

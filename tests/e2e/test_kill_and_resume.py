@@ -27,6 +27,10 @@ import pytest
 from pipeline.cli import run
 from pipeline.output_lock import OutputBusyError, output_lock
 from tests.e2e.test_same_bytes import WORK_UNIT_OPTIONS, _files, _write_inputs
+from transforms.manifest import read_manifest
+
+#: The input rows `_write_inputs` writes.
+ROWS = 1900 + 250 + 250
 
 pytestmark = pytest.mark.slow
 
@@ -171,6 +175,25 @@ def test_a_dask_run_killed_while_converting_resumes_on_dask(converted, launcher,
         recorded = _kill_at(launcher, argv, output, "convert", count)
         assert recorded > 0
         _resumed(capsys, output, [*argv, "--dask_client_address", dask_address], expected, recorded)
+
+
+def test_a_run_on_beam_worker_processes_killed_resumes_to_a_verified_output(converted, launcher,
+                                                                          tmp_path, capsys):
+    """Killed with Beam's two worker processes (as a large local run has: the kill takes the
+    whole group) after its first unit, before it could commit: the command run again leaves
+    one complete output, which `verify` passes. (Was test_runners_e2e's killed-run test, its
+    own interpreter and 20,000 rows for a kill at the first closed temporary shard.)"""
+    root, expected, _ = converted
+    output = tmp_path / "out"
+    argv = _argv(root, output)
+    recorded = _kill_at(launcher, [*argv, "--direct_num_workers=2"], output, "convert", 1)
+    assert recorded > 0
+    assert not (output / "manifest.json").exists()  # killed before it could commit
+    _resumed(capsys, output, argv, expected, recorded)
+    manifest = read_manifest(str(output))
+    assert manifest.counts.input == ROWS
+    assert sum(shard.records for shard in manifest.shards) == manifest.counts.written
+    assert run(["verify", str(output)]) == 0
 
 
 def test_an_interrupted_run_of_other_options_or_no_resume_is_discarded_saying_why(

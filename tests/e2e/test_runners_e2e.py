@@ -6,16 +6,15 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
-import time
 
 import pytest
 from apache_beam.io.filesystems import FileSystems
 
 from pipeline.cli import run
-from tests.helpers import free_port, in_memory_args
+from tests.e2e.forked_console import console
+from tests.helpers import in_memory_args
 from transforms.manifest import read_manifest
 from transforms.tfrecord_io import read_tfrecord_file
 
@@ -100,15 +99,17 @@ def test_multiprocessing_local_run_matches(reference, tmp_path, sharding):
     assert run(["verify", str(tmp_path)]) == 0
 
 
-def test_dask_local_cluster_output_is_identical(reference, tmp_path, monkeypatch):
-    """Also: the run's own LocalCluster (one worker per CPU) gets the work units cut into bag
-    partitions sized to it (Beam's DaskRunner puts up to 128 in one partition: all on one
-    worker), and its bag groupby shuffles by "tasks", said for the run only (dask's default
-    needs dask.dataframe, 0.45 s, to reach it); the runner as the run gets it, looked at."""
+def test_dask_output_is_identical(reference, tmp_path, monkeypatch, dask_address):
+    """On a Dask cluster (the session's; the LocalCluster a run starts for itself, with its
+    partitions and shuffle, in tests/e2e/test_split_units_dask.py), the work units cut into bag
+    partitions sized to the cluster's threads (Beam's DaskRunner puts up to 128 in one
+    partition: all on one worker), and shards byte-identical to the local run's; the runner
+    as the run gets it, looked at."""
     import contextlib
 
     import dask
     from apache_beam.runners.dask.dask_runner import DaskOptions
+    from dask.distributed import Client
 
     from pipeline import convert as convert_module
     from pipeline.runners import dask_partitions
@@ -124,11 +125,13 @@ def test_dask_local_cluster_output_is_identical(reference, tmp_path, monkeypatch
             yield runner
 
     monkeypatch.setattr(convert_module, "runner_for", looked_at)
+    with Client(dask_address, set_as_default=False) as client:
+        threads = sum(client.nthreads().values())
     root, _, expected = reference
     assert run(_convert_args(root / "in", tmp_path, "--num-shards", "2", "--runner", "dask",
-                             "--quiet")) == 0
+                             "--dask_client_address", dask_address, "--quiet")) == 0
     [(work_units, partitions, shuffle)] = seen
-    assert partitions == dask_partitions(work_units, os.cpu_count() or 1) > 1
+    assert partitions == dask_partitions(work_units, threads) > 1
     assert shuffle == "tasks" and dask.config.get("dataframe.shuffle.method", None) is None
     assert _records_by_split(str(tmp_path)) == expected
     ours, theirs = read_manifest(str(tmp_path)), read_manifest(str(root / "out"))
@@ -166,29 +169,20 @@ def test_dask_manifest_planned_as_data_matches_the_local_runner(tmp_path, dask_a
 
 
 def test_portable_runner_with_local_job_service_and_loopback(reference, tmp_path):
-    root, _, expected = reference
-    port = free_port()
-    service = subprocess.Popen(
-        [sys.executable, "-m", "apache_beam.runners.portability.local_job_service_main",
-         "--port", str(port)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )
-    try:
-        deadline = time.time() + 60
-        while True:  # wait for the job service to listen
-            import socket
+    """Through Beam's portable API: the graph goes to a job service over gRPC as a proto, and
+    its LOOPBACK workers run in this process. The job service (Beam's own, none of our code
+    runs in it) serves from this process too, rather than a process importing Beam again."""
+    from apache_beam.runners.portability.local_job_service import LocalJobServicer
 
-            with socket.socket() as probe:
-                if probe.connect_ex(("127.0.0.1", port)) == 0:
-                    break
-            assert time.time() < deadline, "job service did not start"
-            time.sleep(0.2)
+    root, _, expected = reference
+    service = LocalJobServicer()
+    port = service.start_grpc_server(0)
+    try:
         assert run(_convert_args(root / "in", tmp_path, "--num-shards", "2",
                                  "--runner", "PortableRunner", f"--job_endpoint=localhost:{port}",
                                  "--environment_type=LOOPBACK", "--quiet")) == 0
     finally:
-        service.terminate()
-        service.wait(timeout=30)
+        service.stop()
     assert _records_by_split(str(tmp_path)) == expected
 
 
@@ -257,17 +251,17 @@ def test_a_gcs_folder_input_needs_no_trailing_slash(tmp_path, gcs_emulator):
 
 def test_every_command_reaches_the_emulator_without_looking_for_credentials(tmp_path, gcs_emulator):
     """Not only convert: verify, inspect, index and report read gs:// too (they spent ~20 s
-    in Beam's credential retries, printing their tracebacks)."""
+    in Beam's credential retries, printing their tracebacks). Each command a process of its
+    own (forked from a server that only imported the entry point), as Beam looks for
+    credentials once per process: this test process did long ago."""
     source = tmp_path / "in.csv"
     source.write_text("id\n1\n2\n")
     output = f"{gcs_emulator}/checked"
     assert run(["convert", "--input", str(source), "--format", "csv", "--output", output,
                 *in_memory_args()]) == 0
-    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    env = {**os.environ, "PYTHONPATH": repo}
-    for command in (["verify", output], ["inspect", output, "--limit", "1"], ["report", output]):
-        done = subprocess.run([sys.executable, "-m", "pipeline", *command], env=env, cwd=repo,
-                              capture_output=True, text=True, timeout=300)
+    for number, command in enumerate((["verify", output], ["inspect", output, "--limit", "1"],
+                                      ["report", output])):
+        done = console(command, tmp_path / f"command{number}")
         assert done.returncode == 0, done.stderr
         assert "Traceback" not in done.stderr and "Retry" not in done.stderr, done.stderr
 
@@ -372,38 +366,3 @@ def test_different_inputs_are_refused_without_overwrite(reference, tmp_path, cap
     changed = _convert_args(root / "in", tmp_path, "--compression", "gzip", *in_memory_args())
     assert run(changed) == 2
     assert "--overwrite" in capsys.readouterr().err
-
-
-def _closed_temp_shards(output) -> int:
-    """Sidecars of closed temporary shards under any `.tmp-*` folder of `output`."""
-    if not output.exists():
-        return 0
-    return sum(
-        name.endswith(".json") and not root.endswith("_progress")
-        for folder in os.listdir(output) if folder.startswith(".tmp-")
-        for root, _, names in os.walk(output / folder) for name in names
-    )
-
-
-def test_killed_run_then_rerun_leaves_one_complete_verified_output(tmp_path):
-    inputs = tmp_path / "in"
-    rows = _write_inputs(inputs, files=4, rows=5000)
-    output = tmp_path / "out"
-    # Two worker processes, as a large local run has; the kill takes the whole group.
-    args = _convert_args(inputs, output, "--max-shard-bytes", "20KB", "--direct_num_workers=2",
-                         "--quiet")
-    victim = subprocess.Popen([sys.executable, "-m", "pipeline", *args], start_new_session=True,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.time() + 120
-    while _closed_temp_shards(output) < 1:
-        assert time.time() < deadline and victim.poll() is None, "run ended before it was killed"
-        time.sleep(0.05)
-    os.killpg(victim.pid, signal.SIGKILL)
-    victim.wait()
-    assert not (output / "manifest.json").exists()  # killed before it could commit
-    assert run(_convert_args(inputs, output, "--max-shard-bytes", "20KB", *in_memory_args())) == 0
-    manifest = read_manifest(str(output))
-    assert manifest.counts.input == rows
-    assert run(["verify", str(output)]) == 0
-    assert not [name for name in os.listdir(output) if name.startswith(".tmp-")]
-    assert sum(shard.records for shard in manifest.shards) == manifest.counts.written

@@ -9,12 +9,11 @@ import json
 import os
 import pathlib
 import socket
-import subprocess
-import sys
 
 import pytest
 
 from pipeline.cli import run
+from tests.e2e.forked_console import console, console_main
 from tests.helpers import in_memory_args
 from transforms.manifest import read_manifest
 from transforms.tabular.plan import plan_tabular
@@ -22,8 +21,6 @@ from transforms.tabular.split_units import split_text_units
 from transforms.tfrecord_io import read_tfrecord_file
 
 pytestmark = pytest.mark.slow
-
-REPO = pathlib.Path(__file__).resolve().parents[2]
 
 SPEC = """\
 features:
@@ -69,10 +66,46 @@ def _tricky_csv(folder: pathlib.Path) -> list[str]:
     return [*base, "--work-unit-bytes", "4KB"]
 
 
+def looked_at_console(argv, env, stdout, stderr, seen_path) -> None:
+    """`forked_console.console_main`, with the runner the run gets looked at: its work units,
+    bag partitions and shuffle method, and the shuffle method once the run is over, written
+    as JSON to `seen_path`."""
+    from pipeline import convert as convert_module
+
+    real_runner_for = convert_module.runner_for
+    seen = {}
+
+    @contextlib.contextmanager
+    def looked_at(options, argv, *args, **kwargs):
+        import dask
+        from apache_beam.runners.dask.dask_runner import DaskOptions
+
+        with real_runner_for(options, argv, *args, **kwargs) as runner:
+            seen.update(work_units=kwargs["work_units"],
+                        partitions=options.view_as(DaskOptions).npartitions,
+                        shuffle=dask.config.get("dataframe.shuffle.method", None))
+            yield runner
+
+    convert_module.runner_for = looked_at
+    try:
+        console_main(argv, env, stdout, stderr)
+    finally:
+        import dask
+
+        seen["shuffle_after"] = dask.config.get("dataframe.shuffle.method", None)
+        pathlib.Path(seen_path).write_text(json.dumps(seen))
+
+
 def test_dask_converts_a_split_file_as_the_local_runner(tmp_path):
-    """Through the command (a process of its own): with --quiet the LocalCluster's start and
-    stop print nothing, its workers included, in a default install too (no Beam gcp extra:
-    Beam warns on import that apitools is missing)."""
+    """Through the command (a process of its own, forked from a server that imported it):
+    with --quiet the LocalCluster's start and stop print nothing, its workers included, in a
+    default install too (no Beam gcp extra: Beam warns on import that apitools is missing);
+    the shards are the local run's bytes. Also: the run's own LocalCluster (one worker per
+    CPU) gets the work units cut into bag partitions sized to it (Beam's DaskRunner puts up
+    to 128 in one partition: all on one worker), and its bag groupby shuffles by "tasks",
+    said for the run only (dask's default needs dask.dataframe, 0.45 s, to reach it)."""
+    from pipeline.runners import dask_partitions
+
     base = _tricky_csv(tmp_path)
     assert run([*base, "--output", str(tmp_path / "local"), *in_memory_args()]) == 0
     without_apitools = tmp_path / "default_install" / "apitools"
@@ -85,13 +118,18 @@ def test_dask_converts_a_split_file_as_the_local_runner(tmp_path):
         # Dask's default HTTP port taken (as by a concurrent run's cluster): still no warning.
         with contextlib.suppress(OSError):  # already taken: the case this stands for
             stack.enter_context(socket.create_server(("127.0.0.1", 8787)))
-        done = subprocess.run([sys.executable, "-m", "pipeline", *base, "--output",
-                               str(tmp_path / "dask"), "--runner", "dask"],
-                              capture_output=True, text=True, cwd=REPO, timeout=300, env=env)
+        done = console([*base, "--output", str(tmp_path / "dask"), "--runner", "dask"],
+                       tmp_path / "console", env=env, target=looked_at_console,
+                       extra=[str(tmp_path / "seen.json")])
     assert (done.returncode, done.stdout, done.stderr) == (0, "", "")
+    seen = json.loads((tmp_path / "seen.json").read_text())
+    assert seen["partitions"] == dask_partitions(seen["work_units"], os.cpu_count() or 1) > 1
+    assert seen["shuffle"] == "tasks" and seen["shuffle_after"] is None
     whole = _outcome(tmp_path / "whole")
     assert _outcome(tmp_path / "local") == whole
     assert _outcome(tmp_path / "dask") == whole
+    ours, theirs = read_manifest(str(tmp_path / "dask")), read_manifest(str(tmp_path / "local"))
+    assert [(s.path, s.sha256) for s in ours.shards] == [(s.path, s.sha256) for s in theirs.shards]
 
 
 def test_a_dask_cluster_cuts_a_split_file_in_its_workers_before_the_run(tmp_path, monkeypatch,

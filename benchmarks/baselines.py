@@ -5,7 +5,8 @@ path's imports and memory are its own. A worker times only its work (not interpr
 start-up or importing TensorFlow/Beam) and writes {"seconds": s} to its cfg["result"], with
 "cpu_seconds" (the process's CPU time over the same region, threads included) where the
 work runs in that process.
-One child may run several baselines in turn (the smoke run does, to import TensorFlow once).
+One child may run several baselines in turn; the smoke run runs them all in its own process
+(`measure.measure_here`), where TensorFlow is often imported already.
 
 * tf: TensorFlow's tutorial writer, csv module -> tf.train.Example per row -> TFRecordWriter;
 * beam: ReadFromText -> parse line -> tf.train.Example per row -> WriteToTFRecord on the
@@ -13,8 +14,8 @@ One child may run several baselines in turn (the smoke run does, to import Tenso
 * ceiling: pyarrow CSV read -> our vectorised encoder, framing included -> one file;
 * plain_loop: read each image, parse its header, build the Example with the reference
   encoder, frame and write it;
-* ours: no baseline, our CLI run in-process, where the smoke run shares this child with it
-  (`cases.in_shared_child`).
+* ours: no baseline, our CLI run in-process, where the smoke run shares the baselines' process
+  with it (`cases.in_shared_child`).
 """
 
 from __future__ import annotations

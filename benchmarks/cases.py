@@ -104,17 +104,19 @@ def image_cases(data: ImageData) -> list[Case]:
 
 def in_shared_child(case: Case) -> Case:
     """For the smoke run: `case` of our CLI as a worker running the CLI in-process, so that
-    it shares the baselines' child (an interpreter and Beam's import saved per case); the
-    start-up case stays a process of its own, whose whole time is its measure."""
+    it shares the baselines' process (the benchmark's own: `measure.run_cases(in_process=True)`;
+    an interpreter and Beam's import saved per case); the start-up case stays a process of
+    its own, whose whole time is its measure."""
     if case.worker is not None or case.id == STARTUP_CASE:
         return case
     return dataclasses.replace(case, worker={"kind": "ours", "argv": list(case.ours)})
 
 
 def child_groups(cases: Sequence[Case], shared_worker: bool) -> list[list[Case]]:
-    """The cases each child process runs: one each, or (`shared_worker`) all workers in one
-    child, first, since it is the longest. In it our CLI's runs (`in_shared_child`) go before
-    the baselines: they fork, best done before TensorFlow has started its threads."""
+    """The cases each process runs: one each, or (`shared_worker`) all workers in one process
+    (the smoke run's own), first, since it is the longest. In it our CLI's runs
+    (`in_shared_child`) go before the baselines: they fork, best done before TensorFlow (where
+    not imported already) has started its threads."""
     if not shared_worker:
         return [[case] for case in cases]
     shared = sorted((case for case in cases if case.worker is not None),

@@ -1,5 +1,6 @@
 """Running benchmark cases: each in a measured child process (wall time, CPU time, peak RSS
-of its process tree), its output read back and checked, and its runs summarised."""
+of its process tree), its output read back and checked, and its runs summarised. The smoke
+run's baselines may instead run in this process (`run_cases(..., in_process=True)`)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import subprocess
 import sys
 import threading
 import time
+import traceback
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -22,7 +24,7 @@ from benchmarks.cases import Case, ours_argv, worker_argv
 
 __all__ = [
     "REPO", "RSS_POLL_SECONDS", "Measurement", "TreeRssMonitor", "byte_compile_project",
-    "check_output", "measure", "run_cases", "summarize",
+    "check_output", "measure", "measure_here", "run_cases", "summarize",
 ]
 
 REPO = Path(__file__).resolve().parent.parent
@@ -112,6 +114,36 @@ def measure(command: Sequence[str], log_path: str) -> Measurement:
     return Measurement(wall, cpu, monitor.peak, returncode)
 
 
+def _usage_here() -> tuple[float, int]:
+    """CPU seconds of this process and its reaped children; the largest peak RSS of either."""
+    import resource
+
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    unit = 1 if sys.platform == "darwin" else 1024  # ru_maxrss: bytes there, KiB on Linux
+    return (own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime,
+            max(own.ru_maxrss, children.ru_maxrss) * unit)
+
+
+def measure_here(cfgs: Sequence[dict], log_path: str) -> Measurement:
+    """Runs the baselines of `cfgs` in this process, as a `--worker` child would: for the smoke
+    run, whose process has usually imported TensorFlow already (a child imports it again).
+    POSIX only. Its numbers are this whole process's (other threads, reaped children and the
+    peak RSS of its lifetime included): they mean nothing, as nothing of a smoke run does. A
+    failure's traceback goes to `log_path`."""
+    from benchmarks.baselines import run_workers
+
+    os.sync()
+    cpu_start, start = _usage_here()[0], time.perf_counter()
+    returncode = 0
+    try:
+        run_workers(cfgs)
+    except (Exception, SystemExit):
+        returncode = 1
+        Path(log_path).write_text(traceback.format_exc(), encoding="utf-8")
+    wall, (cpu_end, peak_rss) = time.perf_counter() - start, _usage_here()
+    return Measurement(wall, cpu_end - cpu_start, peak_rss, returncode)
+
+
 # ------------------------------------------------------------------- checking output
 
 
@@ -199,23 +231,22 @@ def _paths(case: Case, work: str, repeat: int) -> _Paths:
     return _Paths(output, logs + ".result.json", logs + ".log")
 
 
-def run_cases(cases: Sequence[Case], work: str, repeat: int,
-              keep_output: bool = False) -> list[dict[str, Any]]:
+def run_cases(cases: Sequence[Case], work: str, repeat: int, keep_output: bool = False,
+              in_process: bool = False) -> list[dict[str, Any]]:
     """Runs one repeat of `cases` in one measured child: their measurements and output checks.
 
     More than one case shares the child: only baselines can (one worker child runs them in
     turn), and they share its wall time, CPU time and peak RSS (their "seconds" stay their
-    own timed regions). A case's output is deleted after the check unless `keep_output`
-    (then its folder is in the returned run's "output_dir").
+    own timed regions). `in_process`: baselines only, run in this process (`measure_here`),
+    not a child. A case's output is deleted after the check unless `keep_output` (then its
+    folder is in the returned run's "output_dir").
     """
-    if len(cases) > 1 and any(case.worker is None for case in cases):
-        raise ValueError("only baselines can share a child process")
+    if (len(cases) > 1 or in_process) and any(case.worker is None for case in cases):
+        raise ValueError("only baselines can share a child process or run in this one")
     paths = [_paths(case, work, repeat) for case in cases]
-    if cases[0].worker is None:
-        command = ours_argv(cases[0], paths[0].output)
-    else:
-        command = worker_argv([dict(case.worker, output=p.output, result=p.result)
-                               for case, p in zip(cases, paths, strict=True)])
+    cfgs = [dict(case.worker, output=p.output, result=p.result)
+            for case, p in zip(cases, paths, strict=True) if case.worker is not None]
+    command = worker_argv(cfgs) if cfgs else ours_argv(cases[0], paths[0].output)
     # Every case starts alike, untimed: no writeback pending from the case before (a 1.4 GB
     # image output still being flushed slowed the next case's writes by up to 2x), and its
     # input read once. This machine's page cache is small and evicts eagerly: the first
@@ -223,7 +254,7 @@ def run_cases(cases: Sequence[Case], work: str, repeat: int,
     # left it cached for the case after it.
     os.sync()
     _warm([entry for case in cases for entry in case.inputs])
-    measured = measure(command, paths[0].log)
+    measured = measure_here(cfgs, paths[0].log) if in_process else measure(command, paths[0].log)
     return [_check_run(case, p, measured, paths[0].log, keep_output)
             for case, p in zip(cases, paths, strict=True)]
 

@@ -239,7 +239,7 @@ def format_markdown(report: dict) -> str:
     if c["tiny"]:
         how.append("tiny sizes: not a measurement")
     if c.get("shared_worker"):
-        how.append(f"the baselines and our CLI's cases but start-up in one child process, Beam's in "
+        how.append(f"the baselines and our CLI's cases but start-up in the script's process, Beam's in "
                    f"{c['beam_running_mode']} mode")
     lines = [
         "# tfrecord-pipeline benchmarks",

@@ -29,8 +29,9 @@ count differs from the input rows is reported as failed. Results go to `--out` a
 and beside it as Markdown (same name, `.md`). See benchmarks/README.md.
 
 `--tiny` is the smoke run: it proves every path works, it measures nothing. To stay quick it
-runs all baselines and our CLI's cases in turn in one child (TensorFlow and Beam imported
-once; only the start-up case runs our CLI as a process of its own) and Beam's in_memory.
+runs all baselines and our CLI's cases in turn in this process (TensorFlow and Beam imported
+once, not again by a child; only the start-up case runs our CLI as a process of its own) and
+Beam's in_memory.
 
 `--scale` runs the scale benchmark instead (`benchmarks/scale.py`: large inputs, cores busy,
 Dask workers, memory at 10x rows).
@@ -87,9 +88,9 @@ FULL = {
     "shared_worker": False, "beam_running_mode": "multi_processing", "beam_workers": BEAM_WORKERS,
 }
 # Tiny proves every path works (CI); at this size start-up dominates, so the cases may overlap,
-# and the baselines and our CLI's cases share one child: TensorFlow's import (~4 s), Beam's
-# worker processes (each importing TensorFlow again) and one interpreter per case of our CLI
-# (~1.5 s) would otherwise be most of the run.
+# and the baselines and our CLI's cases run in this process: TensorFlow's import (~4 s; a test
+# calling `main` has it already), Beam's worker processes (each importing TensorFlow again) and
+# one interpreter per case of our CLI (~1.5 s) would otherwise be most of the run.
 TINY = {
     "rows_tf": 500, "rows_wide": 500, "images": 8, "repeats": 1, "jobs": 2,
     "shared_worker": True, "beam_running_mode": "in_memory", "beam_workers": 1,
@@ -185,7 +186,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             def one(group: list[Case], repeat: int = repeat, keep: bool = keep) -> list[dict[str, Any]]:
                 print(f"[{time.perf_counter() - started:7.1f}s] run {repeat + 1}/{args.repeats}: "
                       f"{', '.join(case.id for case in group)}", flush=True)
-                return run_cases(group, work, repeat, keep_output=keep)
+                return run_cases(group, work, repeat, keep_output=keep,
+                                 in_process=args.shared_worker and group[0].worker is not None)
 
             groups = child_groups(cases, args.shared_worker)
             with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:

@@ -2,7 +2,7 @@
 """Benchmark of rows grouped into SequenceExamples against a straightforward TensorFlow loop.
 
     python benchmarks/sequence_benchmark.py [--rows 1000000] [--groups 10000] [--files 4]
-                                            [--repeats 3]
+                                            [--repeats 3] [--in-process]
 
 Writes `--rows` event rows (session, ts, page, dwell) of `--groups` sessions as CSV, spread
 over `--files` files in shuffled order (every session has rows in several files), then times,
@@ -21,6 +21,11 @@ or a cold page cache):
 Both outputs are read back with `tf.io.parse_single_sequence_example` and compared as sets of
 sequences, untimed, by the last run's TensorFlow child (this process imports no TensorFlow).
 Prints a Markdown table of rows/s and the ratio ours/tf; see benchmarks/README.md.
+
+`--in-process` is the smoke run (tests/sequence/test_sequence_benchmark.py): both paths and the
+comparison run in this process (our CLI through `pipeline.cli.run`), whose TensorFlow a test
+has usually imported already, instead of children that import Beam and TensorFlow again; its
+times mean nothing.
 """
 
 from __future__ import annotations
@@ -127,18 +132,27 @@ def _settle(pattern: str) -> None:
                 pass
 
 
-def _ours(pattern: str, work: str, ours_dir: str) -> float:
+def _ours(pattern: str, work: str, ours_dir: str, in_process: bool = False) -> float:
     shutil.rmtree(ours_dir, ignore_errors=True)
+    argv = ["convert", "--input", pattern, "--format", "csv", "--spec", os.path.join(work, "spec.yaml"),
+            "--output", ours_dir, "--compression", "gzip", "--quiet"]
     start = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "pipeline", "convert", "--input", pattern, "--format",
-                    "csv", "--spec", os.path.join(work, "spec.yaml"), "--output", ours_dir,
-                    "--compression", "gzip", "--quiet"], check=True, cwd=REPO)
+    if in_process:
+        from pipeline.cli import run
+
+        if code := run(argv):
+            raise SystemExit(f"our CLI exited with {code}")
+    else:
+        subprocess.run([sys.executable, "-m", "pipeline", *argv], check=True, cwd=REPO)
     return time.perf_counter() - start
 
 
-def _theirs(pattern: str, tf_file: str, compare_with: list[str] | None = None) -> float:
-    """The TF loop in a child; `compare_with`: our shards, which the child then compares with
-    its output (untimed), exiting with an error where they differ."""
+def _theirs(pattern: str, tf_file: str, compare_with: list[str] | None = None,
+            in_process: bool = False) -> float:
+    """The TF loop in a child (or this process); `compare_with`: our shards, which it then
+    compares with its output (untimed), exiting with an error where they differ."""
+    if in_process:
+        return _worker(pattern, tf_file, compare_with)
     done = subprocess.run([sys.executable, __file__, "--worker",
                            json.dumps([pattern, tf_file, compare_with])],
                           capture_output=True, text=True, cwd=REPO)
@@ -148,11 +162,11 @@ def _theirs(pattern: str, tf_file: str, compare_with: list[str] | None = None) -
     return float(done.stdout.strip().splitlines()[-1])
 
 
-def _worker(pattern: str, tf_file: str, compare_with: list[str] | None) -> None:
+def _worker(pattern: str, tf_file: str, compare_with: list[str] | None) -> float:
     seconds = tf_loop(pattern, tf_file)
     if compare_with is not None and _sequences(compare_with) != _sequences([tf_file]):
         raise SystemExit("the two outputs hold different sequences")
-    print(seconds)
+    return seconds
 
 
 def _our_shards(ours_dir: str) -> list[str]:
@@ -167,10 +181,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--files", type=int, default=4)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--work-dir", default=None)
+    parser.add_argument("--in-process", action="store_true",
+                        help="smoke run: both paths in this process, not in children; times mean nothing")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
-        _worker(*json.loads(args.worker))
+        print(_worker(*json.loads(args.worker)))
         return
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     byte_compile_project()
@@ -181,10 +197,11 @@ def main(argv: list[str] | None = None) -> None:
     repeats = max(1, args.repeats)
     for repeat in range(repeats):
         _settle(pattern)
-        times["ours"].append(_ours(pattern, work, ours_dir))
+        times["ours"].append(_ours(pattern, work, ours_dir, args.in_process))
         _settle(pattern)
         last = repeat == repeats - 1
-        times["tf"].append(_theirs(pattern, tf_file, _our_shards(ours_dir) if last else None))
+        times["tf"].append(_theirs(pattern, tf_file, _our_shards(ours_dir) if last else None,
+                                   args.in_process))
     ours, theirs = statistics.median(times["ours"]), statistics.median(times["tf"])
     print(f"runs (s): ours {', '.join(f'{t:.2f}' for t in times['ours'])}; "
           f"TF loop {', '.join(f'{t:.2f}' for t in times['tf'])}", file=sys.stderr)

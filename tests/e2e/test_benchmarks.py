@@ -28,8 +28,10 @@ EXPECTED_IDS = TABULAR_IDS | {
 }
 
 
-def _tf_examples(output_dir: str) -> list[tuple]:
-    """Every Example of a path's output, read by TensorFlow, as canonical sortable tuples."""
+def _tf_examples(output_dir: str) -> list[bytes]:
+    """Every Example of a path's output, read by TensorFlow, in a canonical form: parsed and
+    serialized again deterministically (features by name, values packed), so two Examples are
+    equal exactly when their features' names, kinds and values are."""
     import tensorflow as tf
 
     files = sorted(glob.glob(os.path.join(output_dir, "*.tfrecord*")))
@@ -38,21 +40,16 @@ def _tf_examples(output_dir: str) -> list[tuple]:
     rows = []
     # One batch of all records: iterating record by record costs ~0.2 ms each in eager mode.
     dataset = tf.data.TFRecordDataset(files, compression_type=compression).batch(1 << 20)
-    records = [record for batch in dataset.as_numpy_iterator() for record in batch]
-    for record in records:
-        example = tf.train.Example.FromString(record)
-        row = []
-        for name, feature in sorted(example.features.feature.items()):
-            kind = feature.WhichOneof("kind")
-            row.append((name, kind, tuple(getattr(feature, kind).value)))
-        rows.append(tuple(row))
+    for batch in dataset.as_numpy_iterator():
+        rows += [tf.train.Example.FromString(record).SerializeToString(deterministic=True)
+                 for record in batch]
     return rows
 
 
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory):
-    """The script's main in this process (its children run the cases; the baselines' child
-    runs the script as a plain script, `--worker`)."""
+    """The script's main in this process, which runs the baselines and our CLI's cases too
+    (TensorFlow imported once, usually by the session already); the start-up case is a child."""
     from benchmarks.run_benchmarks import main
 
     tmp = tmp_path_factory.mktemp("bench")
@@ -143,8 +140,8 @@ def test_our_packages_are_byte_compiled_before_timing(tmp_path):
 
 
 def test_full_runs_give_every_case_its_own_child_and_beam_its_worker_processes():
-    """The smoke run shares one child among the baselines and our CLI's cases but start-up's;
-    a measurement must not."""
+    """The smoke run shares one process (its own) among the baselines and our CLI's cases but
+    start-up's; a measurement must not."""
     from benchmarks.baselines import BEAM_WORKERS
     from benchmarks.cases import STARTUP_CASE, child_groups, in_shared_child
     from benchmarks.run_benchmarks import parse_args
@@ -166,3 +163,37 @@ def test_full_runs_give_every_case_its_own_child_and_beam_its_worker_processes()
     assert shared[0] is tf and shared[2] is startup and shared[3] is beam
     assert shared[1].worker == {"kind": "ours", "argv": []} and shared[1].timing == "region"
     assert child_groups(shared, shared_worker=True) == [[shared[1], tf, beam], [startup]]
+
+
+def test_full_runs_baselines_run_in_a_child_of_the_script_run_as_a_plain_script(tmp_path):
+    """A full run's baseline child: the script as a plain script (`--worker`), measured, its
+    timed region and output checked. (The smoke run above runs its baselines in its own
+    process.) The ceiling baseline, which imports no TensorFlow."""
+    from benchmarks.cases import tabular_cases
+    from benchmarks.data import tutorial_columns, write_tabular
+    from benchmarks.measure import run_cases
+
+    (tmp_path / "logs").mkdir()
+    data = write_tabular("tf_tutorial", 20, tutorial_columns, str(tmp_path), 1)
+    [case] = [case for case in tabular_cases(data) if case.id == "tf_tutorial/ceiling/gzip"]
+    [run] = run_cases([case], str(tmp_path), 0)
+    assert "error" not in run, run["error"]
+    assert run["returncode"] == 0 and run["records"] == 20 and run["files"] == 1
+    assert run["seconds"] > 0 and run["cpu_seconds"] > 0 and run["peak_rss_bytes"] > 0
+    assert run["seconds"] < run["wall_seconds"]  # its region, without the child's start-up
+    with pytest.raises(ValueError, match="only baselines"):  # our CLI's cases are processes
+        run_cases([tabular_cases(data)[0]], str(tmp_path), 0, in_process=True)
+
+
+def test_a_baseline_failing_in_the_smoke_runs_process_is_reported_with_its_traceback(tmp_path):
+    from benchmarks.measure import run_cases
+
+    (tmp_path / "logs").mkdir()
+    missing = str(tmp_path / "missing.csv")
+    case = Case(id="d/ceiling/none", dataset="d", path="ceiling", compression="none", rows=1,
+                input_bytes=1, expected_features=("a",),
+                worker={"kind": "ceiling", "compression": "none", "columns": [["a", "int64"]],
+                        "files": [missing]})
+    [run] = run_cases([case], str(tmp_path), 0, in_process=True)
+    assert run["returncode"] == 1
+    assert run["error"].startswith("exit code 1; log tail:\nTraceback") and missing in run["error"]

@@ -126,6 +126,20 @@ def outputs(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
+def tf_read(tf, outputs):
+    """(format, compression) -> the records `tf_dataset` reads from that output, read once per
+    module (the tests only look at them)."""
+    made = {}
+
+    def get(fmt: str, compression: str) -> list[dict]:
+        if (fmt, compression) not in made:
+            made[fmt, compression] = list(tf_dataset(str(outputs(fmt, compression)), "data"))
+        return made[fmt, compression]
+
+    return get
+
+
+@pytest.fixture(scope="module")
 def indexed(tmp_path_factory):
     """An uncompressed JSONL output with index sidecars beside its shards, which the
     manifest lists (`convert --index`)."""
@@ -152,10 +166,10 @@ def _ids(records) -> list[int]:
 
 
 @pytest.mark.parametrize("fmt,compression", CASES)
-def test_tf_dataset_gives_back_the_source_dense_where_fixed(tf, outputs, fmt, compression):
+def test_tf_dataset_gives_back_the_source_dense_where_fixed(tf, outputs, tf_read, fmt, compression):
     out = outputs(fmt, compression)
     assert len(json.loads((out / "manifest.json").read_text())["shards"]) == 6
-    records = list(tf_dataset(str(out), "data"))
+    records = tf_read(fmt, compression)
     for record in records:
         for name, value in record.items():
             assert isinstance(value, tf.SparseTensor) == (name in VARLEN), name
@@ -188,9 +202,9 @@ def test_tf_dataset_parts_are_disjoint_and_cover_the_split(tf, outputs, indexed)
 
 
 @pytest.mark.parametrize("fmt,compression", CASES)
-def test_read_examples_equals_tf_dataset(tf, outputs, fmt, compression):
+def test_read_examples_equals_tf_dataset(tf, outputs, tf_read, fmt, compression):
     out = outputs(fmt, compression)
-    expected = _tf_records(tf, tf_dataset(str(out), "data"))
+    expected = _tf_records(tf, tf_read(fmt, compression))
     reader = read_examples(str(out), "data", fill_defaults=True)
     assert len(reader) == ROWS
     got = list(reader)
@@ -204,7 +218,7 @@ def test_read_examples_equals_tf_dataset(tf, outputs, fmt, compression):
 
 
 @pytest.mark.parametrize("fmt,compression", [("jsonl", "gzip"), ("parquet", "none")])
-def test_read_examples_tells_an_absent_feature_from_an_empty_list(tf, outputs, tmp_path, fmt,
+def test_read_examples_tells_an_absent_feature_from_an_empty_list(tf, outputs, tf_read, tmp_path, fmt,
                                                                   compression):
     out = tmp_path / "out"
     shutil.copytree(outputs(fmt, compression), out)
@@ -213,7 +227,7 @@ def test_read_examples_tells_an_absent_feature_from_an_empty_list(tf, outputs, t
     assert by_id[4]["score"] == 0.0 and not by_id[4]["score/present"]  # a masked scalar
     assert by_id[11]["tags"].shape == (0,) and by_id[11]["tags"].dtype == object  # empty list
     assert int(by_id[5]["label"]) == 7  # a missing value with a spec default is written
-    tf_tags = {r["id"]: r["tags"] for r in _tf_records(tf, tf_dataset(str(out), "data"))}
+    tf_tags = {r["id"]: r["tags"] for r in _tf_records(tf, tf_read(fmt, compression))}  # the copy's
     assert tf_tags[7] == tf_tags[11] == []  # TensorFlow cannot tell them apart
     # fill_defaults gives an absent feature the spec's default; an empty list stays empty.
     spec = json.loads((out / "feature_spec.json").read_text())

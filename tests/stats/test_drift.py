@@ -83,12 +83,21 @@ def test_a_halved_presence_is_distribution_drift(tmp_path, previous):
     assert drift["presence"] == [{"split": "data", "feature": "note", "previous": 1.0, "current": 0.5}]
 
 
-def test_a_shifted_mean_is_distribution_drift(tmp_path, previous):
-    def shift(columns):
-        columns["score"] = [repr(float(value) + 3.0) for value in columns["score"]]
+@pytest.fixture(scope="module")
+def shifted(tmp_path_factory, previous):
+    """Scores shifted by 3, converted with --fail-on-drift schema: distribution drift only, so the
+    run commits (read only: two tests check it)."""
+    root = tmp_path_factory.mktemp("shifted")
+    columns = base_columns()
+    columns["score"] = [repr(float(value) + 3.0) for value in columns["score"]]
+    folder = samples.write_csv(root / "in", columns, spec=None)
+    assert convert(folder, root / "schema", "--compare-to", str(previous), "--fail-on-drift", "schema") == 0
+    return folder, root / "schema"
 
-    drift = _changed(tmp_path, previous, shift)
-    assert not drift["schema_drift"]
+
+def test_a_shifted_mean_is_distribution_drift(shifted):
+    drift = drift_of(shifted[1])
+    assert not drift["schema_drift"] and drift["distribution_drift"]
     assert [(d["feature"], d["psi"] > 0.2) for d in drift["distribution"]] == [("score", True)]
     assert drift["presence"] == []
 
@@ -113,12 +122,9 @@ def test_fail_on_drift_schema_exits_6_and_commits_no_shard(tmp_path, previous, c
     assert failed["files"] and all((out / name).exists() for name in failed["files"])
 
 
-def test_fail_on_drift_distribution_also_fails_on_a_shift(tmp_path, previous, capsys):
-    columns = base_columns()
-    columns["score"] = [repr(float(value) + 3.0) for value in columns["score"]]
-    folder = samples.write_csv(tmp_path / "in", columns, spec=None)
-    assert convert(folder, tmp_path / "schema", "--compare-to", str(previous),
-                   "--fail-on-drift", "schema") == 0
+def test_fail_on_drift_distribution_also_fails_on_a_shift(tmp_path, previous, shifted, capsys):
+    folder, schema_only = shifted
+    assert (schema_only / "manifest.json").exists()  # --fail-on-drift schema let the shift commit
     assert convert(folder, tmp_path / "dist", "--compare-to", str(previous),
                    "--fail-on-drift", "distribution") == 6
     assert "distribution drift" in capsys.readouterr().err

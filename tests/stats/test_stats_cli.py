@@ -3,6 +3,8 @@ or the runner, dead-letter examples, image statistics and the summary table."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 
@@ -28,10 +30,24 @@ def source(tmp_path_factory):
     return folder, columns
 
 
-def test_statistics_equal_numpy_on_the_source(source, tmp_path):
-    folder, columns = source
-    assert convert(folder, tmp_path / "out") == 0
-    samples.check_against_source(samples.read_stats(tmp_path / "out"), columns)
+@pytest.fixture(scope="module")
+def default_run(source, tmp_path_factory):
+    """The source converted with the default options, not quiet: (output, what it printed).
+    Read only: the statistics and the summary tests both check it."""
+    folder, _ = source
+    out = tmp_path_factory.mktemp("default") / "out"
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        code = run(["convert", "--input", str(folder / "*.csv"), "--format", "csv", "--spec",
+                    str(folder / "spec.yaml"), "--output", str(out),
+                    "--direct_running_mode=in_memory", "--direct_num_workers=1"])
+    assert code == 0
+    return out, printed.getvalue()
+
+
+def test_statistics_equal_numpy_on_the_source(source, default_run):
+    _, columns = source
+    samples.check_against_source(samples.read_stats(default_run[0]), columns)
 
 
 def test_statistics_do_not_depend_on_the_batch_size(source, tmp_path):
@@ -105,13 +121,8 @@ def _image_sizes(output, manifest):
     return out
 
 
-def test_summary_has_a_short_feature_table(source, tmp_path, capsys):
-    folder, _ = source
-    code = run(["convert", "--input", str(folder / "*.csv"), "--format", "csv", "--spec",
-                str(folder / "spec.yaml"), "--output", str(tmp_path / "out"),
-                "--direct_running_mode=in_memory", "--direct_num_workers=1"])
-    assert code == 0
-    out = capsys.readouterr().out
+def test_summary_has_a_short_feature_table(default_run):
+    out = default_run[1]
     table = out[out.index("features ("):].splitlines()
     assert table[0].strip().startswith("features (3,000 records)")
     rows = {line.split()[0]: line for line in table[1:6]}

@@ -5,6 +5,7 @@ contact sheets from image shards, bounded dead-letter sampling, and gs:// output
 from __future__ import annotations
 
 import base64
+import contextlib
 import io
 import json
 import logging
@@ -28,8 +29,21 @@ from transforms.report.thumbnails import contact_sheets
 
 
 @pytest.fixture(scope="module")
-def tabular(tmp_path_factory) -> Path:
-    return convert_tabular(tmp_path_factory.mktemp("tabular") / "out", "--compression", "gzip")
+def tabular_run(tmp_path_factory) -> tuple[Path, str]:
+    """The sample tables converted (gzip), not quiet: (output, what it printed). Read only."""
+    out = tmp_path_factory.mktemp("tabular") / "out"
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        assert run(["convert", "--input", str(SAMPLE / "tabular" / "*.csv"), "--format", "csv",
+                    "--spec", str(SAMPLE / "tabular" / "customers.spec.yaml"), "--output", str(out),
+                    "--compression", "gzip", "--direct_running_mode=in_memory",
+                    "--direct_num_workers=1"]) == 0
+    return out, printed.getvalue()
+
+
+@pytest.fixture(scope="module")
+def tabular(tabular_run) -> Path:
+    return tabular_run[0]
 
 
 @pytest.fixture(scope="module")
@@ -66,14 +80,9 @@ def test_without_stats_json_the_features_come_from_the_feature_spec(tabular, tmp
     assert '<svg class="spark"' not in page and 'id="overview"' in page
 
 
-def test_convert_prints_where_the_report_is(tmp_path, capsys):
-    out = tmp_path / "out"
-    args = ["convert", "--input", str(Path(__file__).resolve().parents[2] / "pipeline" / "sample_data"
-                                      / "tabular" / "*.csv"),
-            "--format", "csv", "--output", str(out), "--direct_running_mode=in_memory",
-            "--direct_num_workers=1"]
-    assert run(args) == 0
-    assert capsys.readouterr().out.strip().splitlines()[-1] == f"  report: {out}/{REPORT_NAME}"
+def test_convert_prints_where_the_report_is(tabular_run):
+    out, printed = tabular_run
+    assert printed.strip().splitlines()[-1] == f"  report: {out}/{REPORT_NAME}"
 
 
 def test_a_report_that_cannot_be_written_is_a_warning_not_a_failed_conversion(tmp_path, monkeypatch, caplog):

@@ -144,9 +144,8 @@ def test_a_csv_ending_inside_a_quoted_field_dead_letters_it_with_or_without_a_ne
     28 files converted in one run."""
     folder = tmp_path / "in"
     folder.mkdir()
-    cases = [(rows, gz, k, last) for rows in (1, 20_000) for gz in (False, True)
-             for k, last in enumerate(_OPEN_ENDINGS)]
-    for n, (rows, gz, k, last) in enumerate(cases):
+    cases = [(rows, gz, last) for rows in (1, 20_000) for gz in (False, True) for last in _OPEN_ENDINGS]
+    for n, (rows, gz, last) in enumerate(cases):
         first = 1000 + 100_000 * n
         data = b"id,name\n" + b"".join(b"%d,x\n" % (first + i) for i in range(rows)) + last.encode()
         (folder / f"in{n}.csv{'.gz' if gz else ''}").write_bytes(gzip.compress(data) if gz else data)
@@ -155,7 +154,7 @@ def test_a_csv_ending_inside_a_quoted_field_dead_letters_it_with_or_without_a_ne
                     "--work-unit-bytes", "20000") == 0
     ids, dead = _ids(out), _dead(out)
     assert {pathlib.Path(d["source"]).name for d in dead} == {path.name for path in folder.iterdir()}
-    for n, (rows, gz, k, last) in enumerate(cases):
+    for n, (rows, gz, last) in enumerate(cases):
         first = 1000 + 100_000 * n
         assert [i for i in ids if first <= i < first + 100_000] == [first + i for i in range(rows)]
         lines = last.splitlines()  # the line the quote opens and every line after it

@@ -109,8 +109,9 @@ def test_an_unclosed_quote_swallowing_over_128_kib_still_dead_letters_each_line(
     # The lines an unclosed quote swallows are one runaway field: past the csv module's
     # field limit the whole file became one unreadable_file and the rows before it were lost.
     source = tmp_path / "in.csv"
-    lines = [f"{i},n{i:06d}" for i in range(1, _PAST_FIELD_LIMIT // 10)]
+    lines = [f"{i},n{i:06d}" for i in range(1, _PAST_FIELD_LIMIT // 13)]
     lines[4] = '5,"never closed'
+    assert len("\n".join(lines[4:])) > _PAST_FIELD_LIMIT  # the runaway field, past the limit
     source.write_text("id,name\n" + "\n".join(lines) + "\n")
     out = tmp_path / "out"
     if extra[:1] == ["--spec"]:

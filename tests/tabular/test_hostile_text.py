@@ -138,34 +138,33 @@ def test_a_json_escape_of_a_lone_surrogate_is_its_lines_dead_letter(tmp_path, sp
 _OPEN_ENDINGS = ['2,"y', '"2,y', '2,"y\n', '"2,y\n', '2,"y""', '2,"y\r\n', '"2,y\n3,z\n']
 
 
-@pytest.mark.parametrize("gz", [False, True])
-@pytest.mark.parametrize("rows", [1, 20_000])  # many: read in chunks, and planned in ranges
-def test_a_csv_ending_inside_a_quoted_field_dead_letters_it_with_or_without_a_newline(
-        tmp_path, rows, gz):
-    """Each ending inside quotes is the end of a file of its own (with ids of its own), the
-    seven files converted in one run."""
+def test_a_csv_ending_inside_a_quoted_field_dead_letters_it_with_or_without_a_newline(tmp_path):
+    """Each ending inside quotes is the end of a file of its own (with ids of its own), plain
+    and gzip, after 1 row and after 20,000 (many: read in chunks, and planned in ranges): the
+    28 files converted in one run."""
     folder = tmp_path / "in"
     folder.mkdir()
-    for k, last in enumerate(_OPEN_ENDINGS):
-        first = 1000 + 100_000 * k
+    cases = [(rows, gz, last) for rows in (1, 20_000) for gz in (False, True) for last in _OPEN_ENDINGS]
+    for n, (rows, gz, last) in enumerate(cases):
+        first = 1000 + 100_000 * n
         data = b"id,name\n" + b"".join(b"%d,x\n" % (first + i) for i in range(rows)) + last.encode()
-        (folder / f"in{k}.csv{'.gz' if gz else ''}").write_bytes(gzip.compress(data) if gz else data)
+        (folder / f"in{n}.csv{'.gz' if gz else ''}").write_bytes(gzip.compress(data) if gz else data)
     out = tmp_path / "out"
     assert _convert(folder, "csv", out, "--spec", _spec(tmp_path, ID_NAME),
                     "--work-unit-bytes", "20000") == 0
     ids, dead = _ids(out), _dead(out)
     assert {pathlib.Path(d["source"]).name for d in dead} == {path.name for path in folder.iterdir()}
-    for k, last in enumerate(_OPEN_ENDINGS):
-        first = 1000 + 100_000 * k
+    for n, (rows, gz, last) in enumerate(cases):
+        first = 1000 + 100_000 * n
         assert [i for i in ids if first <= i < first + 100_000] == [first + i for i in range(rows)]
         lines = last.splitlines()  # the line the quote opens and every line after it
-        mine = sorted((d for d in dead if pathlib.Path(d["source"]).name.startswith(f"in{k}.")),
+        mine = sorted((d for d in dead if pathlib.Path(d["source"]).name.startswith(f"in{n}.")),
                       key=lambda d: d["row"])
         assert [(d["reason"], d["row"], d["line"], d["raw"]) for d in mine] == [
             ("unterminated_quote", rows + 1 + j, rows + 2 + j, line) for j, line in enumerate(lines)
-        ], last
-    swallowed = sum(len(last.splitlines()) for last in _OPEN_ENDINGS)
-    written = rows * len(_OPEN_ENDINGS)
+        ], (rows, gz, last)
+    swallowed = sum(len(last.splitlines()) for *_, last in cases)
+    written = sum(rows for rows, *_ in cases)
     counts = _counts(out)
     assert len(ids) == written and len(dead) == swallowed
     assert (counts["input"], counts["written"], counts["dead_letter"]) == (

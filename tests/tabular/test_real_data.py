@@ -139,7 +139,10 @@ def test_a_column_without_a_header_name_is_kept_as_column_n(tmp_path, capsys):
     assert rows[b"Datsun 710"]["mpg"] == pytest.approx(22.8) and "cyl" not in rows[b"Valiant"]
 
 
-@pytest.mark.parametrize("header", ["a,b\n", "a,b", "a,b\r\n"])
+HEADERS = ["a,b\n", "a,b", "a,b\r\n"]
+
+
+@pytest.mark.parametrize("header", HEADERS)
 def test_a_header_only_csv_says_it_has_no_data_rows(tmp_path, capsys, header):
     """Also when the header line is not ended (Arrow then saw an empty file)."""
     code, out = _convert(tmp_path, header, name="empty.csv")
@@ -149,9 +152,22 @@ def test_a_header_only_csv_says_it_has_no_data_rows(tmp_path, capsys, header):
                             f"rows: ")
     assert "--spec" in first and "first 0 rows" not in first
     assert not out.exists()
-    # With a spec there is nothing to infer: the empty output is committed.
-    code, out = _convert(tmp_path, header, "features: [{name: a, type: int64}]\n",
-                         name="empty.csv")
+
+
+def test_header_only_csvs_with_a_spec_commit_the_empty_output(tmp_path, capsys):
+    """With a spec there is nothing to infer: the empty output is committed, for each header
+    ending (the three files converted in one run), and no file is a dead letter."""
+    source, out = tmp_path / "in", tmp_path / "out"
+    source.mkdir()
+    for k, header in enumerate(HEADERS):
+        (source / f"empty{k}.csv").write_text(header)
+    (tmp_path / "spec.yaml").write_text("features: [{name: a, type: int64}]\n")
+    code = run(["convert", "--input", str(source), "--format", "csv", "--output", str(out),
+                "--spec", str(tmp_path / "spec.yaml"),
+                *[a for a in in_memory_args() if a != "--quiet"]])
     assert code == 0
     assert capsys.readouterr().out.splitlines()[0] == f"Committed {out}/manifest.json"
     assert _records(out) == []
+    assert not (out / "dead_letter").exists()
+    counts = json.loads((out / "manifest.json").read_text())["counts"]
+    assert (counts["input"], counts["written"], counts["dead_letter"]) == (0, 0, 0)

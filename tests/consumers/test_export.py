@@ -9,6 +9,7 @@ import json
 import math
 import pathlib
 import re
+import shutil
 import zlib
 
 import numpy as np
@@ -100,6 +101,29 @@ def _convert(source: pathlib.Path, fmt: str, output: pathlib.Path, spec: str = S
                 "--output", str(output), "--compression", compression, *in_memory_args()]) == 0
 
 
+@pytest.fixture(scope="module")
+def converted(tmp_path_factory):
+    """(format, spec, rows, compression) -> an output of `_source_table(rows)`, converted once
+    per module; tests only read it (one that changes an output changes its own copy)."""
+    made = {}
+
+    def get(fmt: str, spec: str = SPEC, rows: int = 40, compression: str = "none") -> pathlib.Path:
+        key = fmt, spec, rows, compression
+        if key not in made:
+            folder = tmp_path_factory.mktemp(f"{fmt}-{rows}-{compression}")
+            _convert(_write_source(_source_table(rows), fmt, folder), fmt, folder / "out", spec,
+                     compression)
+            made[key] = folder / "out"
+        return made[key]
+
+    return get
+
+
+def _copy(output: pathlib.Path, tmp_path: pathlib.Path) -> pathlib.Path:
+    """The test's own copy of a shared output, as tmp_path/out."""
+    return pathlib.Path(shutil.copytree(output, tmp_path / "out"))
+
+
 def _sorted(table: pa.Table) -> pa.Table:
     return table.sort_by("id").select(sorted(table.column_names))
 
@@ -112,30 +136,30 @@ def assert_tables_equal(got: pa.Table, expected: pa.Table) -> None:
 
 
 @pytest.mark.parametrize("fmt", ["csv", "jsonl", "parquet"])
-def test_a_converted_source_exports_back_to_its_columns(tmp_path, capsys, fmt):
+def test_a_converted_source_exports_back_to_its_columns(tmp_path, capsys, converted, fmt):
     source = _source_table()
-    _convert(_write_source(source, fmt, tmp_path), fmt, tmp_path / "out")
+    out = converted(fmt)
     target = tmp_path / "back.parquet"
-    assert run(["export", str(tmp_path / "out"), "--to", "parquet", str(target)]) == 0
+    assert run(["export", str(out), "--to", "parquet", str(target)]) == 0
     assert capsys.readouterr().out.splitlines() == [f"wrote {target} (40 rows)"]
     assert_tables_equal(_sorted(pq.read_table(target)), _expected(source))
 
 
 @pytest.mark.parametrize("compression", ["gzip", "zlib"])
-def test_compressed_outputs_with_splits_export_one_file_per_split(tmp_path, capsys, compression):
+def test_compressed_outputs_with_splits_export_one_file_per_split(tmp_path, capsys, converted,
+                                                                 compression):
     source = _source_table(60)
-    _convert(_write_source(source, "parquet", tmp_path), "parquet", tmp_path / "out",
-             SPLIT_SPEC, compression)
-    assert run(["export", str(tmp_path / "out"), "--to", "parquet", str(tmp_path / "back")]) == 0
+    out = converted("parquet", SPLIT_SPEC, 60, compression)
+    assert run(["export", str(out), "--to", "parquet", str(tmp_path / "back")]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines == [f"wrote {tmp_path / 'back' / split}.parquet ({n} rows)"
-                     for split, n in _split_counts(tmp_path / "out")]
+                     for split, n in _split_counts(out)]
     parts = [pq.read_table(tmp_path / "back" / f"{split}.parquet") for split in ("train", "test")]
     assert all(part.num_rows for part in parts)
     assert_tables_equal(_sorted(pa.concat_tables(parts)), _expected(source))
 
     # --split: only that one; a .parquet OUT is then the file itself.
-    assert run(["export", str(tmp_path / "out"), "--to", "parquet", str(tmp_path / "only.parquet"),
+    assert run(["export", str(out), "--to", "parquet", str(tmp_path / "only.parquet"),
                 "--split", "test"]) == 0
     assert_tables_equal(pq.read_table(tmp_path / "only.parquet"), parts[1])
 
@@ -195,8 +219,8 @@ def test_records_are_written_in_batches_as_row_groups(tmp_path, monkeypatch):
     assert parquet.read()["x"].to_pylist() == [[i] * (1 + (i == 30)) for i in range(50)]
 
 
-def test_corrupt_input_exits_4_naming_the_file_and_offset(tmp_path, capsys):
-    _convert(_write_source(_source_table(), "parquet", tmp_path), "parquet", tmp_path / "out")
+def test_corrupt_input_exits_4_naming_the_file_and_offset(tmp_path, capsys, converted):
+    _copy(converted("parquet"), tmp_path)
     manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
     shard = tmp_path / "out" / manifest["shards"][0]["path"]
     data = bytearray(shard.read_bytes())
@@ -211,10 +235,10 @@ def test_corrupt_input_exits_4_naming_the_file_and_offset(tmp_path, capsys):
     assert not target.exists() and not list(tmp_path.glob("back.parquet.tmp-*"))
 
 
-def test_an_export_failing_on_a_later_split_leaves_no_file_of_an_earlier_one(tmp_path, capsys):
+def test_an_export_failing_on_a_later_split_leaves_no_file_of_an_earlier_one(tmp_path, capsys,
+                                                                            converted):
     # It printed "wrote back/train.parquet", left it there, then exited 4 on the next split.
-    _convert(_write_source(_source_table(60), "parquet", tmp_path), "parquet", tmp_path / "out",
-             SPLIT_SPEC)
+    _copy(converted("parquet", SPLIT_SPEC, 60), tmp_path)
     manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
     last_split = manifest["shards"][-1]["split"]
     shard = tmp_path / "out" / manifest["shards"][-1]["path"]
@@ -244,8 +268,8 @@ def test_a_payload_that_is_not_an_example_exits_4(tmp_path, capsys):
     assert f"{path}: record at byte offset {offset} is not a tf.train.Example" in err, err
 
 
-def test_a_record_that_does_not_fit_the_feature_spec_exits_4(tmp_path, capsys):
-    _convert(_write_source(_source_table(), "parquet", tmp_path), "parquet", tmp_path / "out")
+def test_a_record_that_does_not_fit_the_feature_spec_exits_4(tmp_path, capsys, converted):
+    _copy(converted("parquet"), tmp_path)
     spec_path = tmp_path / "out" / "feature_spec.json"
     spec = json.loads(spec_path.read_text())
     spec["features"]["count"]["dtype"] = "float32"  # the records hold int64
@@ -265,10 +289,8 @@ def test_a_missing_path_exits_2(tmp_path, capsys, monkeypatch, args):
     assert "no TFRecord file found" in capsys.readouterr().err
 
 
-def test_usage_errors_exit_2(tmp_path, capsys):
-    _convert(_write_source(_source_table(), "parquet", tmp_path), "parquet", tmp_path / "out",
-             SPLIT_SPEC)
-    out = str(tmp_path / "out")
+def test_usage_errors_exit_2(tmp_path, capsys, converted):
+    out = str(converted("parquet", SPLIT_SPEC, 60))
     assert run(["export", out, "--to", "parquet", str(tmp_path / "x"), "--split", "nope"]) == EXIT_USAGE
     assert "has no split 'nope'" in capsys.readouterr().err
     assert run(["export", out, "--to", "parquet", str(tmp_path / "x.parquet")]) == EXIT_USAGE
@@ -276,10 +298,8 @@ def test_usage_errors_exit_2(tmp_path, capsys):
     assert run(["export", out, "--to", "csv", str(tmp_path / "x")]) == EXIT_USAGE
 
 
-def test_sequence_example_outputs_are_refused_in_one_line(tmp_path, capsys):
-    (tmp_path / "out").mkdir()
-    source = _source_table()
-    _convert(_write_source(source, "parquet", tmp_path), "parquet", tmp_path / "out")
+def test_sequence_example_outputs_are_refused_in_one_line(tmp_path, capsys, converted):
+    _copy(converted("parquet"), tmp_path)
     (tmp_path / "out" / "feature_spec.json").write_text(json.dumps(
         {"version": 1, "context": {}, "sequence": {}}))
     target = str(tmp_path / "x.parquet")

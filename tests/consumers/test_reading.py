@@ -289,7 +289,7 @@ def test_a_bad_part_a_bad_split_and_a_folder_without_manifest_are_refused(output
 
 def test_corruption_and_a_sidecar_of_another_file_are_errors(outputs, indexed, tmp_path):
     broken = tmp_path / "broken"
-    shutil.copytree(outputs("jsonl", "none"), broken)
+    shutil.copytree(outputs("csv", "none"), broken)
     shard = broken / "data-00002-of-00006.tfrecord"
     data = bytearray(shard.read_bytes())
     data[40] ^= 0xFF

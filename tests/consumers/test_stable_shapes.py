@@ -57,9 +57,11 @@ def _convert(folder, missing_every: int | None, spec: str | None = SPEC, *extra:
 
 @pytest.fixture(scope="module")
 def outputs(tmp_path_factory):
-    """(complete, 2 % missing): the same spec on two inputs."""
+    """(complete, 2 % missing): the same spec on two inputs; the second run compared to the
+    first (`--compare-to`), as a run after a complete one."""
     root = tmp_path_factory.mktemp("shapes")
-    return _convert(root / "complete", None), _convert(root / "gaps", ROWS)
+    complete = _convert(root / "complete", None)
+    return complete, _convert(root / "gaps", ROWS, SPEC, "--compare-to", complete)
 
 
 def _shapes(record: dict) -> dict:
@@ -183,11 +185,9 @@ def test_image_outputs_are_dense_scalars_from_the_config(tmp_path):
     assert not any(f.masked for f in layout.features.values())
 
 
-def test_a_run_with_2_percent_missing_after_a_complete_one_reports_the_presence_change(outputs,
-                                                                                      tmp_path):
-    complete, _ = outputs
-    out = _convert(tmp_path / "next", ROWS, SPEC, "--compare-to", complete)
-    with open(f"{out}/drift.json") as handle:
+def test_a_run_with_2_percent_missing_after_a_complete_one_reports_the_presence_change(outputs):
+    _, gaps = outputs
+    with open(f"{gaps}/drift.json") as handle:
         drift = json.load(handle)
     assert [(c["feature"], c["previous"], c["current"]) for c in drift["presence"]] == [
         ("note", 1.0, 0.98), ("score", 1.0, 0.98)]  # count: missing: default writes 0

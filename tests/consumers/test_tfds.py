@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import shutil
 
 import apache_beam as beam
 import numpy as np
@@ -116,8 +117,15 @@ def _declared(tfds, feature) -> tuple:
     return type(feature).__name__, tuple(feature.shape), np.dtype(feature.np_dtype).name
 
 
-def test_tabular_splits_read_by_tfds_with_declared_types_and_source_values(tfds, tmp_path):
-    out = _convert_csv(tmp_path, "--max-shard-records", "2")
+@pytest.fixture(scope="module")
+def tabular(tmp_path_factory) -> str:
+    """The CSV with splits converted uncompressed, in shards of 2 records, once per module
+    (read only; a test that converts again over it does so on its own copy)."""
+    return _convert_csv(tmp_path_factory.mktemp("tabular"), "--max-shard-records", "2")
+
+
+def test_tabular_splits_read_by_tfds_with_declared_types_and_source_values(tfds, tabular):
+    out = tabular
     manifest = _manifest(out)
     assert {DATASET_INFO_NAME, FEATURES_NAME} <= set(manifest["files"])
 
@@ -161,10 +169,10 @@ def test_compressed_output_gets_no_tfds_metadata(tmp_path):
     assert run(["verify", out]) == 0
 
 
-def test_recompressing_an_output_removes_its_stale_tfds_metadata(tmp_path):
-    out = _convert_csv(tmp_path)
+def test_recompressing_an_output_removes_its_stale_tfds_metadata(tabular, tmp_path):
+    out = str(shutil.copytree(tabular, tmp_path / "my-dataset"))
     assert os.path.exists(os.path.join(out, DATASET_INFO_NAME))
-    _convert_csv(tmp_path, "--compression", "zlib", "--overwrite")
+    assert _convert_csv(tmp_path, "--compression", "zlib", "--overwrite") == out
     assert not os.path.exists(os.path.join(out, DATASET_INFO_NAME))
     assert not os.path.exists(os.path.join(out, FEATURES_NAME))
     assert run(["verify", out]) == 0

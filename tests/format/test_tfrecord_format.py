@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from isal import isal_zlib
 
-from tests.format.without_isal import run_without_isal
+from tests.format.without_isal import ChildWithoutIsal
 from transforms.format import compression as compression_module
 from transforms.format import tfrecord_reader
 from transforms.format.compression import (
@@ -104,6 +104,15 @@ def tf():
     import tensorflow
 
     return tensorflow
+
+
+@pytest.fixture(scope="module")
+def without_isal():
+    """Runs format code in one child Python where ISA-L is not installed (its import blocked),
+    as on a machine without the `isal` package; one child for the module's calls."""
+    child = ChildWithoutIsal()
+    yield child
+    child.close()
 
 
 # --------------------------------------------------------------------------- golden bytes
@@ -385,7 +394,8 @@ def test_compressed_output_is_deterministic_without_name_or_mtime(compression):
         (9, False, "zlib", 9),
     ],
 )
-def test_backend_selection_and_exact_stream(compression, level, have_isal, backend, effective):
+def test_backend_selection_and_exact_stream(without_isal, compression, level, have_isal, backend,
+                                           effective):
     framed = frame_records(_payloads(2))
     if have_isal:
         raw = io.BytesIO()
@@ -396,7 +406,7 @@ def test_backend_selection_and_exact_stream(compression, level, have_isal, backe
         assert not raw.closed
         written = raw.getvalue()
     else:  # a machine without the isal package
-        chosen_backend, chosen_level, written = run_without_isal("compress", framed, compression, level)
+        chosen_backend, chosen_level, written = without_isal("compress", framed, compression, level)
         assert (chosen_backend, chosen_level) == (backend, effective)
     module = isal_zlib if backend == "isal" else zlib
     wbits = 31 if compression is Compression.GZIP else 15
@@ -406,12 +416,12 @@ def test_backend_selection_and_exact_stream(compression, level, have_isal, backe
     assert _read_all(written, compression) == _payloads(2)
 
 
-def test_backends_really_differ():
+def test_backends_really_differ(without_isal):
     framed = frame_records(_payloads(3))
     isal_out = io.BytesIO()
     with open_compressor(isal_out, "gzip", None) as c:
         c.write(framed)
-    zlib_backend, _, zlib_out = run_without_isal("compress", framed, "gzip", None)
+    zlib_backend, _, zlib_out = without_isal("compress", framed, "gzip", None)
     assert zlib_backend == "zlib"
     assert isal_out.getvalue() != zlib_out
     assert gzip.decompress(isal_out.getvalue()) == gzip.decompress(zlib_out) == framed
@@ -511,7 +521,7 @@ def test_shard_suffix_round_trips_through_compression_from_path():
         + [(c, lv, isal) for c in COMPRESSED for lv in (None, 1, 9) for isal in (True, False)]
     ],
 )
-def test_tensorflow_reads_our_files(tf, tmp_path, compression, level, have_isal):
+def test_tensorflow_reads_our_files(tf, without_isal, tmp_path, compression, level, have_isal):
     payloads = _payloads(4)
     path = tmp_path / ("ours" + shard_suffix(compression))
     framed = frame_records(payloads[:150])  # the vectorised framing path, then one by one
@@ -527,14 +537,14 @@ def test_tensorflow_reads_our_files(tf, tmp_path, compression, level, have_isal)
                 assert writer._out.backend == expected_backend
             assert not raw.closed
     else:  # a machine without the isal package
-        backend = run_without_isal("write_records", str(path), framed, payloads[150:], compression, level)
+        backend = without_isal("write_records", str(path), framed, payloads[150:], compression, level)
         assert backend == expected_backend
     dataset = tf.data.TFRecordDataset(str(path), compression_type=TF_NAMES[compression])
     assert [t.numpy() for t in dataset] == payloads
 
 
 @pytest.mark.parametrize("compression", ALL, ids=lambda c: c.value)
-def test_we_read_tensorflow_files(tf, tmp_path, compression):
+def test_we_read_tensorflow_files(tf, without_isal, tmp_path, compression):
     payloads = _payloads(5)
     path = str(tmp_path / ("theirs" + shard_suffix(compression)))
     options = tf.io.TFRecordOptions(compression_type=TF_NAMES[compression])
@@ -546,7 +556,7 @@ def test_we_read_tensorflow_files(tf, tmp_path, compression):
         records = list(iter_records(f, TF_NAMES[compression]))
     assert [r.payload for r in records] == payloads
     assert [r.offset for r in records] == _starts(payloads)[:-1]
-    assert run_without_isal("read_records", path, TF_NAMES[compression]) == payloads  # stdlib inflater
+    assert without_isal("read_records", path, TF_NAMES[compression]) == payloads  # stdlib inflater
 
 
 def test_we_read_tensorflow_concatenated_gzip_members(tf, tmp_path):

@@ -8,6 +8,8 @@ dry run's spec, messages).
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import resource
@@ -62,11 +64,9 @@ def test_with_a_budget_the_summary_first_line_gives_the_dead_lettered_fraction(t
     assert "the shard<" in (out / "report.html").read_text()  # one shard, not "the 1 shards"
 
 
-def test_a_clean_run_first_line_says_only_committed(tmp_path, capsys):
-    source = _csv(tmp_path / "data.csv", 20)
-    out = tmp_path / "out"
-    assert run(_convert(source, out, quiet=False)) == 0
-    assert capsys.readouterr().out.splitlines()[0] == f"Committed {out}/manifest.json"
+def test_a_clean_run_first_line_says_only_committed(committed):
+    _, out, printed = committed
+    assert printed.splitlines()[0] == f"Committed {out}/manifest.json"
 
 
 def test_a_whole_file_dead_letter_says_its_reason_in_the_outcome_line(tmp_path, capsys):
@@ -101,12 +101,14 @@ def _refusal(capsys, argv) -> str:
 
 @pytest.fixture(scope="module")
 def committed(tmp_path_factory):
-    """(source, output): 20 clean rows converted once with `_convert`'s defaults. Read only:
-    a test that runs on the output again works on a copy (`_copy_of`)."""
+    """(source, output, what the run printed): 20 clean rows converted once with `_convert`'s
+    defaults but --quiet. Read only: a test that runs on the output again works on a copy."""
     folder = tmp_path_factory.mktemp("committed")
     source = _csv(folder / "data.csv", 20)
-    assert run(_convert(source, folder / "out")) == 0
-    return source, folder / "out"
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        assert run(_convert(source, folder / "out", quiet=False)) == 0
+    return source, folder / "out", printed.getvalue()
 
 
 def _copy_of(output, target):
@@ -115,7 +117,7 @@ def _copy_of(output, target):
 
 
 def test_a_refused_rerun_names_the_option_that_differs(tmp_path, capsys, committed):
-    source, shared = committed
+    source, shared, _ = committed
     out = _copy_of(shared, tmp_path / "out")
     line = _refusal(capsys, _convert(source, out, "--batch-rows", "7", "--max-shard-records", "5"))
     assert "--batch-rows 16384 then, 7 now" in line
@@ -156,7 +158,7 @@ def _spec(tmp_path) -> str:
 
 
 def test_no_lock_file_stays_and_a_rerun_with_nothing_to_do_touches_nothing(tmp_path, capsys, committed):
-    source, shared = committed
+    source, shared, _ = committed
     assert LOCK_NAME not in os.listdir(shared)
     out = _copy_of(shared, tmp_path / "out")
     before = {name: os.stat(out / name).st_mtime_ns for name in os.listdir(out)}

@@ -8,13 +8,14 @@ dry run's spec, messages).
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import resource
+import shutil
 import signal
 import struct
-import subprocess
-import sys
 import zlib
 
 import pyarrow.parquet as pq
@@ -24,8 +25,6 @@ from pipeline.cli import run
 from pipeline.output_lock import LOCK_NAME, OutputBusyError, output_lock
 from tests.helpers import in_memory_args
 from transforms.images.headers import HeaderError, parse_header
-
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def _csv(path, rows: int, bad: dict[int, str] | None = None) -> str:
@@ -65,11 +64,9 @@ def test_with_a_budget_the_summary_first_line_gives_the_dead_lettered_fraction(t
     assert "the shard<" in (out / "report.html").read_text()  # one shard, not "the 1 shards"
 
 
-def test_a_clean_run_first_line_says_only_committed(tmp_path, capsys):
-    source = _csv(tmp_path / "data.csv", 20)
-    out = tmp_path / "out"
-    assert run(_convert(source, out, quiet=False)) == 0
-    assert capsys.readouterr().out.splitlines()[0] == f"Committed {out}/manifest.json"
+def test_a_clean_run_first_line_says_only_committed(committed):
+    _, out, printed = committed
+    assert printed.splitlines()[0] == f"Committed {out}/manifest.json"
 
 
 def test_a_whole_file_dead_letter_says_its_reason_in_the_outcome_line(tmp_path, capsys):
@@ -102,10 +99,26 @@ def _refusal(capsys, argv) -> str:
     return err[0]
 
 
-def test_a_refused_rerun_names_the_option_that_differs(tmp_path, capsys):
-    source = _csv(tmp_path / "data.csv", 20)
-    out = tmp_path / "out"
-    assert run(_convert(source, out)) == 0
+@pytest.fixture(scope="module")
+def committed(tmp_path_factory):
+    """(source, output, what the run printed): 20 clean rows converted once with `_convert`'s
+    defaults but --quiet. Read only: a test that runs on the output again works on a copy."""
+    folder = tmp_path_factory.mktemp("committed")
+    source = _csv(folder / "data.csv", 20)
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        assert run(_convert(source, folder / "out", quiet=False)) == 0
+    return source, folder / "out", printed.getvalue()
+
+
+def _copy_of(output, target):
+    shutil.copytree(output, target)  # times kept: the same committed output, elsewhere
+    return target
+
+
+def test_a_refused_rerun_names_the_option_that_differs(tmp_path, capsys, committed):
+    source, shared, _ = committed
+    out = _copy_of(shared, tmp_path / "out")
     line = _refusal(capsys, _convert(source, out, "--batch-rows", "7", "--max-shard-records", "5"))
     assert "--batch-rows 16384 then, 7 now" in line
     assert "--max-shard-records unset then, 5 now" in line
@@ -144,11 +157,10 @@ def _spec(tmp_path) -> str:
 # ------------------------------------------------------------------ the lock
 
 
-def test_no_lock_file_stays_and_a_rerun_with_nothing_to_do_touches_nothing(tmp_path, capsys):
-    source = _csv(tmp_path / "data.csv", 20)
-    out = tmp_path / "out"
-    assert run(_convert(source, out)) == 0
-    assert LOCK_NAME not in os.listdir(out)
+def test_no_lock_file_stays_and_a_rerun_with_nothing_to_do_touches_nothing(tmp_path, capsys, committed):
+    source, shared, _ = committed
+    assert LOCK_NAME not in os.listdir(shared)
+    out = _copy_of(shared, tmp_path / "out")
     before = {name: os.stat(out / name).st_mtime_ns for name in os.listdir(out)}
     folder_time = os.stat(out).st_mtime_ns
     mode = os.stat(out).st_mode
@@ -187,23 +199,23 @@ def test_the_lock_excludes_a_second_holder_and_leaves_nothing(tmp_path):
 # ------------------------------------------------------------------ failure causes
 
 
-def test_a_write_failure_in_a_converter_process_names_its_cause(tmp_path):
+def test_a_write_failure_in_a_converter_process_names_its_cause(tmp_path, capsys):
     """Shards that cannot grow (as on a full disk) fail the run with the OS's reason; the
-    forked converter's failure used to end 'conversion failed:' and nothing."""
+    forked converter's failure used to end 'conversion failed:' and nothing. Run in this
+    process: its forked converters inherit a file size limit lowered (soft limit only, so it
+    is raised back) for the run's length, and SIGXFSZ ignored, so a write past it is EFBIG."""
     source = _csv(tmp_path / "data.csv", 3000)
-
-    def small_files():
-        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit: EFBIG
-        resource.setrlimit(resource.RLIMIT_FSIZE, (30_000, 30_000))
-
-    done = subprocess.run(
-        [sys.executable, "-m", "pipeline", "convert", "--input", source, "--format", "csv",
-         "--output", str(tmp_path / "out"), "--work-unit-bytes", "20KB",
-         "--converter-processes", "2", "--quiet"],
-        cwd=REPO, env={**os.environ, "PYTHONPATH": REPO}, preexec_fn=small_files,
-        capture_output=True, text=True, timeout=300)
-    assert done.returncode == 1
-    assert done.stderr.strip().splitlines()[-1] == \
+    limits = resource.getrlimit(resource.RLIMIT_FSIZE)
+    handler = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (30_000, limits[1]))
+    try:
+        code = run(["convert", "--input", source, "--format", "csv", "--output", str(tmp_path / "out"),
+                    "--work-unit-bytes", "20KB", "--converter-processes", "2", "--quiet"])
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, limits)
+        signal.signal(signal.SIGXFSZ, handler)
+    assert code == 1
+    assert capsys.readouterr().err.strip().splitlines()[-1] == \
         "tfrecord-pipeline convert: conversion failed: OSError: [Errno 27] File too large"
 
 

@@ -52,6 +52,15 @@ def test_a_gzip_bomb_is_reported_without_inflating_it(tmp_path, capsys, payload_
     assert _maxrss_mb() - before < 200
 
 
+@pytest.fixture(scope="module")
+def clean_output(tmp_path_factory):
+    """`_write_output`'s default output, written once (a Beam pipeline each): tests damage
+    copies of it."""
+    output = tmp_path_factory.mktemp("clean") / "output"
+    _write_output(output)
+    return output
+
+
 def _rewrite_manifest(folder, change) -> None:
     path = folder / "manifest.json"
     manifest = json.loads(path.read_text())
@@ -72,9 +81,8 @@ def _rewrite_manifest(folder, change) -> None:
     (lambda m: m.update(files={"../stats.json": {"bytes": 1, "sha256": "0"}}), "outside the folder"),
     (lambda m: m.update(files={"stats.json": {"bytes": "1"}}), "not its bytes and sha256"),
 ])
-def test_a_malformed_manifest_is_a_problem_not_a_traceback(tmp_path, capsys, change, problem):
-    output = tmp_path / "out"
-    _write_output(output)
+def test_a_malformed_manifest_is_a_problem_not_a_traceback(tmp_path, capsys, change, problem, clean_output):
+    output = shutil.copytree(clean_output, tmp_path / "out")
     outside = tmp_path / "outside-00000-of-00001.tfrecord"
     shutil.copy(next(output.glob("*.tfrecord")), outside)
     _rewrite_manifest(output, change)
@@ -87,9 +95,9 @@ def test_a_malformed_manifest_is_a_problem_not_a_traceback(tmp_path, capsys, cha
     assert len(captured.err.strip().splitlines()) == 1 and problem in captured.err
 
 
-def test_a_listed_shard_that_is_a_directory_is_a_problem(tmp_path, capsys):
-    output = tmp_path / "out"
-    manifest = _write_output(output)
+def test_a_listed_shard_that_is_a_directory_is_a_problem(tmp_path, capsys, clean_output):
+    output = shutil.copytree(clean_output, tmp_path / "out")
+    manifest = json.loads((output / "manifest.json").read_text())
     shard = output / manifest["shards"][0]["path"]
     shard.unlink()
     shard.mkdir()

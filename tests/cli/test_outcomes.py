@@ -6,7 +6,10 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import shutil
 import uuid
+
+import pytest
 
 import pipeline
 from pipeline.cli import run
@@ -30,14 +33,26 @@ def test_an_output_that_is_a_file_is_refused_in_one_line(tmp_path, capsys):
     assert target.read_bytes() == b"precious"
 
 
-def test_a_temp_folder_left_after_the_manifest_is_removed_by_a_run_with_nothing_to_do(tmp_path):
-    out = tmp_path / "out"
-    assert run(_convert(out)) == 0
+SHARDS_OF_50 = ("--max-shard-records", "50")
+
+
+@pytest.fixture(scope="module")
+def committed_in_shards_of_50(tmp_path_factory):
+    """The sample converted once with `_convert(out, *SHARDS_OF_50)`. Read only: tests
+    change copies (copytree keeps the times: the same committed output, elsewhere)."""
+    out = tmp_path_factory.mktemp("committed") / "out"
+    assert run(_convert(out, *SHARDS_OF_50)) == 0
+    return out
+
+
+def test_a_temp_folder_left_after_the_manifest_is_removed_by_a_run_with_nothing_to_do(
+        tmp_path, committed_in_shards_of_50):
+    out = shutil.copytree(committed_in_shards_of_50, tmp_path / "out")
     committed = sorted(path.name for path in out.iterdir())
     leftover = out / ".tmp-0123456789abcdef"  # a run killed between manifest and cleanup
     (leftover / "train").mkdir(parents=True)
     (leftover / "train" / (uuid.uuid4().hex + ".tfrecord")).write_bytes(b"half")
-    assert run(_convert(out)) == 0  # the same conversion: nothing to do
+    assert run(_convert(out, *SHARDS_OF_50)) == 0  # the same conversion: nothing to do
     assert not leftover.exists()
     assert sorted(path.name for path in out.iterdir()) == committed
     assert LOCK_NAME not in committed  # removed when the run ends
@@ -223,10 +238,10 @@ def test_a_folder_input_is_fingerprinted_by_its_files(tmp_path, capsys):
     assert "already holds a committed output of different inputs" in capsys.readouterr().err
 
 
-def test_a_rerun_on_a_damaged_output_of_the_same_conversion_says_so(tmp_path, capsys):
+def test_a_rerun_on_a_damaged_output_of_the_same_conversion_says_so(
+        tmp_path, capsys, committed_in_shards_of_50):
     # It said "nothing to do" (exit 0): a scheduler's retry never noticed a lost shard.
-    out = tmp_path / "out"
-    assert run(_convert(out, "--max-shard-records", "50")) == 0
+    out = shutil.copytree(committed_in_shards_of_50, tmp_path / "out")
     manifest = json.loads((out / "manifest.json").read_text())
     lost = manifest["shards"][1]["path"]
     (out / lost).unlink()

@@ -8,6 +8,9 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import shutil
+
+import pytest
 
 import pipeline
 from pipeline.cli import run
@@ -69,9 +72,16 @@ def test_overwrite_replaces_only_what_the_manifest_lists(tmp_path):
     assert unrelated.read_text() == "keep me"
 
 
-def test_a_commit_killed_half_way_is_undone_from_its_journal(tmp_path):
-    out = tmp_path / "out"
+@pytest.fixture(scope="module")
+def committed(tmp_path_factory):
+    """The sample converted once with `_convert`'s defaults. Read only: tests change copies."""
+    out = tmp_path_factory.mktemp("committed") / "out"
     assert run(_convert(out)) == 0
+    return out
+
+
+def test_a_commit_killed_half_way_is_undone_from_its_journal(tmp_path, committed):
+    out = shutil.copytree(committed, tmp_path / "out")  # times kept: the same committed output
     committed = _manifest(out)
     owned = owned_paths(str(out))  # what the killed commit's journal says it replaces
     # A later --overwrite run was killed mid-commit: it had deleted the manifest and renamed
@@ -92,12 +102,12 @@ def test_a_commit_killed_half_way_is_undone_from_its_journal(tmp_path):
     assert run(["verify", str(out)]) == 0
 
 
-def test_a_commit_killed_before_it_changed_anything_leaves_the_committed_output_whole(tmp_path):
+def test_a_commit_killed_before_it_changed_anything_leaves_the_committed_output_whole(
+        tmp_path, committed):
     """A run killed right after journaling its commit (which names every file the commit
     may replace, report.html included) changed nothing: the next run removes its temp
     folder, and nothing the committed output holds, its report neither."""
-    out = tmp_path / "out"
-    assert run(_convert(out)) == 0
+    out = shutil.copytree(committed, tmp_path / "out")
     before = sorted(path.name for path in out.iterdir())
     killed = out / ".tmp-0a1b2c3d4e5f6a7b"
     killed.mkdir()

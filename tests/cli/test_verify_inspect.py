@@ -8,6 +8,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 
@@ -37,12 +38,31 @@ def _write_output(output, compression="none", records=12, extra_files=None):
         return json.load(handle)
 
 
+@pytest.fixture(scope="module")
+def clean_output(tmp_path_factory):
+    """`_write_output`'s default output, written once (a Beam pipeline each) and only read:
+    a test that changes it works on `_copy_of`."""
+    output = tmp_path_factory.mktemp("clean") / "output"
+    _write_output(output)
+    return output
+
+
+def _copy_of(clean_output, target) -> dict:
+    """A copy of the shared clean output at `target`; its manifest."""
+    shutil.copytree(clean_output, target, dirs_exist_ok=True)
+    with open(os.path.join(target, "manifest.json")) as handle:
+        return json.load(handle)
+
+
 @pytest.mark.parametrize("compression", ["none", "gzip", "zlib"])
-def test_verify_accepts_clean_output(tmp_path, capsys, compression):
-    manifest = _write_output(tmp_path, compression)
-    assert run(["verify", str(tmp_path)]) == 0
+def test_verify_accepts_clean_output(tmp_path, capsys, compression, clean_output):
+    if compression == "none":  # the shared output is uncompressed
+        output, manifest = clean_output, json.loads((clean_output / "manifest.json").read_text())
+    else:
+        output, manifest = tmp_path, _write_output(tmp_path, compression)
+    assert run(["verify", str(output)]) == 0
     assert '"status": "ok"' in capsys.readouterr().out
-    shard = str(tmp_path / manifest["shards"][0]["path"])
+    shard = str(output / manifest["shards"][0]["path"])
     assert run(["verify", shard]) == 0
 
 
@@ -78,8 +98,8 @@ def test_one_byte_flip_in_a_gzip_shard_is_reported(tmp_path, capsys):
     shard.write_bytes(original)
 
 
-def test_verify_reports_missing_and_unlisted_shards(tmp_path, capsys):
-    manifest = _write_output(tmp_path)
+def test_verify_reports_missing_and_unlisted_shards(tmp_path, capsys, clean_output):
+    manifest = _copy_of(clean_output, tmp_path)
     stray = tmp_path / "train-00000-of-00002.tfrecord"
     stray.write_bytes((tmp_path / manifest["shards"][0]["path"]).read_bytes())
     assert run(["verify", str(tmp_path)]) != 0
@@ -90,11 +110,10 @@ def test_verify_reports_missing_and_unlisted_shards(tmp_path, capsys):
     assert "missing" in capsys.readouterr().out
 
 
-def test_verify_of_a_path_that_matches_nothing_is_a_usage_error(tmp_path, capsys):
+def test_verify_of_a_path_that_matches_nothing_is_a_usage_error(tmp_path, capsys, clean_output):
     """As inspect, index and export: exit 2 and one line, not a "corrupt" report (exit 4),
     also when another path given is fine."""
-    _write_output(tmp_path / "out")
-    for paths in ([tmp_path / "nothing"], [tmp_path / "out", tmp_path / "nothing*"]):
+    for paths in ([tmp_path / "nothing"], [clean_output, tmp_path / "nothing*"]):
         assert run(["verify", *map(str, paths)]) == 2
         captured = capsys.readouterr()
         assert captured.out == ""
@@ -117,10 +136,11 @@ def test_verify_checks_the_side_files_the_manifest_lists(tmp_path, capsys):
     assert json.loads(out[-1])["status"] == "corrupt"
 
 
-def test_superseded_files_are_owned_and_checked_by_size_and_digest_never_read_as_shards(tmp_path, capsys):
+def test_superseded_files_are_owned_and_checked_by_size_and_digest_never_read_as_shards(
+        tmp_path, capsys, clean_output):
     """The previous generation's files a manifest keeps for its readers: named like shards
     (not "unlisted"), not TFRecord (not read), but missing or altered they are reported."""
-    manifest = Manifest.from_dict(_write_output(tmp_path))
+    manifest = Manifest.from_dict(_copy_of(clean_output, tmp_path))
     old_shard, old_spec = tmp_path / "train-00000-of-00002.tfrecord", tmp_path / "old" / "spec.json"
     old_shard.write_bytes(b"not a tfrecord at all")
     old_spec.parent.mkdir()
@@ -155,9 +175,10 @@ def test_verify_rejects_a_payload_that_is_not_an_example(tmp_path, capsys):
 @pytest.mark.parametrize("command", [
     ["verify"], ["inspect"], ["index"], ["export", "--to", "parquet", "{out}"], ["report"],
 ])
-def test_every_command_reading_an_output_exits_4_on_a_damaged_manifest(tmp_path, capsys, command):
+def test_every_command_reading_an_output_exits_4_on_a_damaged_manifest(
+        tmp_path, capsys, command, clean_output):
     # README: 4 means the command found corrupt data. export and report said 2 (usage).
-    _write_output(tmp_path / "output")
+    _copy_of(clean_output, tmp_path / "output")
     (tmp_path / "output" / "manifest.json").write_text('{"shards": [')
     name, *rest = command
     argv = [name, str(tmp_path / "output"), *(a.format(out=tmp_path / "x.parquet") for a in rest)]
@@ -174,9 +195,8 @@ def test_export_exits_4_on_a_damaged_feature_spec(tmp_path, capsys):
     assert "is not a valid feature spec" in capsys.readouterr().err
 
 
-def test_inspect_prints_json_lines_and_a_summary(tmp_path, capsys):
-    _write_output(tmp_path, records=5)
-    assert run(["inspect", str(tmp_path), "--limit", "3"]) == 0
+def test_inspect_prints_json_lines_and_a_summary(capsys, clean_output):
+    assert run(["inspect", str(clean_output), "--limit", "3"]) == 0
     captured = capsys.readouterr()
     lines = [json.loads(line) for line in captured.out.splitlines()]
     assert len(lines) == 3

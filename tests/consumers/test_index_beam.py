@@ -4,13 +4,10 @@ the `index` command, and interop with Apache Beam's own TFRecord source and sink
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import json
 import pathlib
 import shutil
-import subprocess
-import sys
 
 import apache_beam as beam
 import pytest
@@ -22,7 +19,7 @@ from apache_beam.testing.util import assert_that, equal_to
 import pipeline
 from pipeline.cli import EXIT_CORRUPT, EXIT_OK, EXIT_USAGE, run
 from tests.format.reference_codec import encode_example
-from tests.helpers import in_memory_args
+from tests.helpers import ModuleServer, in_memory_args
 from transforms.records import RecordBatch, batch_key
 from transforms.sink import WriteToShardedTFRecord
 from transforms.tfrecord_io import read_tfrecord_file
@@ -41,52 +38,18 @@ def _manifest(output) -> dict:
     return json.loads((pathlib.Path(output) / "manifest.json").read_text())
 
 
-_TFRECORD_PACKAGE_SERVER = """
-import base64, json, sys
-sys.modules["torch"] = None  # the package's own fallback without torch: its readers need none
-from tfrecord.reader import tfrecord_iterator
-from tfrecord.tools.tfrecord2idx import create_index
-for line in sys.stdin:
-    request, args = json.loads(line)
-    pairs = list(zip(args[::2], args[1::2]))
-    if request == "index":  # shard, index, shard, index, ...: tfrecord2idx's files
-        for shard, index in pairs:
-            create_index(shard, index)
-        answer = None
-    else:  # "read_sharded" path, index, ...: each file's records as its reader splits them 3 ways
-        answer = [[[base64.b64encode(bytes(view)).decode()
-                    for view in tfrecord_iterator(path, index, shard=(i, 3))] for i in range(3)]
-                  for path, index in pairs]
-    print(json.dumps(answer), flush=True)
-"""
-
-
 class TfrecordPackage:
-    """The `tfrecord` package, in one fresh interpreter kept for the module: importing it
-    registers its own copy of TensorFlow's Example protos in protobuf's default pool, which
-    clashes with TensorFlow's in this process ("duplicate symbol 'tensorflow.BytesList'").
-    One interpreter answers every request; it makes torch unimportable, which the package's
-    optional `tfrecord.torch` handles as it does where torch is missing (importing torch
-    costs ~1.2 s of CPU, and neither tfrecord2idx nor the reader uses it)."""
+    """The `tfrecord` package, in one child Python kept for the module
+    (`tests.consumers.tfrecord_package_calls` says why)."""
 
-    def __init__(self, errors: pathlib.Path):
-        self._errors = errors
-        with errors.open("w") as stderr:
-            self._process = subprocess.Popen([sys.executable, "-c", _TFRECORD_PACKAGE_SERVER],
-                                             stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                             stderr=stderr, text=True)
-
-    def _ask(self, request: str, *args) -> object:
-        self._process.stdin.write(json.dumps([request, [str(arg) for arg in args]]) + "\n")
-        self._process.stdin.flush()
-        answer = self._process.stdout.readline()
-        assert answer, f"the tfrecord package's interpreter died:\n{self._errors.read_text()}"
-        return json.loads(answer)
+    def __init__(self):
+        self._child = ModuleServer("tests.consumers.tfrecord_package_calls",
+                                   prelude="sys.modules['torch'] = None")
 
     def reference_indexes(self, shards, tmp_path) -> list[bytes]:
         """What the `tfrecord` package's tfrecord2idx writes for each of `shards`."""
         references = [tmp_path / f"reference-{i}.idx" for i in range(len(shards))]
-        self._ask("index", *[arg for pair in zip(shards, references, strict=True) for arg in pair])
+        self._child("index", [(str(shard), str(ref)) for shard, ref in zip(shards, references, strict=True)])
         return [reference.read_bytes() for reference in references]
 
     def reference_index(self, shard, tmp_path) -> bytes:
@@ -94,17 +57,16 @@ class TfrecordPackage:
 
     def read_sharded(self, *paths_and_indexes) -> list[list[list[bytes]]]:
         """For each (path, index) pair, the records its reader gives each of 3 workers."""
-        return [[[base64.b64decode(record) for record in part] for part in parts]
-                for parts in self._ask("read_sharded", *paths_and_indexes)]
+        args = [str(arg) for arg in paths_and_indexes]
+        return self._child("read_sharded", list(zip(args[::2], args[1::2], strict=True)))
 
     def close(self) -> None:
-        self._process.stdin.close()
-        assert self._process.wait(timeout=60) == 0, self._errors.read_text()
+        self._child.close()
 
 
 @pytest.fixture(scope="module")
-def tfrecord_package(tmp_path_factory):
-    package = TfrecordPackage(tmp_path_factory.mktemp("tfrecord-package") / "stderr")
+def tfrecord_package():
+    package = TfrecordPackage()
     yield package
     package.close()
 

@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from isal import isal_zlib
 
-from tests.format.without_isal import ChildWithoutIsal
+from tests.helpers import ModuleServer
 from transforms.format import compression as compression_module
 from transforms.format import tfrecord_reader
 from transforms.format.compression import (
@@ -110,7 +110,7 @@ def tf():
 def without_isal():
     """Runs format code in one child Python where ISA-L is not installed (its import blocked),
     as on a machine without the `isal` package; one child for the module's calls."""
-    child = ChildWithoutIsal()
+    child = ModuleServer("tests.format.without_isal", prelude="sys.modules['isal'] = None")
     yield child
     child.close()
 

@@ -108,8 +108,9 @@ _PAST_FIELD_LIMIT = 200_000
 def test_an_unclosed_quote_swallowing_over_128_kib_still_dead_letters_each_line(tmp_path, extra):
     # The lines an unclosed quote swallows are one runaway field: past the csv module's
     # field limit the whole file became one unreadable_file and the rows before it were lost.
+    # Lines of 130 bytes: 1,700 dead letters, not the 15,000 of short lines, fill the field.
     source = tmp_path / "in.csv"
-    lines = [f"{i},n{i:06d}" for i in range(1, _PAST_FIELD_LIMIT // 13)]
+    lines = [f"{i},n{i:06d}{'x' * 120}" for i in range(1, _PAST_FIELD_LIMIT // 120)]
     lines[4] = '5,"never closed'
     assert len("\n".join(lines[4:])) > _PAST_FIELD_LIMIT  # the runaway field, past the limit
     source.write_text("id,name\n" + "\n".join(lines) + "\n")

@@ -68,16 +68,21 @@ def test_a_json_line_that_is_no_object_is_its_dead_letter_on_either_path(tmp_pat
 
 def test_null_lines_opening_a_chunk_do_not_crash_the_reader(tmp_path):
     """Arrow's JSON reader crashed the process (SIGSEGV) on a chunk whose first row is `null`:
-    here every chunk after the first (chunks are at least MIN_BLOCK bytes: three of them). In
+    here every chunk after the first (chunks are MIN_BLOCK bytes: --batch-rows 64 of these
+    1 KB lines is less; three of them). A `null` line padded with blanks is a `null` row (and
+    its dead letter's raw is "null"): 200 rows fill the chunks where 39,000 bare ones did. In
     a process of its own, so a crash fails the test."""
-    nulls = 3 * MIN_BLOCK // len(b"null\n")
+    line = "null" + " " * 1015 + "\n"
+    nulls = 3 * MIN_BLOCK // len(line) + 1
+    assert 64 * len(line) < MIN_BLOCK < nulls * len(line) // 3
     source = tmp_path / "in.jsonl"
-    source.write_text('{"id": 1, "name": "a"}\n' + "null\n" * nulls)
+    source.write_text('{"id": 1, "name": "a"}\n' + "null\n" + line * nulls)
+    nulls += 1
     out = tmp_path / "out"
     done = subprocess.run(
         [sys.executable, "-m", "pipeline", "convert", "--input", str(source), "--format",
          "jsonl", "--output", str(out), "--spec", _spec(tmp_path, ID_NAME), "--quiet",
-         "--max-error-rate", "1"],
+         "--max-error-rate", "1", "--batch-rows", "64"],
         capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     counts = json.loads((out / "manifest.json").read_text())["counts"]
@@ -140,18 +145,21 @@ _OPEN_ENDINGS = ['2,"y', '"2,y', '2,"y\n', '"2,y\n', '2,"y""', '2,"y\r\n', '"2,y
 
 def test_a_csv_ending_inside_a_quoted_field_dead_letters_it_with_or_without_a_newline(tmp_path):
     """Each ending inside quotes is the end of a file of its own (with ids of its own), plain
-    and gzip, after 1 row and after 20,000 (many: read in chunks, and planned in ranges): the
-    28 files converted in one run."""
+    and gzip, after 1 row and after 2,000 rows of 100 bytes (200 KB: read in chunks of
+    MIN_BLOCK, as --batch-rows 200 asks for less, and planned in ranges): the 28 files
+    converted in one run."""
     folder = tmp_path / "in"
     folder.mkdir()
-    cases = [(rows, gz, last) for rows in (1, 20_000) for gz in (False, True) for last in _OPEN_ENDINGS]
+    cases = [(rows, gz, last) for rows in (1, 2_000) for gz in (False, True) for last in _OPEN_ENDINGS]
     for n, (rows, gz, last) in enumerate(cases):
         first = 1000 + 100_000 * n
-        data = b"id,name\n" + b"".join(b"%d,x\n" % (first + i) for i in range(rows)) + last.encode()
+        data = b"id,name\n" + b"".join(b"%d,%s\n" % (first + i, b"x" * 92) for i in range(rows)) \
+            + last.encode()
+        assert rows == 1 or len(data) > 3 * MIN_BLOCK > 3 * 200 * 100
         (folder / f"in{n}.csv{'.gz' if gz else ''}").write_bytes(gzip.compress(data) if gz else data)
     out = tmp_path / "out"
     assert _convert(folder, "csv", out, "--spec", _spec(tmp_path, ID_NAME),
-                    "--work-unit-bytes", "20000") == 0
+                    "--work-unit-bytes", "20000", "--batch-rows", "200") == 0
     ids, dead = _ids(out), _dead(out)
     assert {pathlib.Path(d["source"]).name for d in dead} == {path.name for path in folder.iterdir()}
     for n, (rows, gz, last) in enumerate(cases):

@@ -11,7 +11,6 @@ import subprocess
 import sys
 
 import pyarrow as pa
-import pytest
 
 from transforms.tabular.columns import python_feature, text_feature
 from transforms.tabular.spec import FeatureSpec
@@ -38,24 +37,39 @@ def _csv_text(rows: int) -> str:
     return "\n".join(lines) + "\n"
 
 
-@pytest.mark.parametrize("name", ["data.csv.gz", "data.csv"])
-def test_a_dry_run_sampling_part_of_a_csv_exits_normally(tmp_path, name):
-    source = tmp_path / name
+# The console entry point's run (`pipeline.__main__` imports Beam quietly, `main` freezes the
+# import's objects): one dry run per file, then the interpreter's exit, which a reader left
+# reading aborted.
+_DRY_RUNS = """
+import gc, sys
+import pipeline.__main__
+from pipeline.cli import run
+gc.freeze()
+sys.exit(max(run(argv) for argv in {argvs!r}))
+"""
+
+
+def test_dry_runs_sampling_part_of_a_csv_exit_normally(tmp_path):
+    """Both a plain and a gzip CSV, each sampled by a dry run of its own in one real process
+    (each reader must be done, or the exit aborts)."""
     text = _csv_text(20000)  # far more than the 500 rows sampled
-    if name.endswith(".gz"):
-        source.write_bytes(gzip.compress(text.encode()))
-    else:
-        source.write_text(text)
     spec = tmp_path / "spec.yaml"
     spec.write_text(SPEC)
-    done = subprocess.run(
-        [sys.executable, "-m", "pipeline", "convert", "--input", str(source), "--format", "csv",
-         "--spec", str(spec), "--output", str(tmp_path / "out"), "--dry-run", "--quiet",
-         "--sample-rows", "500"],
-        cwd=REPO, capture_output=True, text=True, timeout=300)
+    argvs = []
+    for name in ("data.csv.gz", "data.csv"):
+        source = tmp_path / name
+        if name.endswith(".gz"):
+            source.write_bytes(gzip.compress(text.encode()))
+        else:
+            source.write_text(text)
+        argvs.append(["convert", "--input", str(source), "--format", "csv", "--spec", str(spec),
+                      "--output", str(tmp_path / f"out-{name}"), "--dry-run", "--quiet",
+                      "--sample-rows", "500"])
+    done = subprocess.run([sys.executable, "-c", _DRY_RUNS.format(argvs=argvs)],
+                          cwd=REPO, capture_output=True, text=True, timeout=300)
     assert "Fatal Python error" not in done.stderr, done.stderr[-2000:]
     assert done.returncode == 0, done.stderr[-2000:]
-    assert '"estimate"' in done.stdout
+    assert done.stdout.count('"estimate"') == 2
 
 
 def test_conversion_errors_hold_no_traceback():

@@ -137,6 +137,7 @@ def _reference_record_starts(data: bytes, header: bool) -> dict[int, tuple[int, 
     if data.startswith(b"\xef\xbb\xbf"):
         i = 3
     state, record_start, records = "start", i, 0
+    counted, lfs = 0, 0  # LF bytes in data[:counted]
     while i < n:
         c = data[i]
         if state == "quoted":
@@ -154,7 +155,8 @@ def _reference_record_starts(data: bytes, header: bool) -> dict[int, tuple[int, 
             i += 1
             state, record_start = "start", i
             if data[i - 1] == 0x0A and (records or not header):
-                starts[i] = (records - header, data[:i].count(b"\n"))
+                counted, lfs = i, lfs + data.count(b"\n", counted, i)
+                starts[i] = (records - header, lfs)
             continue
         if state == "start" and c == 0x22:
             state = "quoted"

@@ -5,6 +5,7 @@ read every row once, as the whole file does."""
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import io
 import pathlib
@@ -113,34 +114,87 @@ def _cut(units: list[WorkUnit], dialect: TextDialect, folder: pathlib.Path, wher
 def _cut_in_beam(units: list[WorkUnit], dialect: TextDialect, folder: pathlib.Path
                  ) -> list[WorkUnit]:
     """The units out of the transform, on Beam's local runner (each pickled to `folder`)."""
+    return [unit for cut in _cut_in_one_beam_run([(units, dialect)], folder) for unit in cut]
+
+
+def _cut_in_one_beam_run(groups: list[tuple[list[WorkUnit], TextDialect]], folder: pathlib.Path
+                         ) -> list[list[WorkUnit]]:
+    """Each group's units out of a transform of its own (its dialect), all in one pipeline on
+    Beam's local runner; per group, in plan order (each unit pickled to `folder`)."""
     folder.mkdir()
 
-    def keep(unit: WorkUnit) -> None:
-        (folder / f"{unit.index}.pickle").write_bytes(pickle.dumps(unit))
+    def keep(unit: WorkUnit, group: int) -> None:
+        name = f"{group}-{pathlib.Path(unit.path).name}-{unit.index}.pickle"
+        (folder / name).write_bytes(pickle.dumps(unit))
 
     with beam.Pipeline(runner=FnApiRunner()) as pipeline:
-        _ = pipeline | beam.Create(units) | CutRangesInWorkers(dialect) | beam.Map(keep)
-    found = [pickle.loads(path.read_bytes()) for path in folder.iterdir()]
-    return sorted(found, key=lambda unit: unit.index)
+        for k, (units, dialect) in enumerate(groups):
+            _ = (pipeline | f"Create{k}" >> beam.Create(units) | f"Cut{k}" >> CutRangesInWorkers(dialect)
+                 | f"Keep{k}" >> beam.Map(keep, k))
+    found = collections.defaultdict(list)
+    for path in folder.iterdir():
+        found[int(path.name.split("-", 1)[0])].append(pickle.loads(path.read_bytes()))
+    return [sorted(found[k], key=lambda unit: (unit.path, unit.index)) for k in range(len(groups))]
+
+
+def _tricky_file(folder: pathlib.Path, name: str, fmt: str, rng: random.Random, rows: int
+                 ) -> pathlib.Path:
+    path = folder / f"{name}.{fmt}"
+    if fmt == "csv":
+        path.write_bytes(_tricky_csv(rng, rows, crlf=rng.random() < 0.5, bom=rng.random() < 0.5,
+                                     final_newline=rng.random() < 0.5))
+    else:
+        path.write_bytes(_jsonl(rng, rows))
+    return path
+
+
+_WORKER_SEEDS, _LAUNCHER_SEEDS = SEEDS[:12], SEEDS[:6]
+
+
+@pytest.fixture(scope="module")
+def seeded(tmp_path_factory) -> dict:
+    """The seeded tests' files with their raw units, and those units cut in ONE Beam run (a
+    transform per dialect; its side input holds the ranges of every file of the dialect), so
+    that each seed pays no pipeline of its own. Tests only read it: {("worker", seed): (path,
+    fmt, raw units, units cut in Beam), ("launcher", seed): (path, size, raw, units cut in Beam)}."""
+    folder = tmp_path_factory.mktemp("seeded")
+    found = {}
+    for seed in _WORKER_SEEDS:
+        rng = random.Random(seed)
+        fmt = "csv" if seed % 2 else "jsonl"
+        path = _tricky_file(folder, f"worker{seed}", fmt, rng, 150)
+        found["worker", seed] = (path, fmt, _raw_units(path, fmt, rng.randint(3, 12)))
+    for seed in _LAUNCHER_SEEDS:
+        rng = random.Random(seed)
+        path = _tricky_file(folder, f"launcher{seed}", "csv", rng, 300)
+        size = -(-path.stat().st_size // rng.randint(3, 12))
+        raw = split_text_units(plan_tabular(str(path), "csv"), "csv", work_unit_bytes=size,
+                               cut_in_workers=True).units
+        found["launcher", seed] = (path, size, list(raw))
+    groups = {}  # dialect -> the keys of its files
+    for key, (path, *_) in found.items():
+        fmt = path.suffix[1:]
+        groups.setdefault(CSV if key[0] == "launcher" else text_dialect(fmt)[0], []).append(key)
+    dialects = list(groups)
+    cut = _cut_in_one_beam_run([([u for key in groups[d] for u in found[key][2]], d) for d in dialects],
+                               folder / "units")
+    for dialect, units in zip(dialects, cut, strict=True):
+        for key in groups[dialect]:
+            mine = [u for u in units if u.path == str(found[key][0])]
+            found[key] = (*found[key], mine)
+    return found
 
 
 @pytest.mark.parametrize("where", ["beam", "now"])
-@pytest.mark.parametrize("seed", SEEDS[:12])
-def test_units_cut_by_the_workers_read_every_row_once(tmp_path, seed, where):
+@pytest.mark.parametrize("seed", _WORKER_SEEDS)
+def test_units_cut_by_the_workers_read_every_row_once(tmp_path, seeded, seed, where):
     """Through the Beam transform, and cut before the run: the units read the rows, raw
     text, row numbers and line numbers of the whole file, CSV with every awkward field and
     JSON Lines."""
-    rng = random.Random(seed)
-    fmt = "csv" if seed % 2 else "jsonl"
-    path = tmp_path / f"data.{fmt}"
-    if fmt == "csv":
-        path.write_bytes(_tricky_csv(rng, 150, crlf=rng.random() < 0.5, bom=rng.random() < 0.5,
-                                     final_newline=rng.random() < 0.5))
-    else:
-        path.write_bytes(_jsonl(rng, 150))
+    path, fmt, raw, in_beam = seeded["worker", seed]
     dialect, _ = text_dialect(fmt)
     whole = _rows(plan_tabular(str(path), fmt), fmt)
-    units = _cut(_raw_units(path, fmt, rng.randint(3, 12)), dialect, tmp_path / "units", where)
+    units = in_beam if where == "beam" else _cut(list(raw), dialect, tmp_path / "units", where)
     assert units and all("cut" not in unit.extra for unit in units)
     if len(units) > 1:  # else no candidate was a record start: the file is read whole
         assert units[0].start == 0 and units[-1].end == path.stat().st_size
@@ -171,21 +225,14 @@ def test_a_file_ending_inside_quotes_or_unreadable_is_one_unit(tmp_path, caplog,
         in caplog.text
 
 
-@pytest.mark.parametrize("seed", SEEDS[:6])
-def test_the_launcher_cuts_the_units_the_workers_cut(tmp_path, seed):
+@pytest.mark.parametrize("seed", _LAUNCHER_SEEDS)
+def test_the_launcher_cuts_the_units_the_workers_cut(tmp_path, seeded, seed):
     """One formulation wherever it runs: the launcher's cut (its threads) and the workers'
     (a Beam step, or tasks before the run) give the same units, byte for byte."""
-    rng = random.Random(seed)
-    path = tmp_path / "data.csv"
-    path.write_bytes(_tricky_csv(rng, 300, crlf=rng.random() < 0.5, bom=rng.random() < 0.5,
-                                 final_newline=rng.random() < 0.5))
-    size = -(-path.stat().st_size // rng.randint(3, 12))
+    path, size, raw, in_beam = seeded["launcher", seed]
     launcher = split_text_units(plan_tabular(str(path), "csv"), "csv", work_unit_bytes=size).units
-    raw = split_text_units(plan_tabular(str(path), "csv"), "csv", work_unit_bytes=size,
-                           cut_in_workers=True).units
     assert len(launcher) > 1
-    assert list(launcher) == _cut(list(raw), CSV, tmp_path / "now", "now") \
-        == _cut(list(raw), CSV, tmp_path / "beam", "beam")
+    assert list(launcher) == _cut(list(raw), CSV, tmp_path / "now", "now") == in_beam
 
 
 def test_the_launcher_reads_nothing_of_a_file_the_workers_cut(tmp_path, monkeypatch):

@@ -116,7 +116,7 @@ def _check_generation(output, generation: int, features_json: bytes | None, pars
     features = (output / "features.json").read_bytes()
     assert features_json in (None, features)
     builder = tfds.builder_from_directory(str(output))
-    listed = {split: info for split, info in builder.info.splits.items()}
+    listed = dict(builder.info.splits.items())
     assert set(listed) == {split for split, entry in manifest["counts"]["splits"].items()
                            if entry["written"]}  # TFDS lists no empty split
     for split, info in listed.items():

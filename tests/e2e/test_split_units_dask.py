@@ -43,10 +43,13 @@ def _outcome(folder: pathlib.Path) -> tuple[dict, list, dict]:
         manifest.counts.to_dict()
 
 
-def _tricky_csv(folder: pathlib.Path) -> list[str]:
+@pytest.fixture(scope="module")
+def tricky_csv(tmp_path_factory) -> tuple[pathlib.Path, list[str]]:
     """A CSV of 3,000 rows (every fourth with a quoted newline and escaped quotes, 12 bad
-    values) and its spec; returns the command's arguments, --work-unit-bytes 4KB cutting it
-    into more than 10 ranges, and writes the whole file's output to folder/"whole"."""
+    values) and its spec, with the whole file's output (one unit) in folder/"whole"; the
+    command's arguments, --work-unit-bytes 4KB cutting it into more than 10 ranges. Shared by
+    this module's tests, read only: each writes its outputs in its own tmp_path."""
+    folder = tmp_path_factory.mktemp("tricky")
     lines = ["id,text,n"]
     for i in range(1, 3001):
         text = f'"two\nlines, ""{i}"""' if i % 4 == 0 else f"é {i}"
@@ -63,7 +66,7 @@ def _tricky_csv(folder: pathlib.Path) -> list[str]:
     records, dead, counts = _outcome(folder / "whole")
     assert counts["input"] == 3000 and len(dead) == 12
     assert sorted(d["row"] for d in dead) == list(range(250, 3001, 250))
-    return [*base, "--work-unit-bytes", "4KB"]
+    return folder, [*base, "--work-unit-bytes", "4KB"]
 
 
 def looked_at_console(argv, env, stdout, stderr, seen_path) -> None:
@@ -96,7 +99,7 @@ def looked_at_console(argv, env, stdout, stderr, seen_path) -> None:
         pathlib.Path(seen_path).write_text(json.dumps(seen))
 
 
-def test_dask_converts_a_split_file_as_the_local_runner(tmp_path):
+def test_dask_converts_a_split_file_as_the_local_runner(tmp_path, tricky_csv):
     """Through the command (a process of its own, forked from a server that imported it):
     with --quiet the LocalCluster's start and stop print nothing, its workers included, in a
     default install too (no Beam gcp extra: Beam warns on import that apitools is missing);
@@ -106,7 +109,7 @@ def test_dask_converts_a_split_file_as_the_local_runner(tmp_path):
     said for the run only (dask's default needs dask.dataframe, 0.45 s, to reach it)."""
     from pipeline.runners import dask_partitions
 
-    base = _tricky_csv(tmp_path)
+    source, base = tricky_csv
     assert run([*base, "--output", str(tmp_path / "local"), *in_memory_args()]) == 0
     without_apitools = tmp_path / "default_install" / "apitools"
     without_apitools.mkdir(parents=True)
@@ -125,7 +128,7 @@ def test_dask_converts_a_split_file_as_the_local_runner(tmp_path):
     seen = json.loads((tmp_path / "seen.json").read_text())
     assert seen["partitions"] == dask_partitions(seen["work_units"], os.cpu_count() or 1) > 1
     assert seen["shuffle"] == "tasks" and seen["shuffle_after"] is None
-    whole = _outcome(tmp_path / "whole")
+    whole = _outcome(source / "whole")
     assert _outcome(tmp_path / "local") == whole
     assert _outcome(tmp_path / "dask") == whole
     ours, theirs = read_manifest(str(tmp_path / "dask")), read_manifest(str(tmp_path / "local"))
@@ -133,7 +136,7 @@ def test_dask_converts_a_split_file_as_the_local_runner(tmp_path):
 
 
 def test_a_dask_cluster_cuts_a_split_file_in_its_workers_before_the_run(tmp_path, monkeypatch,
-                                                                        dask_address):
+                                                                        dask_address, tricky_csv):
     """At --dask_client_address the launcher reads none of the file: the record starts are
     found by a task per raw range on the cluster, all done before the job starts. So no task
     of the job waits on a side input of the cut (Beam's DaskRunner computes one inside every
@@ -142,8 +145,8 @@ def test_a_dask_cluster_cuts_a_split_file_in_its_workers_before_the_run(tmp_path
 
     from transforms.tabular import split_units
 
-    base = _tricky_csv(tmp_path)
-    raw_ranges = len(split_text_units(plan_tabular(str(tmp_path / "data.csv"), "csv"), "csv",
+    source, base = tricky_csv
+    raw_ranges = len(split_text_units(plan_tabular(str(source / "data.csv"), "csv"), "csv",
                                       work_unit_bytes=4000, cut_in_workers=True).units)
 
     def no_reading(*args, **kwargs):
@@ -153,7 +156,7 @@ def test_a_dask_cluster_cuts_a_split_file_in_its_workers_before_the_run(tmp_path
     with Client(dask_address, set_as_default=False) as client, get_task_stream(client) as tasks:
         assert run([*base, "--output", str(tmp_path / "dask"), "--runner", "dask",
                     "--dask_client_address", dask_address]) == 0
-    assert _outcome(tmp_path / "dask") == _outcome(tmp_path / "whole")
+    assert _outcome(tmp_path / "dask") == _outcome(source / "whole")
     spans = {str(task["key"]): [(span["start"], span["stop"]) for span in task["startstops"]
                                 if span["action"] == "compute"] for task in tasks.data}
     scans = [span for key, found in spans.items() if key.startswith("_scan_unit") for span in found]

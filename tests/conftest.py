@@ -62,31 +62,43 @@ def dask_address(tmp_path_factory):
         yield cluster.scheduler_address
 
 
-@pytest.fixture
-def gcs_emulator(monkeypatch, tmp_path):
-    """A GCS emulator on 127.0.0.1 with bucket `test-bucket`, configured as users configure
-    Google's libraries: `STORAGE_EMULATOR_HOST` (google-cloud-storage), and Application
-    Default Credentials in a file (`GOOGLE_APPLICATION_CREDENTIALS`, google-auth) holding an
-    access token the emulator accepts. Child processes (workers, CLI subprocesses) inherit
-    both. Without credentials Beam would retry its lookup for ~20 s in every process.
-
-    Yields the bucket URI prefix, e.g. "gs://test-bucket".
-    """
+@pytest.fixture(scope="session")
+def _gcs_server(tmp_path_factory):
+    """The GCS emulator of this session (of each pytest-xdist worker) on 127.0.0.1, with
+    bucket `test-bucket`, and the environment that points Google's libraries at it (see
+    `gcs_emulator`). One server for the session: stopping one waits out its 0.5 s poll."""
     import google.oauth2.credentials
     from gcp_storage_emulator.server import create_server
 
     token = google.oauth2.credentials.Credentials(
         token="emulator", refresh_token="unused", client_id="emulator", client_secret="unused",
         expiry=datetime.datetime(2100, 1, 1))  # never refreshed: no request leaves the machine
-    credentials = tmp_path / "application_default_credentials.json"
+    credentials = tmp_path_factory.mktemp("gcs") / "application_default_credentials.json"
     credentials.write_text(json.dumps({**json.loads(token.to_json()), "type": "authorized_user"}))
     port = free_port()
     server = create_server("127.0.0.1", port, in_memory=True, default_bucket="test-bucket")
     server.start()
-    monkeypatch.setenv("STORAGE_EMULATOR_HOST", f"http://127.0.0.1:{port}")
-    monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(credentials))
-    monkeypatch.setenv("GOOGLE_CLOUD_PROJECT", "emulated")
     try:
-        yield "gs://test-bucket"
+        yield server, {"STORAGE_EMULATOR_HOST": f"http://127.0.0.1:{port}",
+                       "GOOGLE_APPLICATION_CREDENTIALS": str(credentials),
+                       "GOOGLE_CLOUD_PROJECT": "emulated"}
     finally:
         server.stop()
+
+
+@pytest.fixture
+def gcs_emulator(_gcs_server, monkeypatch):
+    """A GCS emulator on 127.0.0.1 with an empty bucket `test-bucket` (the session's server,
+    wiped before the test), configured as users configure Google's libraries:
+    `STORAGE_EMULATOR_HOST` (google-cloud-storage), and Application Default Credentials in a
+    file (`GOOGLE_APPLICATION_CREDENTIALS`, google-auth) holding an access token the emulator
+    accepts. Child processes (workers, CLI subprocesses) inherit both. Without credentials
+    Beam would retry its lookup for ~20 s in every process.
+
+    Yields the bucket URI prefix, e.g. "gs://test-bucket".
+    """
+    server, environment = _gcs_server
+    server.wipe(keep_buckets=True)  # what an earlier test wrote is gone; the bucket stays
+    for name, value in environment.items():
+        monkeypatch.setenv(name, value)
+    return "gs://test-bucket"

@@ -3,7 +3,6 @@ template (offline), gs:// through an emulator, and scheduler-style re-runs."""
 
 from __future__ import annotations
 
-import datetime
 import json
 import os
 import shutil
@@ -15,7 +14,7 @@ from apache_beam.io.filesystems import FileSystems
 
 from pipeline.cli import run
 from tests.e2e.forked_console import console
-from tests.helpers import free_port, in_memory_args
+from tests.helpers import in_memory_args
 from transforms.manifest import read_manifest
 from transforms.tfrecord_io import read_tfrecord_file
 
@@ -77,39 +76,6 @@ def reference(tmp_path_factory):
     rows = _write_inputs(root / "in")
     assert run(_convert_args(root / "in", root / "out", "--num-shards", "2", *in_memory_args())) == 0
     return root, rows, _records_by_split(str(root / "out"))
-
-
-@pytest.fixture(scope="module")
-def _emulator_environment(tmp_path_factory):
-    """One GCS emulator (bucket `test-bucket`) for this module's gs:// tests, configured as
-    conftest's `gcs_emulator` configures one per test (credentials in a file, the emulator's
-    address in STORAGE_EMULATOR_HOST): stopping a server waits out its 0.5 s poll, once here.
-    Each test writes under a prefix of its own. Yields the environment a test sets."""
-    import google.oauth2.credentials
-    from gcp_storage_emulator.server import create_server
-
-    token = google.oauth2.credentials.Credentials(
-        token="emulator", refresh_token="unused", client_id="emulator", client_secret="unused",
-        expiry=datetime.datetime(2100, 1, 1))  # never refreshed: no request leaves the machine
-    credentials = tmp_path_factory.mktemp("gcs") / "application_default_credentials.json"
-    credentials.write_text(json.dumps({**json.loads(token.to_json()), "type": "authorized_user"}))
-    port = free_port()
-    server = create_server("127.0.0.1", port, in_memory=True, default_bucket="test-bucket")
-    server.start()
-    try:
-        yield {"STORAGE_EMULATOR_HOST": f"http://127.0.0.1:{port}",
-               "GOOGLE_APPLICATION_CREDENTIALS": str(credentials), "GOOGLE_CLOUD_PROJECT": "emulated"}
-    finally:
-        server.stop()
-
-
-@pytest.fixture
-def gcs_emulator(_emulator_environment, monkeypatch):
-    """The module's emulator, in this test's environment (and its child processes'): the
-    bucket URI prefix, "gs://test-bucket"."""
-    for name, value in _emulator_environment.items():
-        monkeypatch.setenv(name, value)
-    return "gs://test-bucket"
 
 
 def test_default_local_run_matches(reference, tmp_path):

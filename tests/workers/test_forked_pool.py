@@ -380,17 +380,14 @@ def test_the_cli_gives_the_same_bytes_on_one_or_two_processes(serial_run):
 def test_beams_worker_processes_give_the_same_records_without_noise(serial_run):
     """Beam's own multi-process mode (chosen by the user, or by default for large inputs that
     cannot fork): the same records and dead letters as one process, nothing on stderr."""
-    import subprocess
-    import sys
+    from tests.e2e.forked_console import console
 
     tmp_path, serial = serial_run
-    # In a child process: Beam's workers log through the launcher's logging, which the
-    # in-process CLI of other tests has already configured.
-    done = subprocess.run(
-        [sys.executable, "-m", "pipeline",
-         *_convert_argv(tmp_path, "workers", "--direct_running_mode=multi_processing",
-                        "--direct_num_workers=2")],
-        capture_output=True, text=True, timeout=300)
+    # Not in-process: Beam's workers log through the launcher's logging, which the in-process
+    # CLI of other tests has already configured. The console entry point in a process of its
+    # own, forked from the fork server (which imported Beam once and configured no logging).
+    done = console(_convert_argv(tmp_path, "workers", "--direct_running_mode=multi_processing",
+                                 "--direct_num_workers=2"), tmp_path / "workers-console")
     assert done.returncode == 0, done.stderr
     assert done.stderr == ""  # --quiet, and Beam's worker start-up warning is not shown
     workers = json.loads((tmp_path / "workers" / "manifest.json").read_text())

@@ -17,6 +17,7 @@ import pytest
 from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 
 from pipeline.cli import EXIT_CORRUPT, run
+from tests.e2e.forked_console import console
 from tests.format.reference_codec import encode_example
 from transforms.format.manifest_format import FileEntry, Manifest
 from transforms.output_files import owned_paths
@@ -253,18 +254,19 @@ def test_console_entry_point_drops_beams_spurious_bigquery_warning_only():
 
 def test_log_level_sets_the_documented_format_despite_beams_own_logging_set_up(tmp_path):
     """Beam's PipelineOptions() calls logging.basicConfig() itself; ours must come first, or
-    --log-level would change the level but leave Python's bare "LEVEL:name:msg" format."""
+    --log-level would change the level but leave Python's bare "LEVEL:name:msg" format. The
+    console entry point in a process of its own whose logging nothing configured before:
+    forked from the fork server, which imported Beam once (what a fresh interpreter logs
+    while it imports Beam: the test above)."""
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])))
     sample = os.path.join(root, "pipeline", "sample_data", "tabular")
-    done = subprocess.run(
-        [sys.executable, "-m", "pipeline", "convert", "--input", os.path.join(sample, "*.csv"),
-         "--format", "csv", "--spec", os.path.join(sample, "customers.spec.yaml"),
-         "--output", str(tmp_path / "out"), "--log-level", "INFO", "--quiet"],
-        capture_output=True, env=env, timeout=300, cwd=root)
-    assert done.returncode == 0, done.stderr.decode()
-    committed = [line for line in done.stderr.decode().splitlines() if "Committed" in line]
-    assert len(committed) == 1, done.stderr.decode()
+    done = console(["convert", "--input", os.path.join(sample, "*.csv"), "--format", "csv",
+                    "--spec", os.path.join(sample, "customers.spec.yaml"),
+                    "--output", str(tmp_path / "out"), "--log-level", "INFO", "--quiet"],
+                   tmp_path / "console")
+    assert done.returncode == 0, done.stderr
+    committed = [line for line in done.stderr.splitlines() if "Committed" in line]
+    assert len(committed) == 1, done.stderr
     assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} INFO tfrecord_pipeline: "
                         r"Committed .*manifest\.json", committed[0]), committed[0]
 

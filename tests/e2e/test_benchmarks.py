@@ -49,14 +49,18 @@ def _tf_examples(output_dir: str) -> list[bytes]:
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory):
     """The script's main in this process, which runs the baselines and our CLI's cases too
-    (TensorFlow imported once, usually by the session already); the start-up case is a child."""
+    (TensorFlow imported once, usually by the session already); the start-up case is a child.
+    Smaller than --tiny's own sizes (every path's work is per row, its start-up is not): still
+    a row in every part file of the smallest input (memory_small, a tenth of the tutorial's
+    rows) and two images per label."""
     from benchmarks.run_benchmarks import main
 
     tmp = tmp_path_factory.mktemp("bench")
     out = tmp / "results.json"
     stdout = io.StringIO()
     with contextlib.redirect_stdout(stdout):
-        code = main(["--tiny", "--out", str(out), "--work-dir", str(tmp / "work"), "--keep-work"])
+        code = main(["--tiny", "--out", str(out), "--work-dir", str(tmp / "work"), "--keep-work",
+                     "--tabular-rows-tf", "80", "--tabular-rows-wide", "16", "--images", "4"])
     assert code == 0, stdout.getvalue()[-5000:]
     return json.loads(out.read_text()), out, stdout.getvalue()
 
@@ -66,6 +70,7 @@ def test_every_path_runs_and_writes_every_row(tiny_run):
     report, _, _ = tiny_run
     config = report["config"]
     assert config["tiny"] and config["repeats"] == 1
+    assert (config["rows_tf"], config["rows_wide"], config["images"]) == (80, 16, 4)
     expected_rows = {
         "tf_tutorial": config["rows_tf"],
         "wide": config["rows_wide"],

@@ -71,12 +71,20 @@ def _convert(tmp_path, name: str, *extra: str) -> dict[str, bytes]:
     return _files(output)
 
 
+@pytest.fixture(scope="module")
+def one_process(tmp_path_factory):
+    """The inputs under `in` and their conversion on one converter process, made once for the
+    tests comparing other runs with it (read only: each run writes a folder of its own)."""
+    folder = tmp_path_factory.mktemp("same-bytes")
+    _write_inputs(folder / "in")
+    return folder, _convert(folder, "one", "--converter-processes", "1")
+
+
 @pytest.mark.slow
-def test_the_output_is_the_same_bytes_whatever_the_parallelism(tmp_path, dask_address):
+def test_the_output_is_the_same_bytes_whatever_the_parallelism(one_process, dask_address):
     from dask.distributed import LocalCluster
 
-    _write_inputs(tmp_path / "in")
-    reference = _convert(tmp_path, "one", "--converter-processes", "1")
+    tmp_path, reference = one_process
     assert len([name for name in reference if name.endswith(".tfrecord")]) > 4
     assert any(name.startswith("dead_letter/") for name in reference)
     for processes in ("2", "4"):
@@ -91,9 +99,10 @@ def test_the_output_is_the_same_bytes_whatever_the_parallelism(tmp_path, dask_ad
     assert dask == reference, "Dask with 2 workers"
 
 
-def test_two_identical_runs_write_identical_statistics(tmp_path):
-    _write_inputs(tmp_path / "in")
-    first = _convert(tmp_path, "first")
-    second = _convert(tmp_path, "second")
+def test_two_identical_runs_write_identical_statistics(one_process):
+    """A second run with the same options as the shared one-process run (the runs on other
+    process counts above are further runs compared with it)."""
+    tmp_path, first = one_process
+    second = _convert(tmp_path, "second", "--converter-processes", "1")
     assert first["stats.json"] == second["stats.json"]
     assert first == second

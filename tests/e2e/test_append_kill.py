@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import multiprocessing
 import random
 import shutil
 
@@ -19,14 +18,6 @@ from tests.e2e.test_kill_and_resume import _kill_at, _output, _temp_folder
 SEED = 35
 SPEC = ("features:\n  - {name: id, type: int64}\n  - {name: x, type: float}\n"
         "splits: {train: 8, eval: 2}\nsplit_key: id\n")
-
-
-@pytest.fixture(scope="module")
-def launcher():
-    """The kill tests' fork server (`test_kill_and_resume.main_in_own_session` runs a command)."""
-    context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload(["pipeline.__main__", "tests.e2e.test_kill_and_resume"])
-    return context
 
 
 def _argv(tmp_path, output) -> list[str]:
@@ -51,7 +42,7 @@ def _csv(path, first: int, rows: int) -> None:
 
 
 @pytest.mark.slow
-def test_an_append_killed_at_any_point_leaves_the_previous_generation_and_resumes(tmp_path, launcher):
+def test_an_append_killed_at_any_point_leaves_the_previous_generation_and_resumes(tmp_path):
     (tmp_path / "in").mkdir()
     (tmp_path / "spec.yaml").write_text(SPEC, encoding="utf-8")
     for part in range(3):
@@ -80,7 +71,7 @@ def test_an_append_killed_at_any_point_leaves_the_previous_generation_and_resume
     for number, (phase, count) in enumerate(points):
         output = copy(f"kill{number}")
         argv = _argv(tmp_path, output)
-        landed += _kill_at(launcher, argv, output, phase, count) >= 0
+        landed += _kill_at(argv, output, phase, count) >= 0
         manifest = json.loads((output / "manifest.json").read_text())
         if manifest.get("generation") is None:  # not committed: the committed shards are intact
             data = {entry["path"] for entry in manifest["shards"] + manifest["dead_letter_files"]}

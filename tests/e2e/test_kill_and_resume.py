@@ -14,11 +14,9 @@ for the module."""
 from __future__ import annotations
 
 import json
-import multiprocessing
 import os
 import re
 import signal
-import sys
 import time
 from pathlib import Path
 
@@ -26,6 +24,7 @@ import pytest
 
 from pipeline.cli import run
 from pipeline.output_lock import OutputBusyError, output_lock
+from tests.e2e.forked_console import start_in_own_session
 from tests.e2e.test_same_bytes import WORK_UNIT_OPTIONS, _files, _write_inputs
 from transforms.manifest import read_manifest
 
@@ -39,27 +38,6 @@ def _argv(root: Path, output: Path, *extra: str) -> list[str]:
     return ["convert", "--input", str(root / "in" / "*.csv"), "--format", "csv",
             "--spec", str(root / "in" / "spec.yaml"), "--output", str(output),
             *WORK_UNIT_OPTIONS, "--max-error-rate", "1", *extra]
-
-
-def main_in_own_session(argv: list[str]) -> None:
-    """A fork-server child: `tfrecord-pipeline ARGV` as the console runs it, in a new session
-    (so that its process group is its own), its output discarded."""
-    from pipeline.__main__ import main
-
-    os.setsid()
-    discard = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(discard, 1)
-    os.dup2(discard, 2)
-    sys.argv = ["tfrecord-pipeline", *argv]
-    main()
-
-
-@pytest.fixture(scope="module")
-def launcher():
-    context = multiprocessing.get_context("forkserver")
-    # Imported once by the server (a fresh interpreter), not by every child.
-    context.set_forkserver_preload(["pipeline.__main__", __name__])
-    return context
 
 
 @pytest.fixture(scope="module")
@@ -79,34 +57,36 @@ def _temp_folder(output: Path) -> Path | None:
     return folders[0] if folders else None
 
 
-def _reached(output: Path, phase: str, count: int) -> bool:
-    """Whether the run writing `output` reached the kill point: `count` work units written
-    (conversion), or its commit journal and `count` final shards (commit)."""
-    folder = _temp_folder(output)
-    if folder is None:
-        return False
+def _reached(output: Path, folder: Path, phase: str, count: int) -> bool:
+    """Whether the run writing `output` (its temporary folder `folder`) reached the kill point:
+    `count` work units written (conversion), or its commit journal and `count` final shards
+    (commit)."""
     if phase == "convert":
-        units = folder / "units"
-        return units.is_dir() and sum(1 for name in os.listdir(units) if name.endswith(".unit")) >= count
+        try:
+            return sum(name.endswith(".unit") for name in os.listdir(folder / "units")) >= count
+        except FileNotFoundError:
+            return False
     if not (folder / "commit-journal.json").exists():
         return False
-    return sum(1 for path in output.glob("*.tfrecord")) >= count
+    return sum(name.endswith(".tfrecord") for name in os.listdir(output)) >= count
 
 
-def _kill_at(launcher, argv, output: Path, phase: str, count: int) -> int:
+def _kill_at(argv, output: Path, phase: str, count: int) -> int:
     """Starts the run and SIGKILLs its process group at the kill point; returns the work
     units recorded at the kill (-1: the run ended before the point)."""
-    process = launcher.Process(target=main_in_own_session, args=(argv,))
-    process.start()
+    process = start_in_own_session(argv)
     deadline = time.monotonic() + 300
-    while process.exitcode is None and not _reached(output, phase, count):
+    folder = None
+    while process.exitcode is None:
+        folder = folder or _temp_folder(output)  # one per run, named once
+        if folder is not None and _reached(output, folder, phase, count):
+            break
         assert time.monotonic() < deadline, "the run never reached its kill point"
         # Polling for the kill point, not waiting for an effect: finely once the run writes
         # its temporary folder, coarsely while it starts (a Dask run starts its cluster).
-        time.sleep(0.002 if _temp_folder(output) else 0.02)
+        time.sleep(0.002 if folder else 0.02)
     if process.exitcode is not None:
         return -1
-    folder = _temp_folder(output)
     os.killpg(process.pid, signal.SIGKILL)  # unreaped until join(), so the group still exists
     process.join()
     assert process.exitcode == -signal.SIGKILL
@@ -150,19 +130,19 @@ def _resumed(capsys, output, argv, expected, recorded: int) -> None:
     assert counts["input"] == counts["written"] + counts["dead_letter"]
 
 
-def test_a_run_killed_at_any_point_resumes_to_the_same_bytes(converted, launcher, tmp_path, capsys):
+def test_a_run_killed_at_any_point_resumes_to_the_same_bytes(converted, tmp_path, capsys):
     root, expected, units = converted
     landed = 0
     for number, (phase, count) in enumerate(_kill_points(units)):
         output = tmp_path / f"kill{number}" / "out"
         argv = _argv(root, output)
-        recorded = _kill_at(launcher, argv, output, phase, count)
+        recorded = _kill_at(argv, output, phase, count)
         landed += recorded >= 0
         _resumed(capsys, output, argv, expected, recorded)
     assert landed >= 6  # most points were reached before the run ended
 
 
-def test_a_dask_run_killed_while_converting_resumes_on_dask(converted, launcher, tmp_path, capsys,
+def test_a_dask_run_killed_while_converting_resumes_on_dask(converted, tmp_path, capsys,
                                                            dask_address):
     """Killed with the LocalCluster it started (its workers die mid-unit), resumed on the
     session's LocalCluster: the bytes of the local reference. Killed after the first unit and
@@ -173,12 +153,12 @@ def test_a_dask_run_killed_while_converting_resumes_on_dask(converted, launcher,
     for number, count in enumerate((1, 7)):
         output = tmp_path / f"dask{number}" / "out"
         argv = _argv(root, output, "--runner", "dask")
-        recorded = _kill_at(launcher, argv, output, "convert", count)
+        recorded = _kill_at(argv, output, "convert", count)
         assert recorded > 0
         _resumed(capsys, output, [*argv, "--dask_client_address", dask_address], expected, recorded)
 
 
-def test_a_run_on_beam_worker_processes_killed_resumes_to_a_verified_output(converted, launcher,
+def test_a_run_on_beam_worker_processes_killed_resumes_to_a_verified_output(converted,
                                                                           tmp_path, capsys):
     """Killed with Beam's two worker processes (as a large local run has: the kill takes the
     whole group) after its first unit, before it could commit: the command run again leaves
@@ -187,7 +167,7 @@ def test_a_run_on_beam_worker_processes_killed_resumes_to_a_verified_output(conv
     root, expected, _ = converted
     output = tmp_path / "out"
     argv = _argv(root, output)
-    recorded = _kill_at(launcher, [*argv, "--direct_num_workers=2"], output, "convert", 1)
+    recorded = _kill_at([*argv, "--direct_num_workers=2"], output, "convert", 1)
     assert recorded > 0
     assert not (output / "manifest.json").exists()  # killed before it could commit
     _resumed(capsys, output, argv, expected, recorded)
@@ -198,10 +178,10 @@ def test_a_run_on_beam_worker_processes_killed_resumes_to_a_verified_output(conv
 
 
 def test_an_interrupted_run_of_other_options_or_no_resume_is_discarded_saying_why(
-        converted, launcher, tmp_path, capsys):
+        converted, tmp_path, capsys):
     root, _, _ = converted
     output = tmp_path / "out"
-    assert _kill_at(launcher, _argv(root, output), output, "convert", 2) >= 2
+    assert _kill_at(_argv(root, output), output, "convert", 2) >= 2
     capsys.readouterr()
     assert run(_argv(root, output, "--batch-rows", "7777")) == 0
     changed = capsys.readouterr().out
@@ -209,7 +189,7 @@ def test_an_interrupted_run_of_other_options_or_no_resume_is_discarded_saying_wh
                                        f"(--batch-rows 16384 then, 7777 now).")
     assert "work units reused" not in changed and _temp_folder(output) is None
     again = tmp_path / "again"
-    assert _kill_at(launcher, _argv(root, again), again, "convert", 2) >= 2
+    assert _kill_at(_argv(root, again), again, "convert", 2) >= 2
     assert run(_argv(root, again, "--no-resume")) == 0
     started_over = capsys.readouterr().out
     assert started_over.splitlines()[0] == (

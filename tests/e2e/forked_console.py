@@ -20,7 +20,8 @@ from pathlib import Path
 
 #: What the server imports once: the entry point, this module (the children's targets), and
 #: what a conversion imports when it runs (its runner, Beam's local runner), which each child
-#: would import again (0.3-0.5 s); importing them prints nothing.
+#: would import again (0.3-0.5 s); importing them prints nothing and looks nothing up (Beam
+#: fetches credentials when a run first reaches gs://, in the child).
 PRELOAD = ["pipeline.__main__", __name__, "pipeline.convert", "apache_beam.runners.portability.fn_api_runner"]
 
 
@@ -59,11 +60,13 @@ def _server():
     return context
 
 
-def session_main(argv: list[str]) -> None:
-    """A fork-server child: `tfrecord-pipeline ARGV` as the console runs it, in a new session
-    (so that its process group is its own), its output discarded."""
+def session_main(argv: list[str], env: dict[str, str]) -> None:
+    """A fork-server child: `tfrecord-pipeline ARGV` as the console runs it, in environment
+    `env` and a new session (so that its process group is its own), its output discarded."""
     from pipeline.__main__ import main
 
+    os.environ.clear()
+    os.environ.update(env)
     os.setsid()
     discard = os.open(os.devnull, os.O_WRONLY)
     os.dup2(discard, 1)
@@ -72,11 +75,14 @@ def session_main(argv: list[str]) -> None:
     main()
 
 
-def start_in_own_session(argv: Sequence[str]) -> multiprocessing.process.BaseProcess:
-    """Starts `tfrecord-pipeline ARGV` in a fork-server child that opens a session of its own
-    (`session_main`): its `pid` is its process group's, to SIGKILL with `os.killpg`; its
-    `exitcode` is None until it ends (`join()` reaps it)."""
-    process = _server().Process(target=session_main, args=(list(argv),))
+def start_in_own_session(argv: Sequence[str], *, env: dict[str, str] | None = None,
+                         ) -> multiprocessing.process.BaseProcess:
+    """Starts `tfrecord-pipeline ARGV` (in environment `env`, else this process's) in a
+    fork-server child that opens a session of its own (`session_main`): its `pid` is its
+    process group's, to SIGKILL with `os.killpg`; its `exitcode` is None until it ends
+    (`join()` reaps it)."""
+    process = _server().Process(target=session_main,
+                                args=(list(argv), dict(os.environ if env is None else env)))
     process.start()
     return process
 

@@ -71,10 +71,11 @@ def _reached(output: Path, folder: Path, phase: str, count: int) -> bool:
     return sum(name.endswith(".tfrecord") for name in os.listdir(output)) >= count
 
 
-def _kill_at(argv, output: Path, phase: str, count: int) -> int:
-    """Starts the run and SIGKILLs its process group at the kill point; returns the work
-    units recorded at the kill (-1: the run ended before the point)."""
-    process = start_in_own_session(argv)
+def _kill_at(argv, output: Path, phase: str, count: int, env: dict[str, str] | None = None) -> int:
+    """Starts the run (in environment `env`, else this process's) and SIGKILLs its process
+    group at the kill point; returns the work units recorded at the kill (-1: the run ended
+    before the point)."""
+    process = start_in_own_session(argv, env=env)
     deadline = time.monotonic() + 300
     folder = None
     while process.exitcode is None:
@@ -148,12 +149,18 @@ def test_a_dask_run_killed_while_converting_resumes_on_dask(converted, tmp_path,
     session's LocalCluster: the bytes of the local reference. Killed after the first unit and
     after the seventh (the extremes of the three seeded points this replaced: each kill starts
     a LocalCluster of its own), one run at a time: started together, the second run could end
-    before its point while the first was being killed (seen on a loaded machine)."""
+    before its point while the first was being killed (seen on a loaded machine). The killed
+    runs' workers are forked from the run (Dask's setting `distributed.worker.
+    multiprocessing-method`), not spawned as fresh interpreters that import Dask and Beam
+    again (~2 s of each cluster's start): in the run's process group all the same, as spawned
+    ones are (tests/e2e/test_runners_e2e.py and test_split_units_dask.py start clusters of
+    spawned workers)."""
     root, expected, _ = converted
+    forked_workers = {**os.environ, "DASK_DISTRIBUTED__WORKER__MULTIPROCESSING_METHOD": "fork"}
     for number, count in enumerate((1, 7)):
         output = tmp_path / f"dask{number}" / "out"
         argv = _argv(root, output, "--runner", "dask")
-        recorded = _kill_at(argv, output, "convert", count)
+        recorded = _kill_at(argv, output, "convert", count, forked_workers)
         assert recorded > 0
         _resumed(capsys, output, [*argv, "--dask_client_address", dask_address], expected, recorded)
 

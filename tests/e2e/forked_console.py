@@ -80,7 +80,7 @@ def start_in_own_session(argv: Sequence[str], *, env: dict[str, str] | None = No
     """Starts `tfrecord-pipeline ARGV` (in environment `env`, else this process's) in a
     fork-server child that opens a session of its own (`session_main`): its `pid` is its
     process group's, to SIGKILL with `os.killpg`; its `exitcode` is None until it ends
-    (`join()` reaps it)."""
+    (`join()` waits for it)."""
     process = _server().Process(target=session_main,
                                 args=(list(argv), dict(os.environ if env is None else env)))
     process.start()

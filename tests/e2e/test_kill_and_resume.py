@@ -7,7 +7,8 @@ The killed runs are the console entry point (`pipeline.__main__`) in children of
 that imported it once, so each starts in milliseconds rather than importing Beam again; each
 child opens a session of its own, whose SIGKILL takes its converter processes (or its Dask
 LocalCluster's workers) with it, as killing the command's process group does. A kill point is
-a progress marker on disk (units written, commit journal and shards), never a time. The
+a progress marker on disk (units written, commit journal and shards), never a time; runs
+killed in their conversion start together, each polled and killed at its own point. The
 re-runs are `pipeline.cli.run` in this process; the uninterrupted reference is converted once
 for the module."""
 
@@ -105,9 +106,9 @@ def _kill_at(*kills: Kill) -> list[int]:
                     os.killpg(processes[number].pid, signal.SIGKILL)
                     killed[number] = True
             assert time.monotonic() < deadline, "a run never reached its kill point"
-            # Polling for the kill points, not waiting for an effect: finely once every run
-            # writes its temporary folder, coarsely while one starts (a Dask run starts its cluster).
-            time.sleep(0.002 if all(folders[number] for number in pending) else 0.02)
+            # Polling for the kill points, not waiting for an effect: finely once a run writes
+            # its temporary folder, coarsely while they all start (a Dask run starts its cluster).
+            time.sleep(0.002 if any(folders[number] for number in pending) else 0.02)
     finally:  # a failed poll leaves no run behind
         for number, process in enumerate(processes):
             if not killed[number] and process.exitcode is None:

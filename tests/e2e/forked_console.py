@@ -3,7 +3,11 @@ a fork server that imported it once: a real process, with its exit status, its o
 stderr (which the processes it starts inherit: Beam's worker processes, a Dask LocalCluster's
 workers) and its own environment, started in milliseconds rather than a fresh interpreter's
 ~1.5 s of importing Beam. Not for claims about what a fresh interpreter prints while it
-imports Beam: the server did that once (tests/cli/test_verify_inspect.py checks it)."""
+imports Beam: the server did that once (tests/cli/test_verify_inspect.py checks it).
+
+`start_in_own_session` starts the command in a session of its own, for the kill tests: its
+process group (its converters, Beam's worker processes, its LocalCluster's workers) is theirs
+to SIGKILL."""
 
 from __future__ import annotations
 
@@ -13,6 +17,12 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
+
+#: What the server imports once: the entry point, this module (the children's targets), and
+#: what a conversion imports when it runs (its runner, Beam's local runner), which each child
+#: would import again (0.3-0.5 s); importing them prints nothing and looks nothing up (Beam
+#: fetches credentials when a run first reaches gs://, in the child).
+PRELOAD = ["pipeline.__main__", __name__, "pipeline.convert", "apache_beam.runners.portability.fn_api_runner"]
 
 
 @dataclasses.dataclass
@@ -42,14 +52,46 @@ def console_main(argv: list[str], env: dict[str, str], stdout: str, stderr: str)
     main()
 
 
+def _server():
+    """The fork-server context; the server is one per process, started by the first child
+    (whichever module's), its preload set here."""
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(PRELOAD)
+    return context
+
+
+def session_main(argv: list[str], env: dict[str, str]) -> None:
+    """A fork-server child: `tfrecord-pipeline ARGV` as the console runs it, in environment
+    `env` and a new session (so that its process group is its own), its output discarded."""
+    from pipeline.__main__ import main
+
+    os.environ.clear()
+    os.environ.update(env)
+    os.setsid()
+    discard = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(discard, 1)
+    os.dup2(discard, 2)
+    sys.argv = ["tfrecord-pipeline", *argv]
+    main()
+
+
+def start_in_own_session(argv: Sequence[str], *, env: dict[str, str] | None = None,
+                         ) -> multiprocessing.process.BaseProcess:
+    """Starts `tfrecord-pipeline ARGV` (in environment `env`, else this process's) in a
+    fork-server child that opens a session of its own (`session_main`): its `pid` is its
+    process group's, to SIGKILL with `os.killpg`; its `exitcode` is None until it ends
+    (`join()` waits for it)."""
+    process = _server().Process(target=session_main,
+                                args=(list(argv), dict(os.environ if env is None else env)))
+    process.start()
+    return process
+
+
 def console(argv: Sequence[str], folder: Path, *, env: dict[str, str] | None = None,
             target: Callable[..., None] = console_main, extra: Sequence[object] = ()) -> Done:
     """Runs `tfrecord-pipeline ARGV` (through `target`, called with `extra` after
     `console_main`'s arguments) in a fork-server child; its output is kept in `folder`."""
-    context = multiprocessing.get_context("forkserver")
-    # Imported once by the server (a fresh interpreter), not by every child; ignored if
-    # another test module started the server first (its children import this module).
-    context.set_forkserver_preload(["pipeline.__main__", __name__])
+    context = _server()
     folder.mkdir(parents=True, exist_ok=True)
     out, err = folder / "stdout.txt", folder / "stderr.txt"
     process = context.Process(target=target, args=(list(argv), dict(os.environ if env is None else env),

@@ -7,25 +7,26 @@ The killed runs are the console entry point (`pipeline.__main__`) in children of
 that imported it once, so each starts in milliseconds rather than importing Beam again; each
 child opens a session of its own, whose SIGKILL takes its converter processes (or its Dask
 LocalCluster's workers) with it, as killing the command's process group does. A kill point is
-a progress marker on disk (units written, commit journal and shards), never a time. The
+a progress marker on disk (units written, commit journal and shards), never a time; runs
+killed in their conversion start together, each polled and killed at its own point. The
 re-runs are `pipeline.cli.run` in this process; the uninterrupted reference is converted once
 for the module."""
 
 from __future__ import annotations
 
 import json
-import multiprocessing
 import os
 import re
 import signal
-import sys
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 
 from pipeline.cli import run
 from pipeline.output_lock import OutputBusyError, output_lock
+from tests.e2e.forked_console import start_in_own_session
 from tests.e2e.test_same_bytes import WORK_UNIT_OPTIONS, _files, _write_inputs
 from transforms.manifest import read_manifest
 
@@ -39,27 +40,6 @@ def _argv(root: Path, output: Path, *extra: str) -> list[str]:
     return ["convert", "--input", str(root / "in" / "*.csv"), "--format", "csv",
             "--spec", str(root / "in" / "spec.yaml"), "--output", str(output),
             *WORK_UNIT_OPTIONS, "--max-error-rate", "1", *extra]
-
-
-def main_in_own_session(argv: list[str]) -> None:
-    """A fork-server child: `tfrecord-pipeline ARGV` as the console runs it, in a new session
-    (so that its process group is its own), its output discarded."""
-    from pipeline.__main__ import main
-
-    os.setsid()
-    discard = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(discard, 1)
-    os.dup2(discard, 2)
-    sys.argv = ["tfrecord-pipeline", *argv]
-    main()
-
-
-@pytest.fixture(scope="module")
-def launcher():
-    context = multiprocessing.get_context("forkserver")
-    # Imported once by the server (a fresh interpreter), not by every child.
-    context.set_forkserver_preload(["pipeline.__main__", __name__])
-    return context
 
 
 @pytest.fixture(scope="module")
@@ -79,47 +59,79 @@ def _temp_folder(output: Path) -> Path | None:
     return folders[0] if folders else None
 
 
-def _reached(output: Path, phase: str, count: int) -> bool:
-    """Whether the run writing `output` reached the kill point: `count` work units written
-    (conversion), or its commit journal and `count` final shards (commit)."""
-    folder = _temp_folder(output)
-    if folder is None:
-        return False
+def _reached(output: Path, folder: Path, phase: str, count: int) -> bool:
+    """Whether the run writing `output` (its temporary folder `folder`) reached the kill point:
+    `count` work units written (conversion), or its commit journal and `count` final shards
+    (commit)."""
     if phase == "convert":
-        units = folder / "units"
-        return units.is_dir() and sum(1 for name in os.listdir(units) if name.endswith(".unit")) >= count
+        try:
+            return sum(name.endswith(".unit") for name in os.listdir(folder / "units")) >= count
+        except FileNotFoundError:
+            return False
     if not (folder / "commit-journal.json").exists():
         return False
-    return sum(1 for path in output.glob("*.tfrecord")) >= count
+    return sum(name.endswith(".tfrecord") for name in os.listdir(output)) >= count
 
 
-def _kill_at(launcher, argv, output: Path, phase: str, count: int) -> int:
-    """Starts the run and SIGKILLs its process group at the kill point; returns the work
-    units recorded at the kill (-1: the run ended before the point)."""
-    process = launcher.Process(target=main_in_own_session, args=(argv,))
-    process.start()
+class Kill(NamedTuple):
+    """A run to start and where to SIGKILL it: `count` of `phase` (see `_reached`); `env` its
+    environment (None: this process's)."""
+
+    argv: list[str]
+    output: Path
+    phase: str
+    count: int
+    env: dict[str, str] | None = None
+
+
+def _kill_at(*kills: Kill) -> list[int]:
+    """Starts the runs together and SIGKILLs each one's process group at its kill point,
+    polling them all in turn (none waits for another to be killed, so none runs past its
+    point unobserved: a run polled alone could end while another was being killed); returns
+    per run the work units recorded at the kill (-1: the run ended before its point). Runs
+    polled together are killed less precisely (each polled less often, on a machine they
+    share): a point that lasts milliseconds needs a run of its own."""
+    processes = [start_in_own_session(kill.argv, env=kill.env) for kill in kills]
     deadline = time.monotonic() + 300
-    while process.exitcode is None and not _reached(output, phase, count):
-        assert time.monotonic() < deadline, "the run never reached its kill point"
-        # Polling for the kill point, not waiting for an effect: finely once the run writes
-        # its temporary folder, coarsely while it starts (a Dask run starts its cluster).
-        time.sleep(0.002 if _temp_folder(output) else 0.02)
-    if process.exitcode is not None:
-        return -1
-    folder = _temp_folder(output)
-    os.killpg(process.pid, signal.SIGKILL)  # unreaped until join(), so the group still exists
-    process.join()
-    assert process.exitcode == -signal.SIGKILL
-    # Its forked converters die a moment later (on a loaded machine, after the re-run would
-    # start): a re-run meanwhile is refused, rightly, as another run writing the output.
-    while True:
-        try:
-            with output_lock(str(output)):
-                break
-        except OutputBusyError:
-            assert time.monotonic() < deadline, "the killed run's processes outlived it"
-            time.sleep(0.002)  # polling for the killed processes to be gone
-    return len(list((folder / "units").glob("*.unit"))) if (folder / "units").is_dir() else 0
+    folders: list[Path | None] = [None] * len(kills)
+    killed = [False] * len(kills)
+    try:
+        while pending := [number for number, process in enumerate(processes)
+                          if not killed[number] and process.exitcode is None]:
+            for number in pending:
+                kill = kills[number]
+                folders[number] = folders[number] or _temp_folder(kill.output)  # one per run
+                if folders[number] is not None and _reached(kill.output, folders[number], kill.phase,
+                                                            kill.count):
+                    os.killpg(processes[number].pid, signal.SIGKILL)
+                    killed[number] = True
+            assert time.monotonic() < deadline, "a run never reached its kill point"
+            # Polling for the kill points, not waiting for an effect: finely once a run writes
+            # its temporary folder, coarsely while they all start (a Dask run starts its cluster).
+            time.sleep(0.002 if any(folders[number] for number in pending) else 0.02)
+    finally:  # a failed poll leaves no run behind
+        for number, process in enumerate(processes):
+            if not killed[number] and process.exitcode is None:
+                os.killpg(process.pid, signal.SIGKILL)
+    recorded = []
+    for kill, process, folder, was_killed in zip(kills, processes, folders, killed, strict=True):
+        process.join()
+        if not was_killed:
+            recorded.append(-1)
+            continue
+        assert process.exitcode == -signal.SIGKILL
+        # Its forked converters die a moment later (on a loaded machine, after the re-run
+        # would start): a re-run meanwhile is refused, rightly, as another run writing the output.
+        while True:
+            try:
+                with output_lock(str(kill.output)):
+                    break
+            except OutputBusyError:
+                assert time.monotonic() < deadline, "the killed run's processes outlived it"
+                time.sleep(0.002)  # polling for the killed processes to be gone
+        units = folder / "units"
+        recorded.append(len(list(units.glob("*.unit"))) if units.is_dir() else 0)
+    return recorded
 
 
 def _kill_points(units: int) -> list[tuple[str, int]]:
@@ -150,35 +162,46 @@ def _resumed(capsys, output, argv, expected, recorded: int) -> None:
     assert counts["input"] == counts["written"] + counts["dead_letter"]
 
 
-def test_a_run_killed_at_any_point_resumes_to_the_same_bytes(converted, launcher, tmp_path, capsys):
+def test_a_run_killed_at_any_point_resumes_to_the_same_bytes(converted, tmp_path, capsys):
     root, expected, units = converted
-    landed = 0
-    for number, (phase, count) in enumerate(_kill_points(units)):
-        output = tmp_path / f"kill{number}" / "out"
-        argv = _argv(root, output)
-        recorded = _kill_at(launcher, argv, output, phase, count)
-        landed += recorded >= 0
-        _resumed(capsys, output, argv, expected, recorded)
-    assert landed >= 6  # most points were reached before the run ended
+    outputs = [tmp_path / f"kill{number}" / "out" for number in range(8)]
+    kills = [Kill(_argv(root, output), output, phase, count)
+             for output, (phase, count) in zip(outputs, _kill_points(units), strict=True)]
+    # The conversion's kill points (units take ~0.05 s each) in four runs at once; the commit's
+    # one at a time: polled among others, the moments of the journal alone were missed.
+    recorded = _kill_at(*kills[:4])
+    for kill in kills[4:]:
+        recorded += _kill_at(kill)
+    for kill, units_at_kill in zip(kills, recorded, strict=True):
+        _resumed(capsys, kill.output, kill.argv, expected, units_at_kill)
+    assert sum(units_at_kill >= 0 for units_at_kill in recorded) >= 6  # most points were reached
 
 
-def test_a_dask_run_killed_while_converting_resumes_on_dask(converted, launcher, tmp_path, capsys,
+def test_a_dask_run_killed_while_converting_resumes_on_dask(converted, tmp_path, capsys,
                                                            dask_address):
     """Killed with the LocalCluster it started (its workers die mid-unit), resumed on the
     session's LocalCluster: the bytes of the local reference. Killed after the first unit and
     after the seventh (the extremes of the three seeded points this replaced: each kill starts
-    a LocalCluster of its own), one run at a time: started together, the second run could end
-    before its point while the first was being killed (seen on a loaded machine)."""
+    a LocalCluster of its own), the two runs started together and polled in turn (`_kill_at`:
+    polled alone, one at a time, the second could end before its point while the first was
+    being killed, as was seen on a loaded machine). The killed
+    runs' workers are forked from the run (Dask's setting `distributed.worker.
+    multiprocessing-method`), not spawned as fresh interpreters that import Dask and Beam
+    again (~2 s of each cluster's start): in the run's process group all the same, as spawned
+    ones are (tests/e2e/test_runners_e2e.py and test_split_units_dask.py start clusters of
+    spawned workers)."""
     root, expected, _ = converted
-    for number, count in enumerate((1, 7)):
-        output = tmp_path / f"dask{number}" / "out"
-        argv = _argv(root, output, "--runner", "dask")
-        recorded = _kill_at(launcher, argv, output, "convert", count)
-        assert recorded > 0
-        _resumed(capsys, output, [*argv, "--dask_client_address", dask_address], expected, recorded)
+    forked_workers = {**os.environ, "DASK_DISTRIBUTED__WORKER__MULTIPROCESSING_METHOD": "fork"}
+    kills = [Kill(_argv(root, tmp_path / f"dask{count}" / "out", "--runner", "dask"),
+                  tmp_path / f"dask{count}" / "out", "convert", count, forked_workers)
+             for count in (1, 7)]
+    for kill, units_at_kill in zip(kills, _kill_at(*kills), strict=True):
+        assert units_at_kill > 0
+        _resumed(capsys, kill.output, [*kill.argv, "--dask_client_address", dask_address], expected,
+                 units_at_kill)
 
 
-def test_a_run_on_beam_worker_processes_killed_resumes_to_a_verified_output(converted, launcher,
+def test_a_run_on_beam_worker_processes_killed_resumes_to_a_verified_output(converted,
                                                                           tmp_path, capsys):
     """Killed with Beam's two worker processes (as a large local run has: the kill takes the
     whole group) after its first unit, before it could commit: the command run again leaves
@@ -187,7 +210,7 @@ def test_a_run_on_beam_worker_processes_killed_resumes_to_a_verified_output(conv
     root, expected, _ = converted
     output = tmp_path / "out"
     argv = _argv(root, output)
-    recorded = _kill_at(launcher, [*argv, "--direct_num_workers=2"], output, "convert", 1)
+    [recorded] = _kill_at(Kill([*argv, "--direct_num_workers=2"], output, "convert", 1))
     assert recorded > 0
     assert not (output / "manifest.json").exists()  # killed before it could commit
     _resumed(capsys, output, argv, expected, recorded)
@@ -198,18 +221,17 @@ def test_a_run_on_beam_worker_processes_killed_resumes_to_a_verified_output(conv
 
 
 def test_an_interrupted_run_of_other_options_or_no_resume_is_discarded_saying_why(
-        converted, launcher, tmp_path, capsys):
+        converted, tmp_path, capsys):
     root, _, _ = converted
-    output = tmp_path / "out"
-    assert _kill_at(launcher, _argv(root, output), output, "convert", 2) >= 2
+    output, again = tmp_path / "out", tmp_path / "again"
+    assert min(_kill_at(Kill(_argv(root, output), output, "convert", 2),
+                        Kill(_argv(root, again), again, "convert", 2))) >= 2
     capsys.readouterr()
     assert run(_argv(root, output, "--batch-rows", "7777")) == 0
     changed = capsys.readouterr().out
     assert changed.splitlines()[0] == (f"Discarded the work of an interrupted run in {output} "
                                        f"(--batch-rows 16384 then, 7777 now).")
     assert "work units reused" not in changed and _temp_folder(output) is None
-    again = tmp_path / "again"
-    assert _kill_at(launcher, _argv(root, again), again, "convert", 2) >= 2
     assert run(_argv(root, again, "--no-resume")) == 0
     started_over = capsys.readouterr().out
     assert started_over.splitlines()[0] == (

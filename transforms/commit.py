@@ -43,6 +43,7 @@ from transforms.format.tfrecord_index import INDEX_SUFFIX
 from transforms.generations import (
     CARRIED,
     carried_result,
+    committed_side_file,
     link_committed,
     rejected_paths,
     stash_state,
@@ -243,17 +244,21 @@ def _extra_files(config: SinkConfig, results: Sequence[UnitResult],
             for name, data in config.extra_files]
 
 
-def _statistics(config: SinkConfig, results: Sequence[UnitResult], totals: Mapping[str, Any]
-                ) -> tuple[list[tuple[str, bytes]], dict[str, Any] | None]:
+def _statistics(config: SinkConfig, results: Sequence[UnitResult], totals: Mapping[str, Any],
+                existing: Manifest | None) -> tuple[list[tuple[str, bytes]], dict[str, Any] | None]:
     """stats.json (every unit's statistics merged, see `transforms.stats.document`) and,
-    with `compare_to`, drift.json (see `transforms.stats.drift`): the files and the drift."""
+    with `compare_to`, drift.json (see `transforms.stats.drift`): the files and the drift.
+    Compared with this folder's committed statistics (`existing`'s: an append), read from
+    where an interrupted commit of this run kept them (`committed_side_file`)."""
     merged, examples = merge_units(results)
     feature_spec = dict(config.extra_files).get(FEATURE_SPEC_NAME)
     document = stats_document(merged, totals, config.splits, declared_kinds(feature_spec), examples)
     files = [(STATS_NAME, _json_bytes(document))]
     drift = None
     if config.compare_to:
-        previous_path = fs.join_path(config.compare_to, STATS_NAME)
+        same_folder = existing is not None and config.compare_to.rstrip("/") == config.output_dir.rstrip("/")
+        previous_path = (committed_side_file(config, existing, STATS_NAME) if same_folder
+                         else fs.join_path(config.compare_to, STATS_NAME))
         try:
             with FileSystems.open(previous_path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
                 previous = json.loads(handle.read())
@@ -377,7 +382,7 @@ def finalize_output(config: SinkConfig, results: Iterable[UnitResult]) -> str:
     # Only files a record of this tool names are ever replaced or deleted (the CLI refuses
     # to start over foreign ones); the journal names them before anything changes.
     owned = output_files.owned_paths(config.output_dir, existing)
-    stats_files, drift = _statistics(config, everything, totals)
+    stats_files, drift = _statistics(config, everything, totals, existing)
     failure = _failure(config, own_totals, drift)
     failed_run = fs.join_path(config.output_dir, output_files.FAILED_RUN_NAME)
     if failure is None:

@@ -31,7 +31,7 @@ from transforms.format.manifest_format import FileEntry, Manifest, ShardEntry, i
 from transforms.resume import STATE_NAME, load_result
 from transforms.shard_writers import DEAD_LETTER_DIR, SinkConfig
 from transforms.stats.dead_letters import first_examples
-from transforms.stats.document import merge_units
+from transforms.stats.document import STATS_NAME, merge_units
 from transforms.stats.presence import add_presence, as_presence
 from transforms.unit_result import (
     DEAD_LETTER_KIND,
@@ -42,8 +42,8 @@ from transforms.unit_result import (
     UnitResult,
 )
 
-__all__ = ["CARRIED", "carried_result", "link_committed", "rejected_paths", "stash_state", "superseded",
-           "totals_result"]
+__all__ = ["CARRIED", "carried_result", "committed_side_file", "link_committed", "rejected_paths",
+           "stash_state", "superseded", "totals_result"]
 
 #: The `first_key` of a committed generation's files in an append: before every batch key,
 #: so they keep their order at the head of each split.
@@ -53,8 +53,7 @@ CARRIED = ""
 def carried_result(config: SinkConfig, existing: Manifest) -> UnitResult:
     """The committed generation of `config.output_dir` as one result: its totals, and its
     files with their final paths as their temporary ones."""
-    stash = _stash_path(config, existing)
-    state_path = stash if FileSystems.exists(stash) else fs.join_path(config.output_dir, STATE_NAME)
+    state_path = committed_side_file(config, existing, STATE_NAME)
     try:
         with FileSystems.open(state_path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
             data = handle.read()
@@ -80,24 +79,33 @@ def carried_result(config: SinkConfig, existing: Manifest) -> UnitResult:
     return dataclasses.replace(state, owner=CARRIED, files=tuple(files))
 
 
-def _listed_state(existing: Manifest) -> str:
-    entry = existing.side_file(STATE_NAME)
+def _listed_state(existing: Manifest, name: str = STATE_NAME) -> str:
+    entry = existing.side_file(name)
     return entry.sha256 if entry is not None else ""
 
 
-def _stash_path(config: SinkConfig, existing: Manifest) -> str:
+def _stash_path(config: SinkConfig, existing: Manifest, name: str) -> str:
     # Named as a writer's temporary file (`output_files` leaves other names in a run's folder).
-    return fs.join_path(config.temp_dir, "committed", _listed_state(existing)[:32].ljust(32, "0"))
+    return fs.join_path(config.temp_dir, "committed", _listed_state(existing, name)[:32].ljust(32, "0"))
+
+
+def committed_side_file(config: SinkConfig, existing: Manifest, name: str) -> str:
+    """The committed side file `name` (`STATE_NAME`, `STATS_NAME`): its copy `stash_state`
+    kept, once an interrupted commit of this run may have written the next over it."""
+    stash = _stash_path(config, existing, name)
+    return stash if FileSystems.exists(stash) else fs.join_path(config.output_dir, name)
 
 
 def stash_state(config: SinkConfig, existing: Manifest) -> None:
-    """Keeps the committed `STATE_NAME` in the run's temporary folder before the commit writes
-    the next over it: a commit killed before its manifest resumes from the committed totals."""
-    stash = _stash_path(config, existing)
-    if not FileSystems.exists(stash):
-        with FileSystems.open(fs.join_path(config.output_dir, STATE_NAME),
-                              compression_type=CompressionTypes.UNCOMPRESSED) as handle:
-            fs.write_bytes_atomically(stash, handle.read())
+    """Keeps the committed `STATE_NAME` and `STATS_NAME` in the run's temporary folder before
+    the commit writes the next over them: a commit killed before its manifest resumes from the
+    committed totals, and compares its statistics with the committed ones (drift.json)."""
+    for name in (STATE_NAME, STATS_NAME):
+        stash = _stash_path(config, existing, name)
+        if existing.side_file(name) is not None and not FileSystems.exists(stash):
+            with FileSystems.open(fs.join_path(config.output_dir, name),
+                                  compression_type=CompressionTypes.UNCOMPRESSED) as handle:
+                fs.write_bytes_atomically(stash, handle.read())
 
 
 def totals_result(results: Sequence[UnitResult]) -> UnitResult:

@@ -14,6 +14,7 @@ for the module."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -61,8 +62,11 @@ def _temp_folder(output: Path) -> Path | None:
 
 def _reached(output: Path, folder: Path, phase: str, count: int) -> bool:
     """Whether the run writing `output` (its temporary folder `folder`) reached the kill point:
-    `count` work units written (conversion), or its commit journal and `count` final shards
-    (commit)."""
+    `count` work units written (conversion), its commit journal and `count` final shards
+    (commit), or an append's statistics written over the committed ones (stats)."""
+    if phase == "stats":
+        listed = json.loads((output / "manifest.json").read_bytes())["files"]["stats.json"]["sha256"]
+        return hashlib.sha256((output / "stats.json").read_bytes()).hexdigest() != listed
     if phase == "convert":
         try:
             return sum(name.endswith(".unit") for name in os.listdir(folder / "units")) >= count

@@ -46,7 +46,7 @@ from transforms.generations import (
     committed_side_file,
     link_committed,
     rejected_paths,
-    stash_state,
+    stash_side_files,
     superseded,
     totals_result,
 )
@@ -247,9 +247,8 @@ def _extra_files(config: SinkConfig, results: Sequence[UnitResult],
 def _statistics(config: SinkConfig, results: Sequence[UnitResult], totals: Mapping[str, Any],
                 existing: Manifest | None) -> tuple[list[tuple[str, bytes]], dict[str, Any] | None]:
     """stats.json (every unit's statistics merged, see `transforms.stats.document`) and,
-    with `compare_to`, drift.json (see `transforms.stats.drift`): the files and the drift.
-    Compared with this folder's committed statistics (`existing`'s: an append), read from
-    where an interrupted commit of this run kept them (`committed_side_file`)."""
+    with `compare_to`, drift.json (see `transforms.stats.drift`): the files and the drift; an
+    append's with the committed ones, wherever an interrupted commit kept them (`committed_side_file`)."""
     merged, examples = merge_units(results)
     feature_spec = dict(config.extra_files).get(FEATURE_SPEC_NAME)
     document = stats_document(merged, totals, config.splits, declared_kinds(feature_spec), examples)
@@ -426,7 +425,7 @@ def finalize_output(config: SinkConfig, results: Iterable[UnitResult]) -> str:
     for committed_path, path, size in links:
         link_committed(config, committed_path, path, size)
     if carried:
-        stash_state(config, existing)  # before the side files below write over it
+        stash_side_files(config, existing)  # before the side files below write over it
     for relative, data in side_files:
         fs.write_bytes_atomically(fs.join_path(config.output_dir, relative), data)
         listed.add(relative)

@@ -43,7 +43,7 @@ from transforms.unit_result import (
 )
 
 __all__ = ["CARRIED", "carried_result", "committed_side_file", "link_committed", "rejected_paths",
-           "stash_state", "superseded", "totals_result"]
+           "stash_side_files", "superseded", "totals_result"]
 
 #: The `first_key` of a committed generation's files in an append: before every batch key,
 #: so they keep their order at the head of each split.
@@ -58,7 +58,8 @@ def carried_result(config: SinkConfig, existing: Manifest) -> UnitResult:
         with FileSystems.open(state_path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
             data = handle.read()
         # Totals the manifest does not list are an interrupted append's, its units in them.
-        state = load_result(data) if hashlib.sha256(data).hexdigest() == _listed_state(existing) else None
+        listed = hashlib.sha256(data).hexdigest() == _listed_sha256(existing, STATE_NAME)
+        state = load_result(data) if listed else None
     except Exception:  # noqa: BLE001 - any filesystem's error: said below
         state = None
     if state is None:
@@ -79,24 +80,24 @@ def carried_result(config: SinkConfig, existing: Manifest) -> UnitResult:
     return dataclasses.replace(state, owner=CARRIED, files=tuple(files))
 
 
-def _listed_state(existing: Manifest, name: str = STATE_NAME) -> str:
+def _listed_sha256(existing: Manifest, name: str) -> str:
     entry = existing.side_file(name)
     return entry.sha256 if entry is not None else ""
 
 
 def _stash_path(config: SinkConfig, existing: Manifest, name: str) -> str:
     # Named as a writer's temporary file (`output_files` leaves other names in a run's folder).
-    return fs.join_path(config.temp_dir, "committed", _listed_state(existing, name)[:32].ljust(32, "0"))
+    return fs.join_path(config.temp_dir, "committed", _listed_sha256(existing, name)[:32].ljust(32, "0"))
 
 
 def committed_side_file(config: SinkConfig, existing: Manifest, name: str) -> str:
-    """The committed side file `name` (`STATE_NAME`, `STATS_NAME`): its copy `stash_state`
+    """The committed side file `name` (`STATE_NAME`, `STATS_NAME`): its copy `stash_side_files`
     kept, once an interrupted commit of this run may have written the next over it."""
     stash = _stash_path(config, existing, name)
     return stash if FileSystems.exists(stash) else fs.join_path(config.output_dir, name)
 
 
-def stash_state(config: SinkConfig, existing: Manifest) -> None:
+def stash_side_files(config: SinkConfig, existing: Manifest) -> None:
     """Keeps the committed `STATE_NAME` and `STATS_NAME` in the run's temporary folder before
     the commit writes the next over them: a commit killed before its manifest resumes from the
     committed totals, and compares its statistics with the committed ones (drift.json)."""

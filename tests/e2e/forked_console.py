@@ -61,18 +61,10 @@ def _server():
 
 
 def session_main(argv: list[str], env: dict[str, str]) -> None:
-    """A fork-server child: `tfrecord-pipeline ARGV` as the console runs it, in environment
-    `env` and a new session (so that its process group is its own), its output discarded."""
-    from pipeline.__main__ import main
-
-    os.environ.clear()
-    os.environ.update(env)
+    """A fork-server child: `console_main` in a new session (so that its process group is its
+    own), its output discarded."""
     os.setsid()
-    discard = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(discard, 1)
-    os.dup2(discard, 2)
-    sys.argv = ["tfrecord-pipeline", *argv]
-    main()
+    console_main(argv, env, os.devnull, os.devnull)
 
 
 def start_in_own_session(argv: Sequence[str], *, env: dict[str, str] | None = None,

@@ -135,7 +135,7 @@ def _check_generation(output, generation: int, features_json: bytes | None, pars
 
 
 @pytest.mark.parametrize("fmt", ["csv", "jsonl", "parquet"])
-def test_ten_appends_equal_one_conversion_and_keep_readers_of_the_previous_generation(tmp_path, fmt):
+def test_appends_equal_one_conversion_and_keep_readers_of_the_previous_generation(tmp_path, fmt):
     rng = random.Random(35)
     (tmp_path / "in").mkdir()
     (tmp_path / "spec.yaml").write_text(SPEC, encoding="utf-8")
